@@ -1,0 +1,206 @@
+"""A Katz-backoff trigram over token ids: the stage-2 drafter of staged speculative decoding.
+
+Estimator (Katz backoff with absolute discounting, one discount per order):
+
+    P3(w | u v) = (c(u v w) - D3) / c(u v .)              if (u v w) is kept
+                = a(u v) * P2(w | v)                        otherwise
+    P2(w | v)   = (c(v w) - D2) / c(v .)                    if (v w) is kept
+                = a(v) * P1(w)                              otherwise
+    P1(w)       = (c(w) + 1) / (N + V)                      (add-one: every token has mass)
+
+Each backoff weight a(.) hands the discounted mass to the words the higher order does not cover,
+in proportion to the lower order, so every distribution sums to 1 exactly:
+a(ctx) = (1 - sum_kept own(w)) / (1 - sum_kept P_lower(w)). The discounts are the usual
+count-of-counts estimate D = n1 / (n1 + 2 n2) (Ney et al.), taken before pruning. Pruning drops
+rare n-grams (count < min_count) but keeps each context's full total c(ctx .), so the mass of the
+pruned n-grams also flows to the lower order.
+
+Stored as a compact .npz of sorted arrays: for bigrams a CSR table indexed by the context token,
+for trigrams sorted context keys u*V+v with a CSR table of (next token, count) each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+FORMAT = "specviz-katz-trigram-v1"
+
+
+def _discount(counts: np.ndarray) -> float:
+    n1, n2 = int((counts == 1).sum()), int((counts == 2).sum())
+    if n1 == 0:
+        return 0.5
+    return float(min(max(n1 / (n1 + 2 * n2), 0.1), 0.9))
+
+
+def _csr(context_keys: np.ndarray, nexts: np.ndarray, counts: np.ndarray, keep: np.ndarray):
+    """Group sorted (context, next) pairs into CSR arrays over the distinct contexts.
+
+    Totals count every pair of a context; only the kept pairs get rows."""
+    contexts, first = np.unique(context_keys, return_index=True)
+    totals = np.add.reduceat(counts, first) if len(counts) else np.zeros(0, np.int64)
+    kept_per_context = np.add.reduceat(keep.astype(np.int64), first) if len(keep) else totals
+    ptr = np.concatenate([[0], np.cumsum(kept_per_context)])
+    return contexts, totals, ptr, nexts[keep], counts[keep]
+
+
+@dataclass
+class KatzTrigram:
+    vocab_size: int
+    unigram: np.ndarray          # float64 [V], add-one smoothed
+    d2: float
+    d3: float
+    bi_total: np.ndarray         # [V] c(v .), all bigrams with context v
+    bi_ptr: np.ndarray           # [V + 1] CSR rows of kept bigrams
+    bi_next: np.ndarray
+    bi_count: np.ndarray
+    tri_keys: np.ndarray         # sorted u * V + v of contexts with any trigram
+    tri_total: np.ndarray
+    tri_ptr: np.ndarray
+    tri_next: np.ndarray
+    tri_count: np.ndarray
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def build(cls, token_sequences, vocab_size: int, min_bigram_count: int = 1,
+              min_trigram_count: int = 2) -> "KatzTrigram":
+        """Count n-grams within each sequence (never across two), discount, prune and index."""
+        V = vocab_size
+        uni = np.zeros(V, dtype=np.int64)
+        bi_keys, tri_keys = [], []
+        for seq in token_sequences:
+            s = np.asarray(seq, dtype=np.int64)
+            if len(s) == 0:
+                continue
+            if s.min() < 0 or s.max() >= V:
+                raise ValueError("token id outside the vocabulary")
+            uni += np.bincount(s, minlength=V)
+            bi_keys.append(s[:-1] * V + s[1:])
+            tri_keys.append((s[:-2] * V + s[1:-1]) * V + s[2:])
+        unigram = (uni + 1.0) / (uni.sum() + V)
+        empty = np.zeros(0, np.int64)
+        bi, bi_c = np.unique(np.concatenate(bi_keys or [empty]), return_counts=True)
+        tri, tri_c = np.unique(np.concatenate(tri_keys or [empty]), return_counts=True)
+
+        b_ctx, b_tot, b_ptr, b_next, b_cnt = _csr(bi // V, bi % V, bi_c, bi_c >= min_bigram_count)
+        bi_total = np.zeros(V, np.int64)
+        bi_total[b_ctx] = b_tot
+        rows = np.zeros(V + 1, np.int64)           # expand CSR rows to every context token
+        rows[b_ctx + 1] = np.diff(b_ptr)
+        t_ctx, t_tot, t_ptr, t_next, t_cnt = _csr(tri // V, tri % V, tri_c,
+                                                  tri_c >= min_trigram_count)
+        has_rows = np.diff(t_ptr) > 0              # contexts left without rows back off fully
+        t_ctx, t_tot = t_ctx[has_rows], t_tot[has_rows]
+        t_ptr = np.concatenate([[0], np.cumsum(np.diff(t_ptr)[has_rows])])
+        return cls(vocab_size=V, unigram=unigram, d2=_discount(bi_c), d3=_discount(tri_c),
+                   bi_total=bi_total, bi_ptr=np.cumsum(rows), bi_next=b_next, bi_count=b_cnt,
+                   tri_keys=t_ctx, tri_total=t_tot, tri_ptr=t_ptr, tri_next=t_next,
+                   tri_count=t_cnt)
+
+    # ------------------------------------------------------------------ storage
+
+    def save(self, path) -> None:
+        idx = np.uint16 if self.vocab_size <= 1 << 16 else np.int32
+        cnt = np.uint32
+        np.savez_compressed(
+            path, format=np.array(FORMAT), vocab_size=np.array(self.vocab_size),
+            d2=np.array(self.d2), d3=np.array(self.d3),
+            unigram=self.unigram.astype(np.float64),
+            bi_total=self.bi_total.astype(cnt), bi_ptr=self.bi_ptr.astype(np.int64),
+            bi_next=self.bi_next.astype(idx), bi_count=self.bi_count.astype(cnt),
+            tri_keys=self.tri_keys.astype(np.int64), tri_total=self.tri_total.astype(cnt),
+            tri_ptr=self.tri_ptr.astype(np.int64), tri_next=self.tri_next.astype(idx),
+            tri_count=self.tri_count.astype(cnt))
+
+    @classmethod
+    def load(cls, path) -> "KatzTrigram":
+        with np.load(path) as z:
+            if str(z["format"]) != FORMAT:
+                raise ValueError(f"{path} is not a {FORMAT} file")
+            return cls(vocab_size=int(z["vocab_size"]), unigram=z["unigram"],
+                       d2=float(z["d2"]), d3=float(z["d3"]),
+                       bi_total=z["bi_total"].astype(np.int64), bi_ptr=z["bi_ptr"],
+                       bi_next=z["bi_next"].astype(np.int64),
+                       bi_count=z["bi_count"].astype(np.int64),
+                       tri_keys=z["tri_keys"], tri_total=z["tri_total"].astype(np.int64),
+                       tri_ptr=z["tri_ptr"], tri_next=z["tri_next"].astype(np.int64),
+                       tri_count=z["tri_count"].astype(np.int64))
+
+    # ------------------------------------------------------------------ lookup
+
+    def _bigram_row(self, v: int):
+        a, b = self.bi_ptr[v], self.bi_ptr[v + 1]
+        return self.bi_next[a:b], self.bi_count[a:b], int(self.bi_total[v])
+
+    def _trigram_row(self, u: int, v: int):
+        key = u * self.vocab_size + v
+        j = int(np.searchsorted(self.tri_keys, key))
+        if j == len(self.tri_keys) or self.tri_keys[j] != key:
+            return self.tri_next[:0], self.tri_count[:0], 0
+        a, b = self.tri_ptr[j], self.tri_ptr[j + 1]
+        return self.tri_next[a:b], self.tri_count[a:b], int(self.tri_total[j])
+
+    def _rows(self, context):
+        """The (next, count, total, discount) rows of the orders the context reaches, low to high."""
+        context = [int(t) for t in context[-2:]]
+        rows = []
+        if len(context) >= 1:
+            rows.append((*self._bigram_row(context[-1]), self.d2))
+        if len(context) >= 2:
+            rows.append((*self._trigram_row(context[-2], context[-1]), self.d3))
+        return rows
+
+    @staticmethod
+    def _back_off(lower, nexts, counts, total, discount):
+        """Higher-order distribution from the lower one (array or dict of candidates).
+
+        Returns (probabilities of the row's words, backoff weight for the rest)."""
+        if total == 0:
+            return None, 1.0
+        own = (counts - discount) / total
+        covered = sum(lower[w] for w in nexts.tolist()) if isinstance(lower, dict) \
+            else float(lower[nexts].sum())
+        weight = (1.0 - float(own.sum())) / max(1.0 - covered, 1e-12)
+        return own, weight
+
+    def probs(self, context) -> torch.Tensor:
+        """The full next-token distribution after `context` (a list of token ids), float32 [V]."""
+        p = self.unigram.copy()
+        for nexts, counts, total, d in self._rows(context):
+            own, weight = self._back_off(p, nexts, counts, total, d)
+            if own is not None:
+                p *= weight
+                p[nexts] = own
+        return torch.from_numpy(p.astype(np.float32))
+
+    def top(self, context, k: int) -> list[tuple[int, float]]:
+        """The k most likely next tokens with their probabilities, without building all of P.
+
+        Any word outside the context's rows gets (product of backoff weights) * P1(w), so the
+        candidates are the rows' words plus the k + (number of row words) best unigrams: among
+        those are at least k words outside the rows, so the result is exact."""
+        if not hasattr(self, "_unigram_top"):
+            self._unigram_top = np.argsort(-self.unigram, kind="stable")
+        rows = self._rows(context)
+        row_words = sum(len(r[0]) for r in rows)      # row words may take unigram slots
+        candidates = np.unique(np.concatenate(
+            [self._unigram_top[:k + row_words]] + [r[0] for r in rows])).astype(np.int64)
+        p = {int(w): float(self.unigram[w]) for w in candidates}
+        for nexts, counts, total, d in rows:
+            own, weight = self._back_off(p, nexts, counts, total, d)
+            if own is not None:
+                p = {w: q * weight for w, q in p.items()}
+                p.update(zip(nexts.tolist(), own.tolist()))
+        best = sorted(p.items(), key=lambda item: (-item[1], item[0]))[:k]
+        return best
+
+    @property
+    def num_bigrams(self) -> int:
+        return len(self.bi_next)
+
+    @property
+    def num_trigrams(self) -> int:
+        return len(self.tri_next)
