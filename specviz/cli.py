@@ -1,0 +1,114 @@
+"""Command line: `python -m specviz generate ...`. Bad input gets one line on stderr, exit code 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .drafting import SHAPES, TreeSpec
+from .engine import STRATEGIES
+from .models import DEFAULT_TARGET, DTYPES, ModelLoadError
+from .sampling import Sampling
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz", description="Staged speculative decoding.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="generate text with one strategy")
+    source = gen.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="prompt text")
+    source.add_argument("--prompt-file", help="file whose text is the prompt")
+    gen.add_argument("--strategy", choices=STRATEGIES, default="staged")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--target", default=DEFAULT_TARGET, help="hub id, local directory or GGUF file")
+    gen.add_argument("--draft", action="append", default=None, metavar="MODEL",
+                     help="a drafter, top stage first; repeat for a cascade. MODEL is a hub id, local "
+                          "directory or GGUF file, or 'trigram' / 'lookup' (default: the shipped stack)")
+    gen.add_argument("--tree-budget", type=int, default=None, help="drafted nodes per round")
+    gen.add_argument("--tree-shape", choices=SHAPES, default=None)
+    gen.add_argument("--device", default="cpu", help="cpu or cuda")
+    gen.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    gen.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return generate(args)
+    except (ValueError, ModelLoadError, OSError) as exc:
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def generate(args) -> int:
+    from .stack import Stack, default_tree
+
+    prompt = args.prompt if args.prompt is not None else _read(args.prompt_file)
+    if not prompt.strip():
+        raise ValueError("the prompt is empty")
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
+    sampling.validate()
+    tree = default_tree(args.strategy, args.tree_budget)
+    if args.tree_shape:
+        tree = TreeSpec(**{**vars(tree), "shape": args.tree_shape})
+    tree.validate()
+    if not 1 <= args.max_new_tokens <= 4096:
+        raise ValueError(f"--max-new-tokens must be in [1, 4096], got {args.max_new_tokens}")
+    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
+        raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
+    drafts = args.draft
+    if args.strategy == "baseline":
+        drafts = []
+    stack = Stack.load(args.target, drafts, args.dtype, args.device)
+    decoder = stack.decoder(stack.encode(prompt), args.strategy, tree, sampling, args.max_new_tokens)
+    run = decoder.run()
+    if args.json:
+        print(json.dumps(cli_json(run, decoder)))
+    else:
+        print(run.text)
+        s = run.stats
+        print(f"\n[{run.strategy}] {s['new_tokens']} tokens in {s['wall_s']:.2f} s ({s['tokens_per_s']:.1f} tok/s), "
+              f"{s['tokens_per_target_forward']:.2f} tokens per target forward, "
+              f"bytes read {s.get('bytes_relative_to_baseline', 1.0):.2f}x baseline", file=sys.stderr)
+    return 0
+
+
+def cli_json(run, decoder) -> dict:
+    s = run.stats
+    return {
+        "strategy": run.strategy,
+        "stages": [vars(st) for st in decoder.stages],
+        "prompt_tokens": run.prompt_tokens,
+        "tokens": run.tokens,
+        "text": run.text,
+        "new_tokens": s["new_tokens"],
+        "target_forwards": s["target_forwards"],
+        "draft_forwards": s["draft_forwards"],
+        "wall_s": s["wall_s"],
+        "tokens_per_s": s["tokens_per_s"],
+        "bytes_read": s["bytes_read"],
+        "bytes_per_token": s["bytes_per_token"],
+        "bytes_relative_to_baseline": s.get("bytes_relative_to_baseline"),
+        "accept_by_depth": s["accept_by_depth"],
+        "mean_accepted_per_target_forward": s["mean_accepted_per_target_forward"],
+        "tokens_per_target_forward": s["tokens_per_target_forward"],
+        "phase_share": s["phase_share"],
+        "finish_reason": decoder.finish_reason,
+        "settings": run.settings,
+    }
+
+
+def _read(path: str) -> str:
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"prompt file not found: {path}")
+    return file.read_text(encoding="utf-8", errors="replace")

@@ -1,0 +1,62 @@
+"""The interface every drafter fills.
+
+A round of speculation builds a token tree under the root (the last committed token). The tree
+builder asks a drafter for next-token scores at some of the tree's nodes (`expand`), and after
+verification tells it which path the target accepted (`commit`). A drafter used as a *lower stage*
+of another only has to `guess` a short greedy continuation of a token sequence.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+from ..cache import ForwardLog
+from ..timing import PhaseTimer
+from ..tree import Tree
+
+
+class Drafter(ABC):
+    kind = "drafter"          # "model", "ngram" or "lookup": how the app colours its nodes
+    name = "drafter"
+
+    def __init__(self) -> None:
+        self.stage = 1
+        self.timer = PhaseTimer()
+
+    def attach(self, stage: int, timer: PhaseTimer) -> None:
+        """Place this drafter at `stage` of a cascade (1 = right under the target)."""
+        self.stage, self.timer = stage, timer
+
+    def stages(self) -> list["Drafter"]:
+        """This drafter and the ones below it, top first."""
+        return [self]
+
+    def start(self, tokens: list[int]) -> None:
+        """A new sequence begins with these committed tokens."""
+
+    @abstractmethod
+    def expand(self, tree: Tree, nodes: list[int], context: list[int]) -> list[torch.Tensor | None]:
+        """Next-token log-scores (logits or log-probs, [vocab]) after each node; None = no proposal.
+
+        `context` is the committed sequence, ending with the tree's root token.
+        """
+
+    def proposer_stage(self, tree: Tree, parent: int, token: int) -> int:
+        """The stage to credit for proposing `token` under `parent` (for display)."""
+        return self.stage
+
+    def commit(self, tree: Tree, path: list[int], context: list[int]) -> None:
+        """The target accepted `path`; `context` is the committed sequence before this round."""
+
+    @abstractmethod
+    def guess(self, sequence: list[int], n: int) -> list[int]:
+        """Up to n tokens this drafter would greedily continue `sequence` with."""
+
+    def forward_logs(self) -> dict[str, ForwardLog]:
+        """Forward passes of the models inside this drafter since the last clear, by model name."""
+        return {}
+
+    def model_costs(self) -> dict[str, tuple[int, int]]:
+        """(weight bytes, KV bytes per cached token) of the models inside this drafter."""
+        return {}

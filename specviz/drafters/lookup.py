@@ -1,0 +1,43 @@
+"""Context lookup (prompt lookup decoding): copy what followed the latest earlier occurrence of
+the last few tokens. Costs no model forward; strong on code that repeats names and structure."""
+from __future__ import annotations
+
+import torch
+
+from .base import Drafter
+
+
+class LookupDrafter(Drafter):
+    kind = "lookup"
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.name = f"lookup{max_ngram}"
+
+    def continuation(self, sequence: list[int], n: int) -> list[int]:
+        """Tokens after the latest earlier match of the longest suffix n-gram (longest first)."""
+        for size in range(min(self.max_ngram, len(sequence) - 1), self.min_ngram - 1, -1):
+            tail = sequence[-size:]
+            for start in range(len(sequence) - size - 1, -1, -1):
+                if sequence[start:start + size] == tail:
+                    return sequence[start + size:start + size + n]
+        return []
+
+    def expand(self, tree, nodes, context):
+        out = []
+        with self.timer.phase(f"stage{self.stage}_draft"):
+            for node in nodes:
+                follow = self.continuation(context + tree.path_tokens(node)[1:], 1)
+                if not follow:
+                    out.append(None)
+                    continue
+                scores = torch.full((self.vocab_size,), float("-inf"))
+                scores[follow[0]] = 0.0      # a point mass: deterministic proposals have q = 1
+                out.append(scores)
+        return out
+
+    def guess(self, sequence, n):
+        with self.timer.phase(f"stage{self.stage}_draft"):
+            return self.continuation(sequence, n)

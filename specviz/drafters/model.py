@@ -1,0 +1,158 @@
+"""A neural draft model as a drafter, optionally sped up by a lower stage (staged speculation).
+
+During a round the draft model is fed only the tree nodes it must expand (internal nodes), a level
+at a time in one batch each. With a lower stage, every node fed also brings a short chain that the
+lower stage guesses will follow it; those guesses are fed in the same batch, so when the tree
+builder later picks a guessed token as a child its scores are already there and no new forward is
+needed. Guessing never changes which tree is built, only how many draft forwards it costs, so the
+staged tree is exactly the tree the draft model alone would build.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..cache import KVModel
+from .base import Drafter
+
+
+class ModelDrafter(Drafter):
+    kind = "model"
+
+    def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
+                 lookahead: int = 4):
+        super().__init__()
+        self.kv = KVModel(model, name)
+        self.name = name
+        self.lower = lower
+        self.lookahead = lookahead
+        self.known: list[int] = []      # the committed sequence, as far as this drafter was told
+        self._round_reset()
+
+    def _round_reset(self) -> None:
+        self.fed: dict[tuple[int, ...], tuple[int, torch.Tensor]] = {}   # path tokens -> (slot, logits)
+        self.ancestry: list[list[int]] = []     # per pending slot: itself and its pending ancestors
+        self.guessed: set[tuple[int, ...]] = set()
+
+    def attach(self, stage, timer):
+        super().attach(stage, timer)
+        if self.lower is not None:
+            self.lower.attach(stage + 1, timer)
+
+    def stages(self):
+        return [self] + (self.lower.stages() if self.lower is not None else [])
+
+    def start(self, tokens):
+        self.kv.reset()
+        self.known = list(tokens)
+        self._round_reset()
+        if self.lower is not None:
+            self.lower.start(tokens)
+
+    # -- feeding ------------------------------------------------------------------------------
+    def _catch_up(self, context: list[int]) -> None:
+        """Feed committed tokens the draft has not read yet, ending with the root."""
+        with self.timer.phase(f"stage{self.stage}_draft"):
+            logits = self.kv.feed_committed(context[self.kv.committed:])
+        self.fed[()] = (-1, logits[-1])
+
+    def _feed(self, chains: list[tuple[tuple[int, ...], list[int]]], root_position: int) -> None:
+        """Feed token chains, each hanging under an already fed path, in one forward."""
+        tokens, positions, parents, keys = [], [], [], []
+        for start, chain in chains:
+            parent_key = start
+            for token in chain:
+                key = parent_key + (token,)
+                tokens.append(token)
+                positions.append(root_position + len(key))
+                parents.append(parent_key)
+                keys.append(key)
+                parent_key = key
+        first = len(self.ancestry)
+        new_slot = {key: first + i for i, key in enumerate(keys)}
+        visible = torch.zeros(len(tokens), first + len(tokens), dtype=torch.bool)
+        for i, parent_key in enumerate(parents):
+            parent_slot = new_slot.get(parent_key, self.fed[parent_key][0] if parent_key in self.fed else -1)
+            ancestry = (self.ancestry[parent_slot] if parent_slot >= 0 else []) + [first + i]
+            self.ancestry.append(ancestry)
+            visible[i, ancestry] = True
+        with self.timer.phase(f"stage{self.stage}_draft"):
+            logits = self.kv.forward(tokens, positions, visible)
+        for i, key in enumerate(keys):
+            self.fed[key] = (first + i, logits[i])
+
+    # -- the Drafter interface ----------------------------------------------------------------
+    def expand(self, tree, nodes, context):
+        if () not in self.fed:
+            self._catch_up(context)
+        keys = [tuple(tree.path_tokens(n)[1:]) for n in nodes]
+        missing = [k for k in keys if k not in self.fed]
+        if missing:
+            chains = []
+            for key in missing:
+                parent, token = key[:-1], key[-1]
+                guess = self._guess_after(context + list(key))
+                chains.append((parent, [token] + guess))
+                self.guessed.update(key + tuple(guess[:i + 1]) for i in range(len(guess)))
+            self._feed(chains, len(context) - 1)
+        return [self.fed[k][1] for k in keys]
+
+    def _guess_after(self, sequence: list[int]) -> list[int]:
+        if self.lower is None or self.lookahead <= 0:
+            return []
+        return self.lower.guess(sequence, self.lookahead)
+
+    def proposer_stage(self, tree, parent, token):
+        key = tuple(tree.path_tokens(parent)[1:]) + (token,)
+        return self.stage + 1 if key in self.guessed else self.stage
+
+    def commit(self, tree, path, context):
+        # The accepted nodes the draft has read form a prefix of the path; keep exactly those.
+        slots = []
+        for node in path[1:]:
+            key = tuple(tree.path_tokens(node)[1:])
+            if key not in self.fed:
+                break
+            slots.append(self.fed[key][0])
+        if () in self.fed:
+            self.kv.commit(slots)
+        self.known = context + tree.path_tokens(path[-1])[1:]
+        self._round_reset()
+        if self.lower is not None:
+            self.lower.commit(tree, path, context)
+
+    def guess(self, sequence, n):
+        """Greedy continuation, itself sped up by the lower stage (greedy chain speculation).
+
+        As a lower stage this drafter sees whole sequences: it feeds what its cache lacks, keeps
+        the entries that are known to be committed, and drops the rest after each forward.
+        """
+        out: list[int] = []
+        with self.timer.phase(f"stage{self.stage}_draft"):
+            while len(out) < n:
+                proposal = self._guess_after(sequence + out)[: n - len(out)]
+                fed = (sequence + out)[self.kv.committed:]
+                start = self.kv.committed
+                count = len(fed) + len(proposal)
+                logits = self.kv.forward(fed + proposal, list(range(start, start + count)),
+                                         torch.ones(count, count, dtype=torch.bool).tril())
+                safe = 0
+                while safe < len(fed) and start + safe < len(self.known) and fed[safe] == self.known[start + safe]:
+                    safe += 1
+                self.kv.commit(list(range(min(safe, len(fed) - 1))))   # the last token is re-fed next time
+                for i, token in enumerate(logits[len(fed) - 1:].argmax(-1).tolist()):
+                    out.append(token)
+                    if i >= len(proposal) or proposal[i] != token or len(out) >= n:
+                        break
+        return out
+
+    def forward_logs(self):
+        logs = {self.name: self.kv.log}
+        if self.lower is not None:
+            logs.update(self.lower.forward_logs())
+        return logs
+
+    def model_costs(self):
+        costs = {self.name: (self.kv.weight_bytes, self.kv.kv_bytes_per_entry)}
+        if self.lower is not None:
+            costs.update(self.lower.model_costs())
+        return costs

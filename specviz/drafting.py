@@ -1,0 +1,109 @@
+"""Growing the speculative tree under the root, level by level, with one drafter.
+
+Each level is one `expand` call (for a model drafter: one batched forward of that level's internal
+nodes). Children of a node are its drafter's most likely tokens (greedy) or tokens drawn from the
+drafter's distribution without replacement (sampling), so verification can stay lossless.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+from .drafters.base import Drafter
+from .sampling import Sampling, draw_without_replacement, logits_to_probs, top_tokens
+from .tree import Tree, best_static_shape, chain_shape, children_ranks, validate_shape
+
+SHAPES = ("chain", "static", "dynamic")
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    shape: str = "dynamic"      # chain | static | dynamic
+    budget: int = 16            # drafted nodes per round (the root not counted)
+    max_depth: int = 8
+    max_branch: int = 4         # children per node at most
+    level_width: int = 4        # dynamic: nodes added per level at most
+    min_score: float = 0.0      # dynamic: skip paths whose draft probability is below this
+
+    def validate(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"unknown tree shape {self.shape!r}; choose one of {', '.join(SHAPES)}")
+        if not 0 <= self.budget <= 256:
+            raise ValueError(f"tree budget must be in [0, 256], got {self.budget}")
+        if not 1 <= self.max_depth <= 64 or not 1 <= self.max_branch <= 16 or self.level_width < 1:
+            raise ValueError("tree depth must be in [1, 64], branching in [1, 16], level width >= 1")
+
+    def static_paths(self) -> set[tuple[int, ...]]:
+        if self.shape == "chain":
+            paths = chain_shape(min(self.budget, self.max_depth))
+        else:
+            paths = best_static_shape(self.budget, self.max_depth, self.max_branch)
+        validate_shape(paths)
+        return set(paths)
+
+
+def choose_children(probs: torch.Tensor, k: int, sampling: Sampling, generator: torch.Generator) -> list[int]:
+    if sampling.greedy:
+        return top_tokens(probs, k)
+    return draw_without_replacement(probs, k, generator)
+
+
+def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: TreeSpec,
+               sampling: Sampling, generator: torch.Generator) -> tuple[Tree, dict[int, torch.Tensor]]:
+    """Return the tree and, per expanded node, the distribution its children were drawn from."""
+    tree = Tree.with_root(root)
+    dists: dict[int, torch.Tensor] = {}
+    if drafter is None or spec.budget == 0:
+        return tree, dists
+    paths = spec.static_paths() if spec.shape != "dynamic" else None
+    frontier, scores = [0], {0: 1.0}
+    while frontier and len(tree) - 1 < spec.budget:
+        if paths is not None:
+            wants = {n: children_ranks(paths, tree.rank_path(n)) for n in frontier}
+        else:
+            best = sorted(frontier, key=lambda n: -scores[n])[: spec.level_width]
+            wants = {n: spec.max_branch for n in best if tree.depths[n] < spec.max_depth}
+        expand = [n for n in frontier if wants.get(n, 0) > 0]
+        if not expand:
+            break
+        ranked = {}     # per node: its most likely tokens, which decide how many children it gets
+        for node, scores_row in zip(expand, drafter.expand(tree, expand, context)):
+            if scores_row is not None:
+                dists[node] = logits_to_probs(scores_row, sampling)
+                ranked[node] = top_tokens(dists[node], wants[node])
+        room = spec.budget - (len(tree) - 1)
+        if paths is None:
+            room = min(room, spec.level_width)
+        counts = _children_counts(ranked, dists, scores, room, spec.min_score if paths is None else -1.0)
+        frontier = []
+        for node, count in counts.items():
+            # Sampling draws the children only now: how many a node gets must not depend on which
+            # tokens it draws, or the draws would no longer follow q and verification would be biased.
+            tokens = ranked[node][:count] if sampling.greedy else draw_without_replacement(dists[node], count, generator)
+            for token in tokens:
+                prob = float(dists[node][token])
+                child = tree.add(node, token, drafter.proposer_stage(tree, node, token), prob)
+                scores[child] = scores[node] * prob
+                frontier.append(child)
+    return tree, dists
+
+
+def _children_counts(ranked, dists, scores, room, min_score) -> dict[int, int]:
+    """How many children each node gets: the `room` best (node, rank) pairs by path score.
+
+    A path's score is its parent's score times the rank's probability, so each node's chosen ranks
+    form a prefix 0..k-1.
+    """
+    heap = [(-scores[node] * float(dists[node][tokens[0]]), node, 0) for node, tokens in ranked.items() if tokens]
+    heapq.heapify(heap)
+    counts: dict[int, int] = {}
+    while heap and sum(counts.values()) < room:
+        neg_score, node, rank = heapq.heappop(heap)
+        if -neg_score < min_score and counts:
+            break
+        counts[node] = rank + 1
+        if rank + 1 < len(ranked[node]):
+            heapq.heappush(heap, (-scores[node] * float(dists[node][ranked[node][rank + 1]]), node, rank + 1))
+    return dict(sorted(counts.items()))

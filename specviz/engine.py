@@ -1,0 +1,173 @@
+"""One speculation round at a time: draft a tree, verify it in one target forward, commit.
+
+`Decoder` holds one generation's state (caches, output, random stream); models are shared and
+read-only, so many decoders (app sessions) can use the same loaded models. `step()` returns the
+round's trace record; `generate()` is the loop over `step()`.
+"""
+from __future__ import annotations
+
+from time import perf_counter
+
+import torch
+
+from .cache import KVModel
+from .drafters.base import Drafter
+from .drafting import TreeSpec, build_tree
+from .metrics import bytes_read, summarise
+from .sampling import Sampling, logits_to_probs
+from .timing import PhaseTimer
+from .trace import NodeRecord, RunRecord, StageInfo, StepRecord
+from .tree import ancestor_matrix
+from .verify import verify_greedy, verify_sampling
+
+STRATEGIES = ("baseline", "speculative", "tree", "staged")
+MAX_NEW_TOKENS = 4096
+
+
+class Decoder:
+    def __init__(self, target: torch.nn.Module, tokenizer, prompt_ids: list[int], *,
+                 drafter: Drafter | None = None, strategy: str = "baseline",
+                 tree: TreeSpec = TreeSpec(), sampling: Sampling = Sampling(),
+                 max_new_tokens: int = 64, target_name: str = "target",
+                 stop_at_eos: bool = True):
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+            raise ValueError(f"max new tokens must be in [1, {MAX_NEW_TOKENS}], got {max_new_tokens}")
+        context_limit = getattr(target.config, "max_position_embeddings", None) or getattr(target.config, "n_positions", None)
+        if context_limit and len(prompt_ids) + max_new_tokens + tree.max_depth + 1 > context_limit:
+            raise ValueError(f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({max_new_tokens}) "
+                             f"exceeds the model's context of {context_limit} tokens")
+        sampling.validate()
+        tree.validate()
+        self.tokenizer = tokenizer
+        self.strategy = strategy
+        self.spec = tree
+        self.sampling = sampling
+        self.max_new_tokens = max_new_tokens
+        self.eos = _eos_ids(target, tokenizer) if stop_at_eos else set()
+        self.timer = PhaseTimer()
+        self.target = KVModel(target, target_name)
+        self.drafter = drafter
+        self.stages = [StageInfo(target_name, "target")]
+        if drafter is not None:
+            drafter.attach(1, self.timer)
+            self.stages += [StageInfo(d.name, d.kind) for d in drafter.stages()]
+        self.generator = torch.Generator().manual_seed(sampling.seed)
+        self.prompt = list(prompt_ids)
+        self.tokens = list(prompt_ids)        # committed sequence; its last token is not yet in the target cache
+        self.steps: list[StepRecord] = []
+        self.finished = False
+        self.finish_reason = ""
+        with torch.inference_mode():
+            if len(self.prompt) > 1:
+                self.target.feed_committed(self.prompt[:-1])
+            if drafter is not None:
+                drafter.start(self.prompt[:-1])
+        self.target.log.clear()
+        self.timer.take()
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.tokens[len(self.prompt):]
+
+    @torch.inference_mode()
+    def step(self) -> StepRecord:
+        if self.finished:
+            raise RuntimeError("generation already finished")
+        started = perf_counter()
+        context = self.tokens
+        tree, dists = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator)
+        with self.timer.phase("verify"):
+            positions = [self.target.committed + d for d in tree.depths]
+            logits = self.target.forward(tree.tokens, positions, ancestor_matrix(tree.parents))
+            probs = logits_to_probs(logits, self.sampling)
+            verdict = (verify_greedy(tree, probs) if self.sampling.greedy
+                       else verify_sampling(tree, probs, dists, self.generator))
+        with self.timer.phase("bookkeeping"):
+            self.target.commit(verdict.path)
+            if self.drafter is not None:
+                self.drafter.commit(tree, verdict.path, context)
+            new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]
+            by = [tree.stages[n] for n in verdict.path[1:]] + [0]
+            new, by = self._truncate(new, by)
+            position = len(self.new_tokens)
+            self.tokens = context + new
+            record = self._record(tree, verdict, new, by, position)
+        record.phase_s = self.timer.take()
+        record.wall_s = perf_counter() - started
+        self.steps.append(record)
+        return record
+
+    def _truncate(self, new: list[int], by: list[int]) -> tuple[list[int], list[int]]:
+        """Cut the committed tokens at the first end-of-sequence token or at max new tokens."""
+        room = self.max_new_tokens - len(self.new_tokens)
+        new, by = new[:room], by[:room]
+        ends = [i for i, token in enumerate(new) if token in self.eos]
+        if ends:
+            new, by = new[: ends[0] + 1], by[: ends[0] + 1]
+            self.finished, self.finish_reason = True, "eos"
+        elif len(new) == room:
+            self.finished, self.finish_reason = True, "length"
+        return new, by
+
+    def _record(self, tree, verdict, new, by, position) -> StepRecord:
+        accepted = set(verdict.path)
+        nodes = [NodeRecord(id=i, token=tree.tokens[i], text=self._text(tree.tokens[i]),
+                            parent=tree.parents[i], depth=tree.depths[i], rank=tree.ranks[i],
+                            stage=tree.stages[i],
+                            draft_prob=None if i == 0 else tree.draft_probs[i],
+                            target_prob=None if i == 0 else verdict.target_probs[i],
+                            accept_prob=None if i == 0 else verdict.accept_probs[i],
+                            accepted=i in accepted)
+                 for i in range(len(tree))]
+        logs = {self.target.name: self.target.log}
+        if self.drafter is not None:
+            logs.update(self.drafter.forward_logs())
+        costs = self.model_costs()
+        forwards = {name: list(log.tokens) for name, log in logs.items()}
+        read = {name: bytes_read(log, *costs[name]) for name, log in logs.items()}
+        for log in logs.values():
+            log.clear()
+        return StepRecord(step=len(self.steps), strategy=self.strategy, stages=self.stages, nodes=nodes,
+                          accepted_path=list(verdict.path), committed_tokens=new,
+                          committed_text=[self._text(t) for t in new], committed_stage=by,
+                          phase_s={}, forwards=forwards, bytes_read=read, wall_s=0.0,
+                          position=position, finished=self.finished, finish_reason=self.finish_reason)
+
+    def model_costs(self) -> dict[str, tuple[int, int]]:
+        """Per model: (weight bytes, KV bytes per cached token); the target first."""
+        costs = {self.target.name: (self.target.weight_bytes, self.target.kv_bytes_per_entry)}
+        if self.drafter is not None:
+            costs.update(self.drafter.model_costs())
+        return costs
+
+    def _text(self, token: int) -> str:
+        return self.tokenizer.decode([token])
+
+    def text(self) -> str:
+        return self.tokenizer.decode(self.new_tokens, skip_special_tokens=True)
+
+    def run(self, on_step=None) -> RunRecord:
+        while not self.finished:
+            record = self.step()
+            if on_step is not None:
+                on_step(record)
+        return self.record()
+
+    def record(self) -> RunRecord:
+        return RunRecord(strategy=self.strategy, prompt_tokens=len(self.prompt), tokens=self.new_tokens,
+                         text=self.text(), steps=self.steps, stats=summarise(self.steps, self.model_costs(), len(self.prompt)),
+                         settings={"tree": vars(self.spec), "sampling": vars(self.sampling),
+                                   "max_new_tokens": self.max_new_tokens})
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(v for v in value if isinstance(v, int))
+    return ids

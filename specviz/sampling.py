@@ -1,0 +1,70 @@
+"""Turning logits into the distribution we sample from, and drawing from it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy when temperature == 0; otherwise temperature, then top-k, then top-p."""
+    temperature: float = 0.0
+    top_k: int = 0          # 0 = off
+    top_p: float = 1.0      # 1.0 = off
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> None:
+        if not (0.0 <= self.temperature <= 100.0):
+            raise ValueError(f"temperature must be in [0, 100], got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+
+
+def logits_to_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """Rows of logits -> rows of probabilities (float32). Greedy uses the plain softmax."""
+    logits = logits.float()
+    if sampling.greedy:
+        return torch.softmax(logits, dim=-1)
+    logits = logits / sampling.temperature
+    if sampling.top_k and sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(mass_before >= sampling.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One draw from a 1-D distribution."""
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def draw_without_replacement(probs: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
+    """Up to k distinct tokens, in draw order, each drawn from probs renormalised over those not yet drawn.
+
+    Gumbel-top-k: sorting log p + Gumbel noise gives exactly sequential sampling without replacement.
+    """
+    k = min(k, int((probs > 0).sum()))
+    if k <= 0:
+        return []
+    uniform = torch.rand(probs.shape, generator=generator).clamp_(min=1e-20)
+    keys = probs.log() - torch.log(-torch.log(uniform))
+    return torch.topk(keys, k).indices.tolist()
+
+
+def top_tokens(probs: torch.Tensor, k: int) -> list[int]:
+    """The k most likely tokens with non-zero probability, most likely first."""
+    k = min(k, int((probs > 0).sum()))
+    return torch.topk(probs, k).indices.tolist() if k > 0 else []

@@ -1,0 +1,115 @@
+"""Which models and drafters a strategy uses: the model stack, loaded once and shared.
+
+A stack is the target plus a list of drafter specs, top stage first: model specs (hub id, local
+directory, GGUF file, assets/...) and the non-neural drafters "trigram" (assets/trigram.npz or a
+path to an .npz) and "lookup". `Stack.decoder()` builds a fresh `Decoder` for one generation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
+from .drafting import TreeSpec
+from .engine import STRATEGIES, Decoder
+from .models import ASSETS, DEFAULT_TARGET, LoadedModel, ModelLoadError, check_tokenizers_match, load_model
+from .sampling import Sampling
+
+DEFAULT_DRAFT = "assets/draft"
+DEFAULT_TRIGRAM = "trigram"
+NON_NEURAL = ("trigram", "lookup")
+
+
+def default_drafts() -> list[str]:
+    """The offline default cascade: the shipped draft model and trigram where present, else lookup."""
+    drafts = [DEFAULT_DRAFT] if (ASSETS / "draft" / "config.json").is_file() else []
+    drafts.append(DEFAULT_TRIGRAM if (ASSETS / "trigram.npz").is_file() else "lookup")
+    return drafts
+
+
+def load_trigram(spec: str):
+    from .ngram_model import KatzTrigram
+    path = ASSETS / "trigram.npz" if spec == "trigram" else Path(spec)
+    if not path.is_file():
+        raise ModelLoadError(f"trigram file not found: {path}")
+    return KatzTrigram.load(path)
+
+
+@dataclass
+class Stack:
+    target: LoadedModel
+    drafts: list[str]                                  # specs, top stage first
+    loaded: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
+             dtype: str = "float32", device: str = "cpu") -> "Stack":
+        stack = cls(load_model(target, dtype, device), default_drafts() if drafts is None else list(drafts))
+        for spec in stack.drafts:
+            if spec == "lookup":
+                continue
+            if spec == "trigram" or spec.endswith(".npz"):
+                stack.loaded[spec] = load_trigram(spec)
+                continue
+            model = load_model(spec, dtype, device)
+            check_tokenizers_match(stack.target.tokenizer, model.tokenizer, stack.target.name, spec)
+            stack.loaded[spec] = model
+        return stack
+
+    @property
+    def tokenizer(self):
+        return self.target.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def target_name(self) -> str:
+        return Path(self.target.name).name or self.target.name
+
+    def _drafter(self, spec: str, stage: int, lower: Drafter | None) -> Drafter:
+        if spec == "lookup":
+            return LookupDrafter(self.vocab_size)
+        item = self.loaded[spec]
+        name = Path(spec).stem or spec
+        if name == self.target_name or self.drafts.index(spec) != stage - 1:
+            name = f"{name}@stage{stage}"      # forward logs are kept by name: keep names unique
+        if isinstance(item, LoadedModel):
+            return ModelDrafter(item.model, name=name, lower=lower)
+        return NgramDrafter(item, name=name)
+
+    def drafter_for(self, strategy: str) -> Drafter | None:
+        """baseline: none; speculative and tree: the top stage alone; staged: the whole cascade."""
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if strategy == "baseline" or not self.drafts:
+            return None
+        specs = self.drafts if strategy == "staged" else self.drafts[:1]
+        if strategy == "staged" and (len(specs) < 2 or specs[0] in NON_NEURAL
+                                     or any(s in NON_NEURAL for s in specs[:-1])):
+            raise ValueError("staged needs a draft model above a lower stage, e.g. --draft MODEL --draft trigram")
+        drafter = None
+        for stage in range(len(specs), 0, -1):
+            drafter = self._drafter(specs[stage - 1], stage, drafter)
+        return drafter
+
+    def decoder(self, prompt_ids: list[int], strategy: str, tree: TreeSpec | None = None,
+                sampling: Sampling = Sampling(), max_new_tokens: int = 64) -> Decoder:
+        if tree is None:
+            tree = default_tree(strategy)
+        return Decoder(self.target.model, self.tokenizer, prompt_ids, drafter=self.drafter_for(strategy),
+                       strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
+                       target_name=self.target_name)
+
+    def encode(self, prompt: str) -> list[int]:
+        if not prompt or not prompt.strip():
+            raise ValueError("the prompt is empty")
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+
+def default_tree(strategy: str, budget: int | None = None) -> TreeSpec:
+    """speculative drafts a chain; tree and staged a dynamic tree."""
+    if strategy == "speculative":
+        return TreeSpec(shape="chain", budget=budget or 6, max_depth=budget or 6)
+    return TreeSpec(shape="dynamic", budget=budget or 16)

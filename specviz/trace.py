@@ -1,0 +1,80 @@
+"""The trace record: what one speculation round did, as plain data.
+
+This is the contract between the engine and everything that shows or measures it (plots, the
+app, the benchmark, tests): only ints, floats, strings, bools and lists/dicts of them, so a trace
+serialises to JSON and figures can be rebuilt from a recorded file without any model.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class NodeRecord:
+    id: int
+    token: int
+    text: str
+    parent: int                 # -1 for the root
+    depth: int
+    rank: int                   # draw order among its siblings
+    stage: int                  # index into StepRecord.stages of the stage that proposed it
+    draft_prob: float | None    # q(token | parent); None for the root
+    target_prob: float | None   # p(token | parent) under the target; None for the root
+    accept_prob: float | None   # chance the target accepted it when tried; None if never tried
+    accepted: bool
+
+
+@dataclass
+class StageInfo:
+    name: str
+    kind: str                   # "target", "model", "ngram" or "lookup"
+
+
+@dataclass
+class StepRecord:
+    step: int
+    strategy: str
+    stages: list[StageInfo]                  # stage 0 is the target
+    nodes: list[NodeRecord]
+    accepted_path: list[int]                 # node ids, root first
+    committed_tokens: list[int]              # new output tokens this step (accepted drafts + bonus)
+    committed_text: list[str]
+    committed_stage: list[int]               # stage that produced each committed token (0 = target)
+    phase_s: dict[str, float]                # stage{k}_draft, verify, bookkeeping
+    forwards: dict[str, list[int]]           # model name -> tokens fed in each forward pass
+    bytes_read: dict[str, float]             # model name -> weight + KV bytes read this step
+    wall_s: float
+    position: int                            # output tokens before this step
+    finished: bool = False
+    finish_reason: str = ""                  # "eos", "length" or ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StepRecord":
+        data = dict(data)
+        data["stages"] = [StageInfo(**s) for s in data["stages"]]
+        data["nodes"] = [NodeRecord(**n) for n in data["nodes"]]
+        return cls(**data)
+
+
+@dataclass
+class RunRecord:
+    """A whole generation: settings, the steps, the output and its aggregate statistics."""
+    strategy: str
+    prompt_tokens: int
+    tokens: list[int]
+    text: str
+    steps: list[StepRecord] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunRecord":
+        data = dict(data)
+        data["steps"] = [StepRecord.from_dict(s) for s in data["steps"]]
+        return cls(**data)

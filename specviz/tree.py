@@ -1,0 +1,124 @@
+"""The token tree of one speculation round, and the shapes a tree may take.
+
+Node 0 is the root: the last committed token, which no model has read yet. Every other node is a
+drafted token. Nodes are appended parent-first, so a node's ancestors always have smaller ids and
+list order is a valid order to feed the nodes to a model.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Tree:
+    tokens: list[int]
+    parents: list[int]                 # -1 for the root
+    depths: list[int]
+    ranks: list[int]                   # draw order among siblings (0 = first drawn / most likely)
+    stages: list[int]                  # which stage proposed the node (0 = target, for the root)
+    draft_probs: list[float]           # q(token | parent) under the distribution it was drawn from
+    children: list[list[int]] = field(default_factory=list)
+
+    @classmethod
+    def with_root(cls, token: int) -> "Tree":
+        return cls([token], [-1], [0], [0], [0], [1.0], [[]])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, parent: int, token: int, stage: int, draft_prob: float) -> int:
+        node = len(self.tokens)
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1)
+        self.ranks.append(len(self.children[parent]))
+        self.stages.append(stage)
+        self.draft_probs.append(draft_prob)
+        self.children.append([])
+        self.children[parent].append(node)
+        return node
+
+    def path(self, node: int) -> list[int]:
+        """Node ids from the root down to `node`, inclusive."""
+        out = []
+        while node >= 0:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]
+
+    def path_tokens(self, node: int) -> list[int]:
+        return [self.tokens[n] for n in self.path(node)]
+
+    def rank_path(self, node: int) -> tuple[int, ...]:
+        return tuple(self.ranks[n] for n in self.path(node)[1:])
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.depths)
+
+
+def ancestor_matrix(parents: list[int]) -> torch.Tensor:
+    """Boolean [n, n]: entry (i, j) is True when j is i itself or one of its ancestors."""
+    n = len(parents)
+    seen = torch.eye(n, dtype=torch.bool)
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            seen[i] |= seen[parent]
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# Tree shapes. A static shape is a set of rank paths (Medusa's "tree choices"): (0,) is the most
+# likely child of the root, (0, 1) the second child of that, and so on. Shapes must be closed
+# under prefixes and under smaller ranks, so that siblings are always a prefix of the draw order
+# (sampling verification relies on that).
+
+RANK_PRIOR = (0.70, 0.12, 0.05, 0.03, 0.02, 0.01)   # a typical acceptance rate per child rank
+
+
+def chain_shape(length: int) -> list[tuple[int, ...]]:
+    return [(0,) * d for d in range(1, length + 1)]
+
+
+def best_static_shape(budget: int, max_depth: int = 12, max_branch: int = 4,
+                      rank_prior: tuple[float, ...] = RANK_PRIOR) -> list[tuple[int, ...]]:
+    """The `budget` rank paths with the highest prior probability of being accepted.
+
+    A path's prior is the product of its ranks' acceptance rates, so its expected contribution to
+    accepted tokens is that product; picking greedily from a heap gives the optimal tree under this
+    independence model (Sequoia-style), and it is closed under prefixes and smaller ranks because
+    a path's prior never exceeds its parent's or its elder sibling's.
+    """
+    prior = rank_prior[:max_branch]
+    heap = [(-prior[0], (0,))]
+    chosen: list[tuple[int, ...]] = []
+    while heap and len(chosen) < budget:
+        neg, path = heapq.heappop(heap)
+        chosen.append(path)
+        if len(path) < max_depth:
+            heapq.heappush(heap, (neg * prior[0], path + (0,)))
+        if path[-1] + 1 < len(prior):
+            heapq.heappush(heap, (neg / prior[path[-1]] * prior[path[-1] + 1], path[:-1] + (path[-1] + 1,)))
+    return sorted(chosen, key=lambda p: (len(p), p))
+
+
+def validate_shape(shape: list[tuple[int, ...]]) -> None:
+    paths = set(shape)
+    for path in paths:
+        if not path or min(path) < 0:
+            raise ValueError(f"bad tree path {path}")
+        if len(path) > 1 and path[:-1] not in paths:
+            raise ValueError(f"tree path {path} has no parent {path[:-1]}")
+        if path[-1] > 0 and path[:-1] + (path[-1] - 1,) not in paths:
+            raise ValueError(f"tree path {path} has no elder sibling")
+
+
+def children_ranks(shape: set[tuple[int, ...]], rank_path: tuple[int, ...]) -> int:
+    """How many children the node at `rank_path` gets in a static shape."""
+    count = 0
+    while rank_path + (count,) in shape:
+        count += 1
+    return count

@@ -1,0 +1,49 @@
+"""Tiny randomly initialised models built from configs, for fast offline tests."""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+
+class TinyTokenizer:
+    """Decodes ids as <id>; enough for trace records."""
+    eos_token_id = None
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f"<{i}>" for i in ids)
+
+    def get_vocab(self):
+        return {f"<{i}>": i for i in range(64)}
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_model(family: str = "llama", seed: int = 0, vocab: int = 64, layers: int = 2, hidden: int = 32,
+               dtype: torch.dtype = torch.float32, attn: str = "sdpa", noise: float = 0.0, noise_seed: int = 1):
+    """noise > 0: the same model with Gaussian noise of that scale added to every weight, which
+    makes a draft that agrees with the noiseless target part of the time."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    if family == "llama":
+        config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                             num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=512, bos_token_id=None, eos_token_id=None,
+                             pad_token_id=None, attn_implementation=attn)
+        model = LlamaForCausalLM(config)
+    elif family == "gpt2":
+        config = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=4, n_positions=512,
+                            bos_token_id=None, eos_token_id=None, attn_implementation=attn)
+        model = GPT2LMHeadModel(config)
+    else:
+        raise ValueError(family)
+    # Sharpen the output distribution so greedy paths are not near-ties and drafts can agree.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(4.0)
+    if noise:
+        generator = torch.Generator().manual_seed(noise_seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=generator) * noise * p.std())
+    model.generation_config.eos_token_id = None
+    return model.to(dtype).eval().requires_grad_(False)
