@@ -95,12 +95,12 @@ class Stack:
         return drafter
 
     def decoder(self, prompt_ids: list[int], strategy: str, tree: TreeSpec | None = None,
-                sampling: Sampling = Sampling(), max_new_tokens: int = 64) -> Decoder:
+                sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True) -> Decoder:
         if tree is None:
             tree = default_tree(strategy)
         return Decoder(self.target.model, self.tokenizer, prompt_ids, drafter=self.drafter_for(strategy),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
-                       target_name=self.target_name)
+                       target_name=self.target_name, stop_at_eos=stop_at_eos)
 
     def encode(self, prompt: str) -> list[int]:
         if not prompt or not prompt.strip():
