@@ -154,26 +154,23 @@ class KatzTrigram:
         return rows
 
     @staticmethod
-    def _back_off(lower, nexts, counts, total, discount):
-        """Higher-order distribution from the lower one (array or dict of candidates).
-
-        Returns (probabilities of the row's words, backoff weight for the rest)."""
+    def _back_off(p: np.ndarray, slots: np.ndarray, counts: np.ndarray, total: int,
+                  discount: float) -> None:
+        """Turn the lower-order probabilities `p` into the higher order's, in place: the row's
+        words (at `slots` of p) get their discounted estimates, every other entry is scaled by
+        the backoff weight a = (1 - sum own) / (1 - sum of the row's lower-order probs)."""
         if total == 0:
-            return None, 1.0
+            return
         own = (counts - discount) / total
-        covered = sum(lower[w] for w in nexts.tolist()) if isinstance(lower, dict) \
-            else float(lower[nexts].sum())
-        weight = (1.0 - float(own.sum())) / max(1.0 - covered, 1e-12)
-        return own, weight
+        weight = (1.0 - float(own.sum())) / max(1.0 - float(p[slots].sum()), 1e-12)
+        p *= weight
+        p[slots] = own
 
     def probs(self, context) -> torch.Tensor:
         """The full next-token distribution after `context` (a list of token ids), float32 [V]."""
         p = self.unigram.copy()
         for nexts, counts, total, d in self._rows(context):
-            own, weight = self._back_off(p, nexts, counts, total, d)
-            if own is not None:
-                p *= weight
-                p[nexts] = own
+            self._back_off(p, nexts, counts, total, d)
         return torch.from_numpy(p.astype(np.float32))
 
     def top(self, context, k: int) -> list[tuple[int, float]]:
@@ -184,18 +181,22 @@ class KatzTrigram:
         those are at least k words outside the rows, so the result is exact."""
         if not hasattr(self, "_unigram_top"):
             self._unigram_top = np.argsort(-self.unigram, kind="stable")
+            self._mark = np.zeros(self.vocab_size, dtype=bool)
         rows = self._rows(context)
         row_words = sum(len(r[0]) for r in rows)      # row words may take unigram slots
-        candidates = np.unique(np.concatenate(
-            [self._unigram_top[:k + row_words]] + [r[0] for r in rows])).astype(np.int64)
-        p = {int(w): float(self.unigram[w]) for w in candidates}
+        mark = self._mark                             # a set of candidates, sorted by flatnonzero
+        mark[self._unigram_top[:k + row_words]] = True
+        for nexts, *_ in rows:
+            mark[nexts] = True
+        candidates = np.flatnonzero(mark)
+        mark[candidates] = False
+        p = self.unigram[candidates]
         for nexts, counts, total, d in rows:
-            own, weight = self._back_off(p, nexts, counts, total, d)
-            if own is not None:
-                p = {w: q * weight for w, q in p.items()}
-                p.update(zip(nexts.tolist(), own.tolist()))
-        best = sorted(p.items(), key=lambda item: (-item[1], item[0]))[:k]
-        return best
+            self._back_off(p, np.searchsorted(candidates, nexts), counts, total, d)
+        k = min(k, len(candidates))
+        best = np.argpartition(-p, k - 1)[:k] if k < len(candidates) else np.arange(len(p))
+        best = best[np.lexsort((candidates[best], -p[best]))]
+        return [(int(candidates[j]), float(p[j])) for j in best]
 
     @property
     def num_bigrams(self) -> int:
