@@ -1,0 +1,489 @@
+"""`python -m specviz.bench`: the paper's Tables 1 and 2 with our models, next to what a user has today.
+
+One run times, on the same prompts and settings, transformers' `generate()` (plain, with the same
+draft as `assistant_model=`, and with `prompt_lookup_num_tokens=`) and our baseline, speculative,
+tree and staged decoders. The loop is prompt-major (every strategy runs on a prompt before the next
+prompt), so machine noise hits all strategies alike. Every run generates exactly --max-new-tokens
+tokens (end-of-sequence does not stop it), so tokens/s compare like with like.
+
+Per strategy and sampling setting it reports tokens/s (median, p25, p75 over prompts; end to end,
+prefill included, as a user would time it), the speedup against HF generate and against our baseline
+(medians of per-prompt ratios), tokens per target forward, bytes read per token relative to our
+baseline on the same prompt (Table 1), time shares, and, under greedy decoding, on how many prompts
+the output is token-for-token identical to our baseline's. Output: a printed table, a JSON file
+and plotly charts (HTML and PNG). Bad input gets one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import platform
+import re
+import shlex
+import sys
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from time import perf_counter
+
+import numpy as np
+import torch
+
+from .engine import STRATEGIES, Decoder
+from .hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
+from .models import DEFAULT_TARGET, DTYPES, LoadedModel, ModelLoadError
+from .prompts import HUMANEVAL, Prompt, PromptError, load_prompts
+from .sampling import Sampling
+
+ALL_STRATEGIES = PEERS + STRATEGIES
+DEFAULT_SAMPLINGS = ("greedy", "topk50")
+DEFAULT_OUT = Path("docs/benchmarks/latest.json")
+WARMUP_TOKENS = 8
+
+
+class BenchError(ValueError):
+    """Bad benchmark settings; the message is one line meant for the user."""
+
+
+# -- settings -------------------------------------------------------------------------------------
+def parse_sampling(name: str, seed: int = 0) -> Sampling:
+    """"greedy", or '-'-joined parts "tempT", "topkK", "toppP" (T defaults to 1), e.g. "topk50", "temp0.7-topp0.9"."""
+    if name == "greedy":
+        return Sampling(0.0, seed=seed)
+    values = {"temp": 1.0, "topk": 0, "topp": 1.0}
+    for part in name.split("-"):
+        match = re.fullmatch(r"(temp|topk|topp)([0-9.]+)", part)
+        if not match:
+            raise BenchError(f"unknown sampling {name!r}: use greedy or parts like topk50, temp0.7, topp0.9")
+        key, value = match.groups()
+        try:
+            values[key] = int(value) if key == "topk" else float(value)
+        except ValueError:
+            raise BenchError(f"unknown sampling {name!r}: {value!r} is not a number") from None
+    sampling = Sampling(values["temp"], values["topk"], values["topp"], seed)
+    if sampling.greedy:
+        raise BenchError(f"sampling {name!r} has temperature 0: call it greedy")
+    sampling.validate()
+    return sampling
+
+
+def with_seed(sampling: Sampling, seed: int) -> Sampling:
+    return Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed)
+
+
+def model_draft(stack) -> tuple[str, torch.nn.Module] | tuple[None, None]:
+    """The stack's top draft if it is a neural model (what HF assisted generation gets)."""
+    if stack.drafts and isinstance(stack.loaded.get(stack.drafts[0]), LoadedModel):
+        return stack.drafts[0], stack.loaded[stack.drafts[0]].model
+    return None, None
+
+
+def usable_strategies(stack, wanted: list[str]) -> tuple[list[str], list[str]]:
+    """The strategies this stack can run, and one note per strategy it cannot."""
+    usable, notes = [], []
+    for strategy in wanted:
+        if strategy == "hf_assisted" and model_draft(stack)[0] is None:
+            notes.append("hf_assisted skipped: the stack has no neural draft model (pass --draft MODEL)")
+            continue
+        if strategy in STRATEGIES:
+            try:
+                stack.drafter_for(strategy)
+            except ValueError as exc:
+                notes.append(f"{strategy} skipped: {exc}")
+                continue
+            if strategy != "baseline" and not stack.drafts:
+                notes.append(f"{strategy} skipped: the stack has no drafter")
+                continue
+        usable.append(strategy)
+    return usable, notes
+
+
+# -- one generation -------------------------------------------------------------------------------
+def make_decoder(stack, prompt_ids, strategy, tree, sampling, max_new_tokens) -> Decoder:
+    """A decoder that does not stop at end-of-sequence (every strategy makes the same number of tokens)."""
+    if "stop_at_eos" in inspect.signature(stack.decoder).parameters:
+        return stack.decoder(prompt_ids, strategy, tree, sampling, max_new_tokens, stop_at_eos=False)
+    return Decoder(stack.target.model, stack.tokenizer, prompt_ids, drafter=stack.drafter_for(strategy),
+                   strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
+                   target_name=stack.target_name, stop_at_eos=False)
+
+
+class ForwardClock:
+    """Wall time spent inside the forward passes of the given models (forward hooks)."""
+
+    def __init__(self, models):
+        self.seconds = 0.0
+        self._started: list[float] = []
+        self._handles = []
+        for model in models:
+            self._handles.append(model.register_forward_pre_hook(self._pre))
+            self._handles.append(model.register_forward_hook(self._post))
+
+    def _pre(self, module, args):
+        self._started.append(perf_counter())
+
+    def _post(self, module, args, output):
+        started = self._started.pop()
+        if not self._started:           # count nested model calls once
+            self.seconds += perf_counter() - started
+
+    def close(self):
+        for handle in self._handles:
+            handle.remove()
+
+
+def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budget=None) -> dict:
+    from .stack import default_tree
+
+    models = [stack.target.model] + [m.model for m in stack.loaded.values() if isinstance(m, LoadedModel)]
+    clock = ForwardClock(models)
+    try:
+        started = perf_counter()
+        decoder = make_decoder(stack, prompt_ids, strategy, default_tree(strategy, tree_budget),
+                               sampling, max_new_tokens)
+        run = decoder.run()
+        wall = perf_counter() - started
+    finally:
+        clock.close()
+    s = run.stats
+    return {"tokens": run.tokens, "wall_s": wall, "target_forwards": s["target_forwards"],
+            "draft_forwards": sum(s["draft_forwards"].values()),
+            "mean_accepted_per_target_forward": s["mean_accepted_per_target_forward"],
+            "steps": s["steps"], "bytes_per_token": s["bytes_per_token"],
+            "decode_wall_s": s["wall_s"], "phase_s": s["phase_s"], "forward_s": clock.seconds}
+
+
+def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
+    assistant = model_draft(stack)[1] if strategy == "hf_assisted" else None
+    lookup = PROMPT_LOOKUP_TOKENS if strategy == "hf_prompt_lookup" else None
+    clock = ForwardClock([m for m in (stack.target.model, assistant) if m is not None])
+    try:
+        run = hf_generate(stack.target.model, prompt_ids, sampling, max_new_tokens, assistant, lookup)
+    finally:
+        clock.close()
+    return {"tokens": run.tokens, "wall_s": run.wall_s, "target_forwards": run.target_forwards,
+            "draft_forwards": run.draft_forwards, "mean_accepted_per_target_forward": None, "steps": None,
+            "bytes_per_token": None, "decode_wall_s": None, "phase_s": None, "forward_s": clock.seconds}
+
+
+def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budget=None) -> dict:
+    if strategy in PEERS:
+        return run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens)
+    return run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budget)
+
+
+# -- the benchmark --------------------------------------------------------------------------------
+def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: list[str],
+              max_new_tokens: int, seed: int = 0, tree_budget: int | None = None,
+              progress: bool = True, warmup: bool = True) -> dict:
+    """Run every strategy on every prompt under every sampling; return the report (see `report`)."""
+    strategies, notes = usable_strategies(stack, strategies)
+    if not strategies:
+        raise BenchError("no strategy can run: " + "; ".join(notes))
+    settings = {name: parse_sampling(name, seed) for name in samplings}
+    encoded = [(p, stack.encode(p.text)) for p in prompts]
+    if warmup:
+        for name, sampling in settings.items():
+            for strategy in strategies:
+                run_strategy(stack, strategy, encoded[0][1], sampling, min(WARMUP_TOKENS, max_new_tokens), tree_budget)
+    bar = _progress(len(prompts) * len(settings) * len(strategies), progress)
+    rows = []
+    for index, (prompt, ids) in enumerate(encoded):
+        for name, sampling in settings.items():
+            sampling = with_seed(sampling, seed + index)
+            for strategy in strategies:
+                bar.set_description(f"{prompt.id} {name} {strategy}", refresh=False)
+                run = run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree_budget)
+                rows.append({"prompt": prompt.id, "prompt_tokens": len(ids), "sampling": name,
+                             "strategy": strategy, **run})
+                bar.update()
+    bar.close()
+    per_prompt = compare_rows(rows)
+    return {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
+                         "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
+                         "tree_budget": tree_budget, "target": stack.target.name, "drafts": list(stack.drafts),
+                         "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
+                         "notes": notes},
+            "results": summarise(per_prompt), "per_prompt": per_prompt}
+
+
+def compare_rows(rows: list[dict]) -> list[dict]:
+    """Add per-prompt comparisons with our baseline and HF generate; drop the token lists."""
+    by_key = {(r["prompt"], r["sampling"], r["strategy"]): r for r in rows}
+    out = []
+    for r in rows:
+        base = by_key.get((r["prompt"], r["sampling"], "baseline"))
+        hf = by_key.get((r["prompt"], r["sampling"], "hf_generate"))
+        n = len(r["tokens"])
+        rate = n / r["wall_s"] if r["wall_s"] > 0 else 0.0
+        row = {k: v for k, v in r.items() if k != "tokens"}
+        row.update(new_tokens=n, tokens_per_s=rate,
+                   tokens_per_target_forward=n / r["target_forwards"] if r["target_forwards"] else None,
+                   baseline_bytes_per_token=base and base["bytes_per_token"],
+                   bytes_relative_to_baseline=_ratio(r["bytes_per_token"], base and base["bytes_per_token"]),
+                   speedup_vs_baseline=_ratio(rate, base and _rate(base)),
+                   speedup_vs_hf_generate=_ratio(rate, hf and _rate(hf)),
+                   exact=(r["tokens"] == base["tokens"]) if base is not None and r["sampling"] == "greedy" else None)
+        out.append(row)
+    return out
+
+
+def _rate(row: dict) -> float:
+    return len(row["tokens"]) / row["wall_s"] if row["wall_s"] > 0 else 0.0
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def summarise(per_prompt: list[dict]) -> list[dict]:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for row in per_prompt:
+        groups[(row["sampling"], row["strategy"])].append(row)
+    results = []
+    for (sampling, strategy), rows in groups.items():
+        rates = [r["tokens_per_s"] for r in rows]
+        tokens = sum(r["new_tokens"] for r in rows)
+        forwards = sum(r["target_forwards"] for r in rows)
+        engine = strategy in STRATEGIES
+        results.append({
+            "strategy": strategy, "sampling": sampling,
+            "tokens_per_s_median": float(np.median(rates)),
+            "tokens_per_s_p25": float(np.percentile(rates, 25)),
+            "tokens_per_s_p75": float(np.percentile(rates, 75)),
+            "speedup_vs_hf_generate": _median(r["speedup_vs_hf_generate"] for r in rows),
+            "speedup_vs_baseline": _median(r["speedup_vs_baseline"] for r in rows),
+            "tokens_per_target_forward": tokens / forwards if forwards else None,
+            "mean_accepted_per_target_forward": (
+                sum(r["mean_accepted_per_target_forward"] * r["steps"] for r in rows) / sum(r["steps"] for r in rows)
+                if engine else None),
+            "bytes_relative_to_baseline": _bytes_relative(rows) if engine else None,
+            "phase_share": _phase_share(rows) if engine else None,
+            "forward_share": sum(r["forward_s"] for r in rows) / sum(r["wall_s"] for r in rows),
+            "exact_match": sum(bool(r["exact"]) for r in rows) if rows[0]["exact"] is not None else None,
+            "prompts": len(rows),
+        })
+    order = {s: i for i, s in enumerate(ALL_STRATEGIES)}
+    return sorted(results, key=lambda r: (r["sampling"] != "greedy", r["sampling"], order[r["strategy"]]))
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def _bytes_relative(rows: list[dict]) -> float | None:
+    """Bytes read over all prompts / what our baseline read for the same number of tokens."""
+    rows = [r for r in rows if r["bytes_relative_to_baseline"] is not None]
+    read = sum(r["bytes_per_token"] * r["new_tokens"] for r in rows)
+    base = sum(r["baseline_bytes_per_token"] * r["new_tokens"] for r in rows)
+    return read / base if base else None
+
+
+def _phase_share(rows: list[dict]) -> dict[str, float]:
+    """Shares of decode time (after prefill) per engine phase; "other" is time no phase claimed."""
+    totals: dict[str, float] = defaultdict(float)
+    for r in rows:
+        for name, seconds in r["phase_s"].items():
+            totals[name] += seconds
+    wall = sum(r["decode_wall_s"] for r in rows)
+    if wall <= 0:
+        return {}
+    shares = {name: seconds / wall for name, seconds in sorted(totals.items())}
+    shares["other"] = max(0.0, 1.0 - sum(shares.values()))
+    return shares
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+    return tqdm(total=total, disable=not enabled, file=sys.stderr, unit="run", dynamic_ncols=True)
+
+
+# -- output ---------------------------------------------------------------------------------------
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+            f"{device}, {platform.system()} {platform.release()}")
+
+
+def format_table(results: list[dict]) -> str:
+    head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs HF", "vs base", "tok/fwd", "bytes/base",
+            "draft", "verify", "bookkeep", "other", "outside fwd", "exact")
+    lines = [head]
+    for r in results:
+        share = r["phase_share"] or {}
+        draft = sum(v for k, v in share.items() if k.endswith("_draft"))
+        lines.append((
+            r["sampling"], r["strategy"],
+            f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",
+            _fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), _fmt(r["speedup_vs_baseline"], "{:.2f}x"),
+            _fmt(r["tokens_per_target_forward"], "{:.2f}"), _fmt(r["bytes_relative_to_baseline"], "{:.2f}"),
+            _fmt(draft if share else None, "{:.0%}"), _fmt(share.get("verify"), "{:.0%}"),
+            _fmt(share.get("bookkeeping"), "{:.0%}"), _fmt(share.get("other"), "{:.0%}"),
+            _fmt(1.0 - r["forward_share"], "{:.0%}"),
+            "-" if r["exact_match"] is None else f"{r['exact_match']}/{r['prompts']}"))
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(text)
+
+
+def _fmt(value, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def figures(report: dict) -> dict:
+    """Plotly figures built from a report (no models): tokens/s, speedup, bytes read, time shares."""
+    import plotly.graph_objects as go
+
+    results = report["results"]
+    samplings = list(dict.fromkeys(r["sampling"] for r in results))
+    title = f"{report['settings']['prompts']} prompts, {report['settings']['max_new_tokens']} new tokens"
+    figs = {}
+    fig = go.Figure()
+    for s in samplings:
+        rows = [r for r in results if r["sampling"] == s]
+        fig.add_bar(name=s, x=[r["strategy"] for r in rows], y=[r["tokens_per_s_median"] for r in rows],
+                    error_y=dict(type="data", symmetric=False,
+                                 array=[r["tokens_per_s_p75"] - r["tokens_per_s_median"] for r in rows],
+                                 arrayminus=[r["tokens_per_s_median"] - r["tokens_per_s_p25"] for r in rows]))
+    fig.update_layout(title=f"Tokens/s, median and p25-p75 over prompts ({title})", yaxis_title="tokens/s",
+                      barmode="group")
+    figs["tokens_per_s"] = fig
+    figs["speedup"] = _bar_figure(results, samplings, "speedup_vs_hf_generate",
+                                  f"Speedup against HF generate, median of per-prompt ratios ({title})", "x")
+    figs["bytes"] = _bar_figure(results, samplings, "bytes_relative_to_baseline",
+                                f"Bytes read per token relative to baseline (Table 1; {title})", "relative")
+    fig = go.Figure()
+    engine = [r for r in results if r["phase_share"]]
+    labels = [f"{r['strategy']}<br>{r['sampling']}" for r in engine]
+    phases = list(dict.fromkeys(k for r in engine for k in r["phase_share"]))
+    for phase in phases:
+        fig.add_bar(name=phase, x=labels, y=[r["phase_share"].get(phase, 0.0) for r in engine])
+    fig.update_layout(title=f"Share of decode time per phase ({title})", barmode="stack",
+                      yaxis=dict(title="share", tickformat=".0%"))
+    figs["time_shares"] = fig
+    return figs
+
+
+def _bar_figure(results, samplings, key, title, axis):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for s in samplings:
+        rows = [r for r in results if r["sampling"] == s and r[key] is not None]
+        fig.add_bar(name=s, x=[r["strategy"] for r in rows], y=[r[key] for r in rows])
+    fig.update_layout(title=title, yaxis_title=axis, barmode="group")
+    return fig
+
+
+def write_outputs(report: dict, out: Path, png: bool = True) -> list[Path]:
+    """The JSON report at `out`, and next to it <stem>_<chart>.html (and .png) per chart."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    written = [out]
+    for name, fig in figures(report).items():
+        fig.update_layout(template="plotly_white", width=900, height=480)
+        html = out.with_name(f"{out.stem}_{name}.html")
+        fig.write_html(html, include_plotlyjs="cdn")
+        written.append(html)
+        if png:
+            written.append(_write_png(fig, html.with_suffix(".png")))
+    return [w for w in written if w is not None]
+
+
+def _write_png(fig, path: Path) -> Path | None:
+    if os.path.exists("/usr/bin/chromium"):
+        os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+    try:
+        fig.write_image(path)
+        return path
+    except Exception as exc:  # kaleido needs a Chrome; the HTML charts stand on their own
+        print(f"warning: PNG export failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+              "HTML charts were written", file=sys.stderr)
+        return None
+
+
+# -- command line ---------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--prompts", default=HUMANEVAL, help="'humaneval' (164 prompts) or a JSONL file with a \"prompt\" field")
+    parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--strategies", default=",".join(ALL_STRATEGIES),
+                        help=f"comma-separated, from {', '.join(ALL_STRATEGIES)}")
+    parser.add_argument("--sampling", default=",".join(DEFAULT_SAMPLINGS),
+                        help="comma-separated: greedy, topk50, or parts like temp0.7-topk40-topp0.9")
+    parser.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--draft", action="append", default=None, metavar="MODEL",
+                        help="a drafter, top stage first; repeat for a cascade (default: the shipped stack)")
+    parser.add_argument("--tree-budget", type=int, default=None, help="drafted nodes per round")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report; charts are written next to it")
+    parser.add_argument("--no-png", action="store_true", help="HTML charts only")
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    try:
+        return bench(args, argv)
+    except (BenchError, PromptError, ValueError, ModelLoadError, OSError) as exc:
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def check_args(args) -> tuple[list[str], list[str]]:
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in ALL_STRATEGIES]
+    if unknown or not strategies:
+        raise BenchError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(ALL_STRATEGIES)}")
+    samplings = list(dict.fromkeys(s.strip() for s in args.sampling.split(",") if s.strip()))
+    if not samplings:
+        raise BenchError("--sampling is empty")
+    for name in samplings:
+        parse_sampling(name)
+    if not 1 <= args.max_new_tokens <= 4096:
+        raise BenchError(f"--max-new-tokens must be in [1, 4096], got {args.max_new_tokens}")
+    if args.limit is not None and args.limit < 1:
+        raise BenchError(f"--limit must be at least 1, got {args.limit}")
+    return strategies, samplings
+
+
+def bench(args, argv: list[str]) -> int:
+    from .stack import Stack
+
+    strategies, samplings = check_args(args)
+    prompts = load_prompts(args.prompts, args.limit)
+    stack = Stack.load(args.target, args.draft, args.dtype, args.device)
+    report = {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "command": "python -m specviz.bench " + shlex.join(argv),
+              "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed,
+                            args.tree_budget, progress=not args.no_progress))
+    for note in report["settings"]["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    print(format_table(report["results"]))
+    written = write_outputs(report, Path(args.out), png=not args.no_png)
+    print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

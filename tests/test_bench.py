@@ -1,0 +1,177 @@
+"""The benchmark on tiny random models: schema, ratios, exactness counts, and bad input."""
+import json
+
+import pytest
+import torch
+
+from specviz import bench
+from specviz.bench import run_bench
+from specviz.hf_peers import hf_generate
+from specviz.models import LoadedModel
+from specviz.prompts import Prompt, load_prompts
+from specviz.sampling import Sampling
+from specviz.stack import Stack
+from tiny import TinyTokenizer, tiny_model
+
+KEYS = {"strategy", "sampling", "tokens_per_s_median", "tokens_per_s_p25", "tokens_per_s_p75",
+        "speedup_vs_hf_generate", "speedup_vs_baseline", "tokens_per_target_forward",
+        "mean_accepted_per_target_forward", "bytes_relative_to_baseline", "phase_share", "exact_match", "prompts"}
+
+
+class CharTokenizer(TinyTokenizer):
+    """Encodes each word (whitespace-separated) as the sum of its code points modulo the tiny vocabulary."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [sum(map(ord, word)) % 64 for word in text.split()]}
+
+
+def tiny_stack(drafts=("draft", "trigram_free_lookup")) -> Stack:
+    tok = CharTokenizer()
+    target = LoadedModel("tiny-target", tiny_model("llama", 0), tok)
+    draft = LoadedModel("draft", tiny_model("llama", 0, noise=0.3), tok)
+    specs = [d if d != "trigram_free_lookup" else "lookup" for d in drafts]
+    return Stack(target=target, drafts=specs, loaded={"draft": draft} if "draft" in specs else {})
+
+
+PROMPTS = [Prompt("a", "def add(a, b):\n    return a + b\n\ndef add("), Prompt("b", "x = [1, 2, 3]\ny = [1, 2,")]
+
+
+@pytest.fixture(scope="module")
+def report():
+    return run_bench(tiny_stack(), PROMPTS, list(bench.ALL_STRATEGIES), ["greedy", "topk50"],
+                     max_new_tokens=12, progress=False)
+
+
+def test_report_has_every_strategy_and_the_schema(report):
+    results = report["results"]
+    assert {(r["sampling"], r["strategy"]) for r in results} == {
+        (s, t) for s in ("greedy", "topk50") for t in bench.ALL_STRATEGIES}
+    for r in results:
+        assert KEYS <= set(r)
+        assert r["prompts"] == 2
+        assert r["tokens_per_s_p25"] <= r["tokens_per_s_median"] <= r["tokens_per_s_p75"]
+    json.loads(json.dumps(report))            # plain data
+    assert len(report["per_prompt"]) == 2 * 2 * len(bench.ALL_STRATEGIES)
+    assert all(row["new_tokens"] == 12 for row in report["per_prompt"])
+
+
+def test_ratios_are_against_the_same_prompt(report):
+    rows = {(r["prompt"], r["sampling"], r["strategy"]): r for r in report["per_prompt"]}
+    for (prompt, sampling, strategy), row in rows.items():
+        base, hf = rows[(prompt, sampling, "baseline")], rows[(prompt, sampling, "hf_generate")]
+        assert row["speedup_vs_baseline"] == pytest.approx(row["tokens_per_s"] / base["tokens_per_s"])
+        assert row["speedup_vs_hf_generate"] == pytest.approx(row["tokens_per_s"] / hf["tokens_per_s"])
+        if strategy.startswith("hf_"):
+            assert row["bytes_relative_to_baseline"] is None
+        else:
+            assert row["bytes_relative_to_baseline"] == pytest.approx(row["bytes_per_token"] / base["bytes_per_token"])
+    for r in report["results"]:
+        if r["strategy"] == "baseline":
+            assert r["bytes_relative_to_baseline"] == pytest.approx(1.0)
+            assert r["speedup_vs_baseline"] == pytest.approx(1.0)
+            assert r["tokens_per_target_forward"] == pytest.approx(1.0)
+        if r["strategy"] == "hf_generate":
+            assert r["speedup_vs_hf_generate"] == pytest.approx(1.0)
+            assert r["tokens_per_target_forward"] == pytest.approx(1.0)
+        if r["phase_share"]:
+            assert sum(r["phase_share"].values()) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_greedy_outputs_are_exact_and_counted(report):
+    # fp32 tiny models: every strategy, HF's included, must reproduce plain greedy decoding
+    for r in report["results"]:
+        if r["sampling"] == "greedy":
+            assert r["exact_match"] == 2, r["strategy"]
+        else:
+            assert r["exact_match"] is None
+
+
+def test_exactness_counts_mismatches():
+    engine = {"bytes_per_token": 10.0, "mean_accepted_per_target_forward": 0.0, "steps": 2,
+              "decode_wall_s": 1.0, "phase_s": {"verify": 0.5}}
+    peer = dict.fromkeys(engine)
+    rows = [{"prompt": p, "sampling": "greedy", "strategy": s, "tokens": t, "wall_s": 1.0, "target_forwards": 2,
+             "forward_s": 0.5, **(engine if s == "baseline" else peer)}
+            for p, s, t in [("a", "baseline", [1, 2]), ("a", "hf_generate", [1, 2]),
+                            ("b", "baseline", [1, 2]), ("b", "hf_generate", [1, 3])]]
+    results = bench.summarise(bench.compare_rows(rows))
+    hf = next(r for r in results if r["strategy"] == "hf_generate")
+    assert hf["exact_match"] == 1 and hf["prompts"] == 2
+    base = next(r for r in results if r["strategy"] == "baseline")
+    assert base["exact_match"] == 2 and base["phase_share"] == {"verify": 0.5, "other": 0.5}
+
+
+def test_hf_generate_ignores_end_of_sequence():
+    model = tiny_model("llama", 0)
+    first = hf_generate(model, [1, 2, 3], Sampling(), 1).tokens[0]
+    saved = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = first          # the very first token would end generation
+    try:
+        run = hf_generate(model, [1, 2, 3], Sampling(), 6)
+    finally:
+        model.generation_config.eos_token_id = saved
+    assert len(run.tokens) == 6 and run.target_forwards == 6
+
+
+def test_stack_without_model_draft_skips_with_notes():
+    out = run_bench(tiny_stack(drafts=("trigram_free_lookup",)), PROMPTS[:1], list(bench.ALL_STRATEGIES),
+                    ["greedy"], max_new_tokens=4, progress=False, warmup=False)
+    ran = {r["strategy"] for r in out["results"]}
+    assert "hf_assisted" not in ran and "staged" not in ran and "speculative" in ran
+    notes = " ".join(out["settings"]["notes"])
+    assert "hf_assisted skipped" in notes and "staged skipped" in notes
+
+
+def test_outputs_json_and_html(report, tmp_path):
+    full = {"machine": "test", "date": "today", "command": "python -m specviz.bench", **report}
+    written = bench.write_outputs(full, tmp_path / "latest.json", png=False)
+    assert json.loads((tmp_path / "latest.json").read_text())["results"] == report["results"]
+    assert {p.name for p in written} >= {"latest.json", "latest_tokens_per_s.html", "latest_bytes.html"}
+    table = bench.format_table(report["results"])
+    assert "staged" in table and "2/2" in table
+
+
+def test_parse_sampling():
+    assert bench.parse_sampling("greedy").greedy
+    s = bench.parse_sampling("topk50")
+    assert (s.temperature, s.top_k, s.top_p) == (1.0, 50, 1.0)
+    s = bench.parse_sampling("temp0.7-topp0.9")
+    assert (s.temperature, s.top_k, s.top_p) == (0.7, 0, 0.9)
+    for bad in ("topk", "beam4", "temp0"):
+        with pytest.raises(ValueError):
+            bench.parse_sampling(bad)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--limit", "0"], "--limit must be at least 1"),
+    (["--prompts", "/nonexistent/prompts.jsonl"], "prompt file not found"),
+    (["--strategies", "fast"], "unknown strategy fast"),
+    (["--sampling", "beam4"], "unknown sampling"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be in"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert bench.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_two_real_humaneval_prompts_on_tiny_models():
+    prompts = load_prompts("humaneval", limit=2)
+    out = run_bench(tiny_stack(), prompts, ["hf_generate", "baseline", "staged"], ["greedy"],
+                    max_new_tokens=6, progress=False, warmup=False)
+    assert [r["prompts"] for r in out["results"]] == [2, 2, 2]
+    assert {r["prompt"] for r in out["per_prompt"]} == {"HumanEval/0", "HumanEval/1"}
+    assert all(r["exact_match"] == 2 for r in out["results"])
+
+
+def test_forward_clock_measures_model_time():
+    model = tiny_model("llama", 0)
+    clock = bench.ForwardClock([model])
+    try:
+        with torch.inference_mode():
+            model(torch.tensor([[1, 2, 3]]))
+    finally:
+        clock.close()
+    assert clock.seconds > 0
+    assert not model._forward_hooks and not model._forward_pre_hooks
