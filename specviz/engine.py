@@ -77,7 +77,8 @@ class Decoder:
             raise RuntimeError("generation already finished")
         started = perf_counter()
         context = self.tokens
-        tree, dists = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator)
+        with self.timer.phase("tree"):      # choosing children; drafter forwards are timed inside
+            tree, dists = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator)
         with self.timer.phase("verify"):
             positions = [self.target.committed + d for d in tree.depths]
             logits = self.target.forward(tree.tokens, positions, ancestor_matrix(tree.parents))

@@ -55,6 +55,8 @@ def resolve(spec: str) -> tuple[str, str | None]:
         return str(path.parent), path.name
     if spec.startswith("assets/") or spec.startswith("assets:"):
         return str(ASSETS / spec.split("/", 1)[-1].split(":", 1)[-1]), None
+    if spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists():
+        raise ModelLoadError(f"model path not found: {spec}")
     if spec.endswith(".gguf"):
         path = Path(spec).expanduser()
         if not path.is_file():

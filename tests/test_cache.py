@@ -1,0 +1,69 @@
+"""The tree-masked forward and the KV commit agree with plain decoding."""
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specviz.cache import KVModel
+from specviz.tree import Tree, ancestor_matrix
+from tiny import tiny_model
+
+FAMILIES = [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), ("gpt2", "eager")]
+
+
+def plain_cache(model, tokens):
+    kv = KVModel(model, "plain")
+    logits = kv.feed_committed(tokens)
+    return kv, logits
+
+
+def random_tree(data, vocab):
+    tree = Tree.with_root(data.draw(st.integers(0, vocab - 1)))
+    for i in range(1, data.draw(st.integers(1, 12))):
+        tree.add(data.draw(st.integers(0, i - 1)), data.draw(st.integers(0, vocab - 1)), 1, 0.5)
+    return tree
+
+
+@pytest.mark.parametrize("family,attn", FAMILIES)
+@given(data=st.data())
+def test_tree_logits_equal_sequential_logits_and_commit_equals_plain_cache(family, attn, data):
+    model = tiny_model(family, attn=attn)
+    prefix = data.draw(st.lists(st.integers(0, 63), min_size=1, max_size=10))
+    tree = random_tree(data, 64)
+    kv = KVModel(model, "tree")
+    kv.feed_committed(prefix)
+    logits = kv.forward(tree.tokens, [len(prefix) + d for d in tree.depths], ancestor_matrix(tree.parents))
+    for node in range(len(tree)):
+        _, expected = plain_cache(model, prefix + tree.path_tokens(node))
+        torch.testing.assert_close(logits[node], expected[-1], rtol=1e-4, atol=1e-4)
+
+    leaf = data.draw(st.integers(0, len(tree) - 1))
+    kv.commit(tree.path(leaf))
+    plain, _ = plain_cache(model, prefix + tree.path_tokens(leaf))
+    assert kv.committed == plain.committed and kv.pending == 0
+    for ours, theirs in zip(kv.cache.layers, plain.cache.layers):
+        torch.testing.assert_close(ours.keys, theirs.keys, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ours.values, theirs.values, rtol=1e-4, atol=1e-5)
+
+
+def test_boolean_mask_is_not_what_we_pass():
+    """Eager attention adds the mask: ours must be an additive float mask with -inf-like blocks."""
+    model = tiny_model("llama", attn="eager")
+    kv = KVModel(model, "t")
+    kv.feed_committed([1, 2, 3])
+    tree = Tree.with_root(4)
+    a = tree.add(0, 5, 1, 0.5)
+    tree.add(0, 6, 1, 0.5)          # sibling of a: must not see a
+    logits = kv.forward(tree.tokens, [3, 4, 4], ancestor_matrix(tree.parents))
+    _, expected = plain_cache(model, [1, 2, 3, 4, 6])
+    torch.testing.assert_close(logits[2], expected[-1], rtol=1e-4, atol=1e-4)
+    assert a == 1
+
+
+def test_forward_log_counts_tokens_and_kv_entries():
+    kv = KVModel(tiny_model("llama"), "t")
+    kv.feed_committed([1, 2, 3, 4])
+    kv.forward([5, 6], [4, 5], torch.ones(2, 2, dtype=torch.bool).tril())
+    assert kv.log.tokens == [4, 2]
+    assert kv.log.kv_entries == [4, 6]
+    assert kv.kv_bytes_per_entry == 2 * 2 * 2 * 8 * 4     # k+v, layers, kv heads, head dim, fp32

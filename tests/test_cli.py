@@ -1,0 +1,119 @@
+"""End to end through the command line with the real SmolLM2 model (offline)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tiny import tiny_model
+
+PROMPT = 'def running_max(values: list[int]) -> list[int]:\n    """Return the running maximum of values."""\n'
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "specviz", "generate", *args], capture_output=True,
+                          text=True, env=ENV, timeout=timeout)
+
+
+def generate_json(strategy, *extra):
+    result = cli("--prompt", PROMPT, "--strategy", strategy, "--max-new-tokens", "24", "--json", *extra)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    return generate_json("baseline")
+
+
+@pytest.mark.slow
+def test_staged_json_has_the_contract_fields_and_equals_baseline(baseline):
+    out = generate_json("staged")
+    for key in ["strategy", "prompt_tokens", "tokens", "text", "new_tokens", "target_forwards", "draft_forwards",
+                "wall_s", "tokens_per_s", "bytes_read", "accept_by_depth", "mean_accepted_per_target_forward"]:
+        assert key in out, key
+    assert out["strategy"] == "staged" and out["new_tokens"] == 24 == len(out["tokens"])
+    assert out["tokens"] == baseline["tokens"]
+    assert out["text"] == baseline["text"]
+    assert out["target_forwards"] < baseline["target_forwards"]
+    assert [s["kind"] for s in out["stages"]][0] == "target" and len(out["stages"]) >= 3
+
+
+@pytest.mark.slow
+def test_tree_with_lookup_drafter_only_equals_baseline(baseline):
+    out = generate_json("tree", "--draft", "lookup", "--tree-budget", "8")
+    assert out["tokens"] == baseline["tokens"]
+    assert out["draft_forwards"] == {}        # the lookup drafter runs no model
+
+
+@pytest.mark.slow
+def test_human_readable_output(baseline):
+    result = cli("--prompt", PROMPT, "--strategy", "baseline", "--max-new-tokens", "24")
+    assert result.returncode == 0
+    assert result.stdout.strip() == baseline["text"].strip()
+    assert "tokens per target forward" in result.stderr
+
+
+def assert_one_line_error(result, fragment):
+    assert result.returncode == 2, (result.returncode, result.stderr[-1000:])
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], result.stderr
+
+
+def run_main(capsys, *args):
+    """The CLI in-process (same code path as `python -m specviz`, without the interpreter start)."""
+    from specviz.cli import main
+    code = main(["generate", *args])
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--prompt", "   "], "prompt is empty"),
+    (["--prompt-file", "/nonexistent/prompt.txt"], "prompt file not found"),
+    (["--prompt", "x", "--max-new-tokens", "0"], "max-new-tokens"),
+    (["--prompt", "x", "--max-new-tokens", "100000"], "max-new-tokens"),
+    (["--prompt", "x", "--temperature", "-0.5"], "temperature"),
+    (["--prompt", "x", "--temperature", "1", "--top-p", "1.5"], "top-p"),
+    (["--prompt", "x", "--top-k", "-1"], "top-k"),
+    (["--prompt", "x", "--tree-budget", "1000"], "budget"),
+    (["--prompt", "x", "--target", "/nonexistent/model"], "not found"),
+    (["--prompt", "x", "--target", "./missing.gguf"], "not found"),
+    (["--prompt", "x", "--device", "tpu"], "--device"),
+])
+def test_bad_input_gets_one_line_and_exit_2(capsys, args, fragment):
+    assert_one_line_error(run_main(capsys, *args), fragment)
+
+
+def test_bad_input_through_the_real_interpreter():
+    assert_one_line_error(cli("--prompt-file", "/nonexistent/prompt.txt"), "prompt file not found")
+
+
+def test_cuda_without_a_gpu_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert_one_line_error(cli("--prompt", "x", "--device", "cuda"), "CUDA")
+
+
+@pytest.mark.slow
+def test_unloadable_model_and_prompt_too_long(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    assert_one_line_error(cli("--prompt", "x", "--draft", str(tmp_path)), "could not load")
+    long_prompt = tmp_path / "long.txt"
+    long_prompt.write_text("x = 1\n" * 3000)
+    assert_one_line_error(cli("--prompt-file", str(long_prompt), "--strategy", "baseline"), "context")
+
+
+@pytest.mark.slow
+def test_draft_with_another_tokenizer_is_refused(tmp_path):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(64)}
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w0"))).save_pretrained(tmp_path)
+    tiny_model("llama").save_pretrained(tmp_path)
+    assert_one_line_error(cli("--prompt", "x", "--strategy", "tree", "--draft", str(tmp_path)), "different tokenizers")

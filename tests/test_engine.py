@@ -1,0 +1,110 @@
+"""Decoder behaviour: trace records, statistics, stopping, and input validation."""
+import json
+
+import pytest
+
+from specviz.drafters import LookupDrafter, ModelDrafter
+from specviz.drafting import TreeSpec
+from specviz.engine import Decoder
+from specviz.metrics import summarise
+from specviz.sampling import Sampling
+from specviz.trace import RunRecord, StepRecord
+from tiny import TinyTokenizer, tiny_model
+
+TOK = TinyTokenizer()
+
+
+def staged_run(max_new_tokens=20, **kw):
+    target = tiny_model("llama")
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3), lower=LookupDrafter(64))
+    return Decoder(target, TOK, [3, 1, 4, 1, 5, 9, 2, 6], drafter=drafter, strategy="staged",
+                   tree=TreeSpec(budget=10), max_new_tokens=max_new_tokens, **kw)
+
+
+def test_trace_records_round_trip_through_json():
+    run = staged_run().run()
+    text = json.dumps(run.to_dict())
+    again = RunRecord.from_dict(json.loads(text))
+    assert again == run
+    step = run.steps[0]
+    assert StepRecord.from_dict(json.loads(json.dumps(step.to_dict()))) == step
+
+
+def test_step_record_describes_the_round():
+    decoder = staged_run()
+    record = decoder.step()
+    assert [s.kind for s in record.stages] == ["target", "model", "lookup"]
+    root = record.nodes[0]
+    assert root.parent == -1 and root.accepted and root.token == 6
+    path = record.accepted_path
+    assert path[0] == 0 and all(record.nodes[b].parent == a for a, b in zip(path, path[1:]))
+    assert [n.accepted for n in record.nodes] == [n.id in path for n in record.nodes]
+    # committed = accepted drafted tokens, then the target's bonus token
+    assert record.committed_tokens[:-1] == [record.nodes[n].token for n in path[1:]]
+    assert record.committed_stage[-1] == 0
+    for node in record.nodes[1:]:
+        assert 0 < node.draft_prob <= 1 and 0 <= node.target_prob <= 1
+        assert node.stage in (1, 2)
+        tried = record.nodes[node.parent].accepted
+        assert (node.accept_prob is not None) == tried
+    assert record.forwards["target"] == [len(record.nodes)]
+    assert set(record.phase_s) >= {"tree", "verify", "bookkeeping", "stage1_draft"}
+    assert record.bytes_read["target"] > 0 and record.wall_s > 0
+
+
+def test_statistics_add_up():
+    run = staged_run(30).run()
+    s = run.stats
+    assert s["new_tokens"] == len(run.tokens) == 30
+    assert s["target_forwards"] == s["steps"] == len(run.steps)
+    assert s["tokens_per_target_forward"] == pytest.approx(30 / len(run.steps))
+    assert s["mean_accepted_per_target_forward"] == pytest.approx(
+        sum(len(st.accepted_path) - 1 for st in run.steps) / len(run.steps))
+    assert all(0 <= a <= 1 for a in s["accept_by_depth"])
+    assert s["bytes_per_token"] == pytest.approx(sum(s["bytes_read"].values()) / 30)
+    assert 0 < s["bytes_relative_to_baseline"]
+    assert sum(s["phase_share"].values()) == pytest.approx(1.0, abs=0.05)
+    assert summarise(run.steps) == {k: v for k, v in s.items() if k != "bytes_relative_to_baseline"}
+
+
+def test_baseline_reads_exactly_the_baseline_bytes():
+    run = Decoder(tiny_model("llama"), TOK, [1, 2, 3], max_new_tokens=10).run()
+    assert run.stats["bytes_relative_to_baseline"] == pytest.approx(1.0)
+
+
+def test_stops_at_eos_and_at_max_new_tokens():
+    target = tiny_model("llama")
+    free = Decoder(target, TOK, [1, 2], max_new_tokens=12).run()
+    eos = free.tokens[4]
+    target.generation_config.eos_token_id = eos
+    try:
+        run = Decoder(target, TOK, [1, 2], drafter=ModelDrafter(target), max_new_tokens=12).run()
+    finally:
+        target.generation_config.eos_token_id = None
+    assert run.tokens == free.tokens[: free.tokens.index(eos) + 1]
+    assert run.steps[-1].finish_reason == "eos"
+    assert free.steps[-1].finish_reason == "length" and len(free.tokens) == 12
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(prompt=[]), "prompt is empty"),
+    (dict(max_new_tokens=0), "max new tokens"),
+    (dict(max_new_tokens=600), "exceeds the model's context"),
+    (dict(sampling=Sampling(temperature=-1)), "temperature"),
+    (dict(sampling=Sampling(temperature=1, top_p=0)), "top-p"),
+    (dict(sampling=Sampling(temperature=1, top_k=-2)), "top-k"),
+    (dict(tree=TreeSpec(shape="spiral")), "tree shape"),
+    (dict(tree=TreeSpec(budget=-1)), "budget"),
+])
+def test_bad_settings_raise_one_line_errors(kwargs, message):
+    prompt = kwargs.pop("prompt", [1, 2, 3])
+    with pytest.raises(ValueError, match=message) as info:
+        Decoder(tiny_model("llama"), TOK, prompt, **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_step_after_finish_is_refused():
+    decoder = Decoder(tiny_model("llama"), TOK, [1], max_new_tokens=1)
+    decoder.step()
+    with pytest.raises(RuntimeError):
+        decoder.step()

@@ -1,0 +1,90 @@
+"""Every strategy's greedy output equals plain greedy decoding, token for token."""
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
+from specviz.drafting import TreeSpec
+from specviz.engine import Decoder
+from tiny import TinyTokenizer, tiny_model
+from toy_ngram import ToyBigram
+
+TOK = TinyTokenizer()
+
+
+def drafter_for(kind, family):
+    draft = tiny_model(family, noise=0.3)
+    if kind == "model":
+        return ModelDrafter(draft)
+    if kind == "lookup":
+        return LookupDrafter(64)
+    if kind == "ngram":
+        return NgramDrafter(ToyBigram.fit(64, seed=3))
+    if kind == "staged-lookup":
+        return ModelDrafter(draft, lower=LookupDrafter(64))
+    if kind == "staged-ngram":
+        return ModelDrafter(draft, lower=NgramDrafter(ToyBigram.fit(64, seed=3)), lookahead=3)
+    if kind == "cascade":          # three stages: draft model, a smaller draft model, lookup
+        lower = ModelDrafter(tiny_model(family, noise=0.6, noise_seed=2), name="small", lower=LookupDrafter(64))
+        return ModelDrafter(draft, lower=lower)
+    raise ValueError(kind)
+
+
+def greedy(model, prompt, n, **kw):
+    return Decoder(model, TOK, prompt, max_new_tokens=n, **kw).run().tokens
+
+
+KINDS = ["model", "lookup", "ngram", "staged-lookup", "staged-ngram", "cascade"]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@given(prompt=st.lists(st.integers(0, 63), min_size=1, max_size=16),
+       kind=st.sampled_from(KINDS), shape=st.sampled_from(["chain", "static", "dynamic"]),
+       budget=st.integers(0, 20), depth=st.integers(1, 8), branch=st.integers(1, 4),
+       width=st.integers(1, 5), n=st.integers(1, 24))
+def test_greedy_output_equals_baseline(family, prompt, kind, shape, budget, depth, branch, width, n):
+    target = tiny_model(family)
+    expected = greedy(target, prompt, n)
+    spec = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, level_width=width)
+    got = greedy(target, prompt, n, drafter=drafter_for(kind, family), tree=spec, strategy="tree")
+    assert got == expected
+
+
+def test_draft_equal_to_target_accepts_every_node_of_a_chain():
+    target = tiny_model("llama")
+    run = Decoder(target, TOK, [1, 2, 3], drafter=ModelDrafter(target), strategy="speculative",
+                  tree=TreeSpec(shape="chain", budget=5, max_depth=5), max_new_tokens=30).run()
+    assert run.tokens == greedy(target, [1, 2, 3], 30)
+    assert all(len(s.accepted_path) == 6 for s in run.steps)       # root + 5 drafted
+    assert run.stats["tokens_per_target_forward"] == 6.0
+
+
+def test_tree_accepts_more_per_target_forward_than_chain_with_same_draft_and_budget():
+    target = tiny_model("llama")
+    draft = tiny_model("llama", noise=0.3)
+    totals = {"chain": [0, 0], "dynamic": [0, 0]}
+    for seed in range(8):
+        prompt = [(seed * 7 + i * 13) % 64 for i in range(6)]
+        for shape in totals:
+            run = Decoder(target, TOK, prompt, drafter=ModelDrafter(draft), strategy="tree",
+                          tree=TreeSpec(shape=shape, budget=8, max_depth=8), max_new_tokens=32).run()
+            totals[shape][0] += run.stats["new_tokens"]
+            totals[shape][1] += run.stats["target_forwards"]
+    chain = totals["chain"][0] / totals["chain"][1]
+    tree = totals["dynamic"][0] / totals["dynamic"][1]
+    assert tree > chain, (tree, chain)
+
+
+def test_staged_builds_the_same_tree_with_fewer_draft_forwards():
+    target = tiny_model("llama")
+    draft = tiny_model("llama", noise=0.3)
+    spec = TreeSpec(shape="static", budget=12, max_depth=6)
+    plain = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(draft), tree=spec, max_new_tokens=24).run()
+    staged = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(draft, lower=ModelDrafter(draft, name="same")),
+                     tree=spec, max_new_tokens=24).run()
+    for a, b in zip(plain.steps, staged.steps):
+        assert [n.token for n in a.nodes] == [n.token for n in b.nodes]
+        assert [n.parent for n in a.nodes] == [n.parent for n in b.nodes]
+    assert staged.stats["draft_forwards"]["draft"] < plain.stats["draft_forwards"]["draft"]
+    # nodes the lower stage guessed right are credited to stage 2
+    assert any(n.stage == 2 for s in staged.steps for n in s.nodes)

@@ -1,0 +1,123 @@
+"""Sampled output is distributed exactly as the target's: checked against computed distributions."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specviz.verify as verify
+from specviz.drafters import ModelDrafter
+from specviz.drafting import TreeSpec
+from specviz.engine import Decoder
+from specviz.sampling import Sampling, draw_without_replacement, logits_to_probs
+from specviz.tree import Tree
+from tiny import TinyTokenizer, tiny_model
+
+
+def chi2_critical(df: int, p_value: float = 1e-5) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile (accurate to a few % for df >= 3)."""
+    z = {1e-5: 4.265}[p_value]
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def chi2(counts: torch.Tensor, expected_probs: torch.Tensor) -> tuple[float, int]:
+    n = counts.sum()
+    keep = expected_probs * n >= 5          # pool rare cells into one
+    exp = torch.cat([expected_probs[keep] * n, (expected_probs[~keep] * n).sum().unsqueeze(0)])
+    obs = torch.cat([counts[keep].double(), counts[~keep].sum().double().unsqueeze(0)])
+    if exp[-1] < 5:
+        exp, obs = exp[:-1], obs[:-1]
+        assert counts[~keep].sum() <= max(5, 0.01 * n)
+    return float(((obs - exp) ** 2 / exp).sum()), len(exp) - 1
+
+
+def one_level_output(p, q, k, generator):
+    """Draw k children from q without replacement, verify against p; return the committed token."""
+    tree = Tree.with_root(0)
+    for token in draw_without_replacement(q, k, generator):
+        tree.add(0, token, 1, float(q[token]))
+    probs = torch.stack([p] * len(tree))
+    verdict = verify.verify_sampling(tree, probs, {0: q}, generator)
+    return tree.tokens[verdict.path[1]] if len(verdict.path) > 1 else verdict.bonus
+
+
+def run_one_level(p, q, k, trials, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(len(p))
+    for _ in range(trials):
+        counts[one_level_output(p, q, k, generator)] += 1
+    return counts
+
+
+def distribution(draw, size):
+    weights = draw(st.lists(st.floats(0.0, 1.0), min_size=size, max_size=size))
+    w = torch.tensor(weights) ** 2
+    if w.sum() == 0:
+        w[0] = 1.0
+    return w / w.sum()
+
+
+@settings(max_examples=8)
+@given(data=st.data(), k=st.integers(1, 4))
+def test_multi_draft_verification_preserves_the_target_distribution(data, k):
+    p = distribution(data.draw, 6)
+    q = distribution(data.draw, 6)
+    stat, df = chi2(run_one_level(p, q, k, 6000), p)
+    assert df < 1 or stat < chi2_critical(max(df, 3)), (p, q, stat)
+
+
+def test_verification_without_residual_is_caught(monkeypatch):
+    """The check has power: dropping the residual correction gives a detectably wrong distribution."""
+    p = torch.tensor([0.5, 0.3, 0.1, 0.05, 0.05, 0.0])
+    q = torch.tensor([0.1, 0.1, 0.6, 0.1, 0.05, 0.05])
+    monkeypatch.setattr(verify, "residual", lambda p, q: p)
+    stat, df = chi2(run_one_level(p, q, 2, 6000), p)
+    assert stat > chi2_critical(df)
+
+
+def exact_two_token_distribution(model, prompt, sampling):
+    """p(x1, x2 | prompt) under the target with the sampling transform, by enumeration."""
+    with torch.no_grad():
+        first = logits_to_probs(model(torch.tensor([prompt])).logits[0, -1], sampling)
+        vocab = first.shape[0]
+        batch = torch.tensor([prompt + [x] for x in range(vocab)])
+        second = logits_to_probs(model(batch).logits[:, -1], sampling)
+    return (first[:, None] * second).flatten()
+
+
+CASES = [
+    ("temperature", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3)),
+    ("top-k branching", Sampling(temperature=0.8, top_k=4), TreeSpec(shape="static", budget=6, max_depth=2, max_branch=3)),
+    ("top-p chain", Sampling(temperature=1.2, top_p=0.9), TreeSpec(shape="chain", budget=3, max_depth=3)),
+]
+
+
+@pytest.mark.parametrize("name,sampling,spec", CASES, ids=[c[0] for c in CASES])
+def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec):
+    vocab = 5
+    target = tiny_model("llama", vocab=vocab, hidden=16)
+    draft = tiny_model("llama", vocab=vocab, hidden=16, noise=0.8)
+    prompt = [1, 3, 2]
+    expected = exact_two_token_distribution(target, prompt, sampling)
+    counts = torch.zeros(vocab * vocab)
+    trials = 2000
+    for seed in range(trials):
+        s = Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed)
+        run = Decoder(target, TinyTokenizer(), prompt, drafter=ModelDrafter(draft), tree=spec,
+                      sampling=s, max_new_tokens=2).run()
+        counts[run.tokens[0] * vocab + run.tokens[1]] += 1
+    stat, df = chi2(counts, expected)
+    assert stat < chi2_critical(df), (stat, df)
+
+
+def test_seeded_runs_are_reproducible():
+    target = tiny_model("llama")
+    draft = tiny_model("llama", noise=0.5)
+    runs = [Decoder(target, TinyTokenizer(), [4, 5, 6], drafter=ModelDrafter(draft),
+                    sampling=Sampling(temperature=1.0, top_k=20, seed=11), max_new_tokens=20).run().tokens
+            for _ in range(2)]
+    other = Decoder(target, TinyTokenizer(), [4, 5, 6], drafter=ModelDrafter(draft),
+                    sampling=Sampling(temperature=1.0, top_k=20, seed=12), max_new_tokens=20).run().tokens
+    assert runs[0] == runs[1]
+    assert other != runs[0]
