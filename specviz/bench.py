@@ -16,7 +16,6 @@ and plotly charts (HTML and PNG). Bad input gets one line on stderr and exit cod
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import platform
@@ -31,7 +30,7 @@ from time import perf_counter
 import numpy as np
 import torch
 
-from .engine import STRATEGIES, Decoder
+from .engine import STRATEGIES
 from .hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
 from .models import DEFAULT_TARGET, DTYPES, LoadedModel, ModelLoadError
 from .prompts import HUMANEVAL, Prompt, PromptError, load_prompts
@@ -101,15 +100,6 @@ def usable_strategies(stack, wanted: list[str]) -> tuple[list[str], list[str]]:
 
 
 # -- one generation -------------------------------------------------------------------------------
-def make_decoder(stack, prompt_ids, strategy, tree, sampling, max_new_tokens) -> Decoder:
-    """A decoder that does not stop at end-of-sequence (every strategy makes the same number of tokens)."""
-    if "stop_at_eos" in inspect.signature(stack.decoder).parameters:
-        return stack.decoder(prompt_ids, strategy, tree, sampling, max_new_tokens, stop_at_eos=False)
-    return Decoder(stack.target.model, stack.tokenizer, prompt_ids, drafter=stack.drafter_for(strategy),
-                   strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
-                   target_name=stack.target_name, stop_at_eos=False)
-
-
 class ForwardClock:
     """Wall time spent inside the forward passes of the given models (forward hooks)."""
 
@@ -141,8 +131,9 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budge
     clock = ForwardClock(models)
     try:
         started = perf_counter()
-        decoder = make_decoder(stack, prompt_ids, strategy, default_tree(strategy, tree_budget),
-                               sampling, max_new_tokens)
+        # no stop at end-of-sequence: every strategy makes the same number of tokens
+        decoder = stack.decoder(prompt_ids, strategy, default_tree(strategy, tree_budget), sampling,
+                                max_new_tokens, stop_at_eos=False)
         run = decoder.run()
         wall = perf_counter() - started
     finally:
@@ -152,7 +143,17 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budge
             "draft_forwards": sum(s["draft_forwards"].values()),
             "mean_accepted_per_target_forward": s["mean_accepted_per_target_forward"],
             "steps": s["steps"], "bytes_per_token": s["bytes_per_token"],
-            "decode_wall_s": s["wall_s"], "phase_s": s["phase_s"], "forward_s": clock.seconds}
+            "decode_wall_s": s["wall_s"], "phase_s": s["phase_s"], "forward_s": clock.seconds,
+            "_decisions": decisions(run)}
+
+
+def decisions(run) -> dict:
+    """What a projection replays: per round the tree, the accepted path and each model's forward sizes."""
+    first = run.steps[0] if run.steps else None
+    return {"stages": [vars(st) for st in first.stages] if first else [],
+            "steps": [{"tokens": [n.token for n in st.nodes], "parents": [n.parent for n in st.nodes],
+                       "path": list(st.accepted_path), "forwards": st.forwards,
+                       "committed": len(st.committed_tokens)} for st in run.steps]}
 
 
 def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
@@ -177,7 +178,8 @@ def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_bud
 # -- the benchmark --------------------------------------------------------------------------------
 def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: list[str],
               max_new_tokens: int, seed: int = 0, tree_budget: int | None = None,
-              progress: bool = True, warmup: bool = True) -> dict:
+              progress: bool = True, warmup: bool = True, projection: str | None = None,
+              device: str = "cpu", dtype: str = "float32") -> dict:
     """Run every strategy on every prompt under every sampling; return the report (see `report`)."""
     strategies, notes = usable_strategies(stack, strategies)
     if not strategies:
@@ -201,7 +203,8 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                 bar.update()
     bar.close()
     per_prompt = compare_rows(rows)
-    return {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
+    extra = {"projection": project(rows, projection, device, dtype)} if projection else {}
+    return {**extra, "settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                          "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
                          "tree_budget": tree_budget, "target": stack.target.name, "drafts": list(stack.drafts),
                          "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
@@ -218,7 +221,7 @@ def compare_rows(rows: list[dict]) -> list[dict]:
         hf = by_key.get((r["prompt"], r["sampling"], "hf_generate"))
         n = len(r["tokens"])
         rate = n / r["wall_s"] if r["wall_s"] > 0 else 0.0
-        row = {k: v for k, v in r.items() if k != "tokens"}
+        row = {k: v for k, v in r.items() if k != "tokens" and not k.startswith("_")}
         row.update(new_tokens=n, tokens_per_s=rate,
                    tokens_per_target_forward=n / r["target_forwards"] if r["target_forwards"] else None,
                    baseline_bytes_per_token=base and base["bytes_per_token"],
@@ -299,6 +302,118 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
 def _progress(total: int, enabled: bool):
     from tqdm import tqdm
     return tqdm(total=total, disable=not enabled, file=sys.stderr, unit="run", dynamic_ncols=True)
+
+
+# -- projection -----------------------------------------------------------------------------------
+PROJECTION_SIZES = {   # GPT-2 configs: the paper's GPT-2-L target and 40M GPT-2 draft; "tiny" for tests
+    "paper": {"vocab": 50257, "target": {"n_layer": 36, "n_embd": 1280, "n_head": 20},
+              "draft": {"n_layer": 4, "n_embd": 512, "n_head": 8}},
+    "tiny": {"vocab": 256, "target": {"n_layer": 2, "n_embd": 64, "n_head": 4},
+             "draft": {"n_layer": 1, "n_embd": 32, "n_head": 4}},
+}
+PROJECTION_NOTE = ("PROJECTION, not a measurement: randomly initialised GPT-2 models of the given sizes replay "
+                   "the token trees, accepted paths and draft forward sizes recorded from the real runs of this "
+                   "benchmark. Only model forwards and KV-cache commits are timed (decode only, prefill excluded); "
+                   "tree building, n-gram/lookup stages, sampling and verification logic are not.")
+
+
+def random_gpt2(sizes: dict, vocab: int, device: str, dtype: str, seed: int) -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab, n_positions=4096, bos_token_id=None, eos_token_id=None, **sizes)
+    with torch.device(device):
+        model = GPT2LMHeadModel(config)
+    return model.to(DTYPES[dtype]).eval().requires_grad_(False)
+
+
+def replay(target, drafts: dict, recorded: dict, prompt_tokens: int, vocab: int) -> tuple[float, int, int]:
+    """Re-run a recorded generation's forwards on other models; return (seconds, new tokens, target forwards)."""
+    from .tree import ancestor_matrix
+
+    def tokens(n):
+        return torch.randint(0, vocab, (n,)).tolist()
+
+    models = [target] + [drafts[name] for name in drafts]
+    for kv in models:
+        kv.reset()
+        if prompt_tokens > 1:
+            kv.feed_committed(tokens(prompt_tokens - 1))
+    _sync(target)
+    started = perf_counter()
+    new = forwards = 0
+    for step in recorded["steps"]:
+        parents = step["parents"]
+        depths = [0] * len(parents)
+        for i, parent in enumerate(parents):
+            depths[i] = depths[parent] + 1 if parent >= 0 else 0
+        target.forward([t % vocab for t in step["tokens"]], [target.committed + d for d in depths],
+                       ancestor_matrix(parents))
+        target.commit(step["path"])
+        for name, kv in drafts.items():
+            for n in step["forwards"].get(name, []):
+                visible = torch.cat([torch.zeros(n, kv.pending, dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()], 1)
+                kv.forward(tokens(n), list(range(kv.length, kv.length + n)), visible)
+            kv.commit(list(range(min(kv.pending, step["committed"]))))
+        new += step["committed"]
+        forwards += 1
+    _sync(target)
+    return perf_counter() - started, new, forwards
+
+
+def _sync(kv) -> None:
+    if kv.device.type == "cuda":
+        torch.cuda.synchronize(kv.device)
+
+
+@torch.inference_mode()
+def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: str = "float32") -> dict:
+    """Replay every engine run in `rows` (with recorded decisions) on random models of `sizes`."""
+    from .cache import KVModel
+
+    spec = PROJECTION_SIZES[sizes]
+    target = KVModel(random_gpt2(spec["target"], spec["vocab"], device, dtype, 0), "target")
+    draft_model = random_gpt2(spec["draft"], spec["vocab"], device, dtype, 1)
+    out = []
+    for row in rows:
+        recorded = row.get("_decisions")
+        if not recorded:
+            continue
+        names = [st["name"] for st in recorded["stages"][1:] if st["kind"] == "model"]
+        drafts = {name: KVModel(draft_model, name) for name in names}
+        seconds, new, forwards = replay(target, drafts, recorded, row["prompt_tokens"], spec["vocab"])
+        out.append({"prompt": row["prompt"], "sampling": row["sampling"], "strategy": row["strategy"],
+                    "new_tokens": new, "target_forwards": forwards, "wall_s": seconds,
+                    "tokens_per_s": new / seconds if seconds > 0 else 0.0})
+    base = {(r["prompt"], r["sampling"]): r["tokens_per_s"] for r in out if r["strategy"] == "baseline"}
+    for r in out:
+        r["speedup_vs_baseline"] = _ratio(r["tokens_per_s"], base.get((r["prompt"], r["sampling"])))
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in out:
+        groups[(r["sampling"], r["strategy"])].append(r)
+    results = [{"strategy": strategy, "sampling": sampling,
+                "tokens_per_s_median": float(np.median([r["tokens_per_s"] for r in rs])),
+                "tokens_per_s_p25": float(np.percentile([r["tokens_per_s"] for r in rs], 25)),
+                "tokens_per_s_p75": float(np.percentile([r["tokens_per_s"] for r in rs], 75)),
+                "speedup_vs_baseline": _median(r["speedup_vs_baseline"] for r in rs),
+                "tokens_per_target_forward": sum(r["new_tokens"] for r in rs) / sum(r["target_forwards"] for r in rs),
+                "prompts": len(rs)} for (sampling, strategy), rs in groups.items()]
+    return {"note": PROJECTION_NOTE, "sizes": sizes, "configs": spec, "device": device, "dtype": dtype,
+            "target_params": sum(p.numel() for p in target.model.parameters()),
+            "draft_params": sum(p.numel() for p in draft_model.parameters()),
+            "results": results, "per_prompt": out}
+
+
+def format_projection(projection: dict) -> str:
+    lines = [f"*** {projection['note']}",
+             f"*** target {projection['target_params'] / 1e6:.0f}M, draft {projection['draft_params'] / 1e6:.0f}M "
+             f"parameters, {projection['device']} {projection['dtype']}",
+             "sampling  strategy     projected tok/s med [p25-p75]  vs base  tok/fwd"]
+    for r in projection["results"]:
+        lines.append(f"{r['sampling']:<9} {r['strategy']:<12} {r['tokens_per_s_median']:8.1f} "
+                     f"[{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]"
+                     f"{'':8}{_fmt(r['speedup_vs_baseline'], '{:.2f}x'):>7}  {r['tokens_per_target_forward']:.2f}")
+    return "\n".join(lines)
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -432,6 +547,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report; charts are written next to it")
     parser.add_argument("--no-png", action="store_true", help="HTML charts only")
+    parser.add_argument("--projection", nargs="?", const="paper", choices=list(PROJECTION_SIZES), default=None,
+                        help="also replay our runs' decisions on random GPT-2 models of the paper's sizes "
+                             "(GPT-2-L target, 40M draft; 'tiny' for a quick check) and report projected tokens/s")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -476,10 +594,13 @@ def bench(args, argv: list[str]) -> int:
               "command": "python -m specviz.bench " + shlex.join(argv),
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed,
-                            args.tree_budget, progress=not args.no_progress))
+                            args.tree_budget, progress=not args.no_progress, projection=args.projection,
+                            device=args.device, dtype=args.dtype))
     for note in report["settings"]["notes"]:
         print(f"note: {note}", file=sys.stderr)
     print(format_table(report["results"]))
+    if "projection" in report:
+        print("\n" + format_projection(report["projection"]))
     written = write_outputs(report, Path(args.out), png=not args.no_png)
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0

@@ -175,3 +175,20 @@ def test_forward_clock_measures_model_time():
         clock.close()
     assert clock.seconds > 0
     assert not model._forward_hooks and not model._forward_pre_hooks
+
+
+def test_projection_replays_recorded_decisions_on_tiny_gpt2():
+    out = run_bench(tiny_stack(), PROMPTS[:1], ["hf_generate", "baseline", "speculative", "staged"], ["greedy"],
+                    max_new_tokens=8, progress=False, warmup=False, projection="tiny")
+    projection = out["projection"]
+    assert projection["note"].startswith("PROJECTION")
+    real = {r["strategy"]: r for r in out["results"]}
+    projected = {r["strategy"]: r for r in projection["results"]}
+    assert set(projected) == {"baseline", "speculative", "staged"}      # HF rows have nothing to replay
+    for name, r in projected.items():
+        assert r["tokens_per_s_median"] > 0
+        assert r["tokens_per_target_forward"] == pytest.approx(real[name]["tokens_per_target_forward"])
+    assert projected["baseline"]["speedup_vs_baseline"] == pytest.approx(1.0)
+    assert "PROJECTION" in bench.format_projection(projection)
+    assert all(not k.startswith("_") for row in out["per_prompt"] for k in row)
+    json.dumps(out)
