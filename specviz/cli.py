@@ -9,6 +9,7 @@ from pathlib import Path
 from .drafting import SHAPES, TreeSpec
 from .engine import STRATEGIES
 from .models import DEFAULT_TARGET, DTYPES, ModelLoadError
+from .presets import PRESETS
 from .sampling import Sampling
 
 
@@ -25,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--target", default=DEFAULT_TARGET, help="hub id, local directory or GGUF file")
+    gen.add_argument("--preset", default=None, help=f"a named model stack: {', '.join(PRESETS)} (default: offline)")
+    gen.add_argument("--target", default=None, help=f"hub id, local directory or GGUF file (default: {DEFAULT_TARGET})")
     gen.add_argument("--draft", action="append", default=None, metavar="MODEL",
                      help="a drafter, top stage first; repeat for a cascade. MODEL is a hub id, local "
                           "directory or GGUF file, or 'trigram' / 'lookup' (default: the shipped stack)")
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def generate(args) -> int:
-    from .stack import Stack, default_tree
+    from .presets import load_preset
+    from .stack import default_tree
 
     prompt = args.prompt if args.prompt is not None else _read(args.prompt_file)
     if not prompt.strip():
@@ -65,10 +68,8 @@ def generate(args) -> int:
         raise ValueError(f"--max-new-tokens must be in [1, 4096], got {args.max_new_tokens}")
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
-    drafts = args.draft
-    if args.strategy == "baseline":
-        drafts = []
-    stack = Stack.load(args.target, drafts, args.dtype, args.device)
+    drafts = [] if args.strategy == "baseline" else args.draft
+    stack = load_preset(args.preset or "offline", args.dtype, args.device, target=args.target, drafts=drafts)
     decoder = stack.decoder(stack.encode(prompt), args.strategy, tree, sampling, args.max_new_tokens)
     run = decoder.run()
     if args.json:

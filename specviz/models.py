@@ -65,6 +65,33 @@ def resolve(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the model hub's host name resolves; without a network, loading goes straight to the
+    local hub cache instead of retrying downloads for a minute."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    host = urlparse(constants.ENDPOINT).hostname or ""
+    answer: list[bool] = []
+
+    def resolve_host():
+        try:
+            socket.getaddrinfo(host, 443)
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    worker = threading.Thread(target=resolve_host, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return bool(answer and answer[0])
+
+
 def _converted_copy(location: str, gguf_file: str) -> Path:
     stat = (Path(location) / gguf_file).stat()
     return cache_dir() / "converted" / f"{Path(gguf_file).stem}-{stat.st_size}"
@@ -91,8 +118,9 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
                                                              dtype=torch.float32)
                 _save_atomically(model, tokenizer, converted)
             location = str(converted)
-        tokenizer = AutoTokenizer.from_pretrained(location)
-        model = AutoModelForCausalLM.from_pretrained(location, dtype=DTYPES[dtype])
+        local = Path(location).is_dir() or not hub_reachable()
+        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=DTYPES[dtype], local_files_only=local)
     except ModelLoadError:
         raise
     except Exception as exc:  # transformers raises many types; the user needs one line

@@ -17,7 +17,14 @@ from .sampling import Sampling
 
 DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"
-NON_NEURAL = ("trigram", "lookup")
+
+
+def is_ngram(spec: str) -> bool:
+    return spec in ("trigram", "trigram:auto") or spec.endswith(".npz")
+
+
+def is_non_neural(spec: str) -> bool:
+    return spec == "lookup" or is_ngram(spec)
 
 
 def default_drafts() -> list[str]:
@@ -46,15 +53,20 @@ class Stack:
              dtype: str = "float32", device: str = "cpu") -> "Stack":
         stack = cls(load_model(target, dtype, device), default_drafts() if drafts is None else list(drafts))
         for spec in stack.drafts:
-            if spec == "lookup":
-                continue
-            if spec == "trigram" or spec.endswith(".npz"):
-                stack.loaded[spec] = load_trigram(spec)
-                continue
-            model = load_model(spec, dtype, device)
-            check_tokenizers_match(stack.target.tokenizer, model.tokenizer, stack.target.name, spec)
-            stack.loaded[spec] = model
+            if spec != "lookup":
+                stack.loaded[spec] = stack._load_source(spec, dtype, device)
         return stack
+
+    def _load_source(self, spec: str, dtype: str, device: str):
+        """The model or n-gram table behind a drafter spec."""
+        if spec == "trigram:auto":
+            from .presets import auto_trigram
+            return auto_trigram(self.tokenizer, self.target_name)
+        if is_ngram(spec):
+            return load_trigram(spec)
+        model = load_model(spec, dtype, device)
+        check_tokenizers_match(self.tokenizer, model.tokenizer, self.target.name, spec)
+        return model
 
     @property
     def tokenizer(self):
@@ -72,7 +84,7 @@ class Stack:
         if spec == "lookup":
             return LookupDrafter(self.vocab_size)
         item = self.loaded[spec]
-        name = Path(spec).stem or spec
+        name = "trigram" if spec == "trigram:auto" else Path(spec).stem or spec
         if name == self.target_name or self.drafts.index(spec) != stage - 1:
             name = f"{name}@stage{stage}"      # forward logs are kept by name: keep names unique
         if isinstance(item, LoadedModel):
@@ -86,8 +98,7 @@ class Stack:
         if strategy == "baseline" or not self.drafts:
             return None
         specs = self.drafts if strategy == "staged" else self.drafts[:1]
-        if strategy == "staged" and (len(specs) < 2 or specs[0] in NON_NEURAL
-                                     or any(s in NON_NEURAL for s in specs[:-1])):
+        if strategy == "staged" and (len(specs) < 2 or any(is_non_neural(s) for s in specs[:-1])):
             raise ValueError("staged needs a draft model above a lower stage, e.g. --draft MODEL --draft trigram")
         drafter = None
         for stage in range(len(specs), 0, -1):

@@ -22,3 +22,10 @@ def pytest_configure(config):
 def tokenizer():
     from tiny import TinyTokenizer
     return TinyTokenizer()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real offline default target (SmolLM2-135M-Instruct), loaded once per test session."""
+    from specviz.models import load_model
+    return load_model("smollm2-135m")

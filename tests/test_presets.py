@@ -1,0 +1,48 @@
+"""Named presets: the table, the offline failure message, and the trigram built on first use."""
+import pytest
+
+import specviz.models
+from specviz.models import ModelLoadError
+from specviz.presets import PRESETS, auto_trigram, get_preset, load_preset
+from specviz.stack import is_non_neural
+
+
+def test_preset_table_describes_loadable_cascades():
+    assert {"offline", "paper-gpt2", "smollm2-1.7b", "pythia-cascade", "qwen2.5-1.5b"} <= set(PRESETS)
+    for name, preset in PRESETS.items():
+        assert preset.description and preset.target
+        if preset.drafts is None:
+            assert not preset.hub
+            continue
+        assert len(preset.drafts) >= 2, name
+        assert not any(is_non_neural(d) for d in preset.drafts[:-1]), name      # staged is possible
+    assert get_preset("paper-gpt2").target == "gpt2-large" and get_preset("paper-gpt2").drafts[0] == "gpt2"
+    assert sum(not is_non_neural(d) for d in get_preset("pythia-cascade").drafts) == 2    # 3 models in all
+
+
+def test_unknown_preset_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown preset 'gpt5'; choose one of offline"):
+        get_preset("gpt5")
+
+
+def test_hub_preset_without_network_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))          # an empty hub cache
+    monkeypatch.setattr(specviz.models, "hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(ModelLoadError) as info:
+        load_preset("smollm2-1.7b")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "HuggingFaceTB/SmolLM2-1.7B-Instruct" in message and "--preset offline" in message
+
+
+def test_auto_trigram_is_built_for_the_tokenizer_once_and_cached(smollm2, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    model = auto_trigram(smollm2.tokenizer, "smollm2", limit_bytes=300_000)
+    files = list((tmp_path / "trigrams").glob("*.npz"))
+    assert len(files) == 1
+    assert model.vocab_size == len(smollm2.tokenizer)
+    ids = smollm2.tokenizer("import os\nimport sys\n", add_special_tokens=False)["input_ids"]
+    assert model.top(ids[:2], 1)[0][0] == ids[2]            # "import os" ends its line
+    again = auto_trigram(smollm2.tokenizer, "smollm2", limit_bytes=300_000)
+    assert list((tmp_path / "trigrams").glob("*.npz")) == files
+    assert (again.probs(ids[:4]) == model.probs(ids[:4])).all()
