@@ -200,12 +200,25 @@ def label_prompts(prompts: list[list[int]], out_dir: Path, new_tokens: int, batc
             f"{total / (time.time() - start):.0f} tok/s")
 
 
+def summarise_labelled(name: str, command: str) -> dict:
+    """Counts of a labelled data set, written next to its shards as info.json."""
+    seqs = load_labelled(labelled_shards(name))
+    prompt = sum(s["prompt_len"] for s in seqs)
+    total = sum(len(s["tokens"]) for s in seqs)
+    info = {"command": command, "sequences": len(seqs), "tokens": total, "prompt_tokens": prompt,
+            "continuation_tokens": total - prompt, "shards": len(labelled_shards(name))}
+    (DATA / name / "info.json").write_text(json.dumps(info, indent=1))
+    log(name, info)
+    return info
+
+
 def cmd_data_eval(args) -> None:
     """The target's greedy continuations of all 164 HumanEval prompts (the held-out set)."""
     from specviz.models import load_model
     tok = load_model(TARGET).tokenizer
     prompts = [tok(p).input_ids for p in humaneval_prompts()]
     label_prompts(prompts, DATA / "humaneval", args.new_tokens, args.batch_size, args.k, 1e9)
+    summarise_labelled("humaneval", args.command_line)
 
 
 def cmd_data_target(args) -> None:
@@ -216,6 +229,7 @@ def cmd_data_target(args) -> None:
     log(f"{len(ids)} prompts, {sum(map(len, ids))} prompt tokens")
     label_prompts(ids, DATA / "target", args.new_tokens, args.batch_size, args.k, args.minutes,
                   seed=args.seed)
+    summarise_labelled("target", args.command_line)
 
 
 def cmd_data_corpus(args) -> None:
@@ -234,6 +248,8 @@ def cmd_data_corpus(args) -> None:
             break
     corpus = np.concatenate(chunks)[:args.max_tokens]
     np.save(DATA / "corpus.npy", corpus)
+    (DATA / "corpus_info.json").write_text(json.dumps(
+        {"command": args.command_line, "files": len(chunks), "tokens": len(corpus)}, indent=1))
     log(f"corpus: {len(chunks)} files, {len(corpus)} tokens -> {DATA / 'corpus.npy'}")
 
 
@@ -390,11 +406,12 @@ def cmd_draft(args) -> None:
     corpus_tokens = labelled_tokens = 0
     corpus = np.load(DATA / "corpus.npy") if args.corpus_minutes > 0 else None
     sequences = load_labelled(labelled_shards("target"))
-    log(f"{len(sequences)} target-labelled sequences, {sum(len(s['tokens']) for s in sequences)} tokens")
     active = active_vocabulary(sequences, corpus, args.active_vocab, draft.config.vocab_size)
     if corpus is not None:
         corpus_tokens = train_steps(draft, corpus_batches(corpus, args.corpus_batch, 256, rng),
-                                    args.corpus_steps, args.lr, args.corpus_minutes, active)
+                                    args.corpus_steps, args.corpus_lr, args.corpus_minutes, active)
+        sequences = load_labelled(labelled_shards("target"))   # shards written meanwhile too
+    log(f"{len(sequences)} target-labelled sequences, {sum(len(s['tokens']) for s in sequences)} tokens")
     epochs = (labelled_batches(sequences, args.tokens_per_batch, args.max_len, rng)
               for _ in range(args.epochs))
     batches = (b for epoch in epochs for b in epoch)
@@ -403,7 +420,8 @@ def cmd_draft(args) -> None:
     labelled_tokens = train_steps(draft, batches, steps, args.lr, args.minutes, active)
     out = Path(args.out)
     save_draft(draft, out)
-    info = {"parameters": sum(p.numel() for p in draft.parameters()), "init": args.init,
+    info = {"command": args.command_line,
+            "parameters": sum(p.numel() for p in draft.parameters()), "init": args.init,
             "active_vocab": len(active), "target_labelled_sequences": len(sequences),
             "corpus_tokens_trained": corpus_tokens, "labelled_tokens_trained": labelled_tokens,
             "train_seconds": round(time.time() - start)}
@@ -473,15 +491,20 @@ def cmd_trigram(args) -> None:
         z = np.load(samples_path)
         sequences += np.split(z["tokens"], np.cumsum(z["lengths"])[:-1])
     drafted = sum(map(len, sequences))
+    target_text = [np.array(x["tokens"]) for x in load_labelled(labelled_shards("target"))] \
+        if args.target_text else []
+    sequences += target_text
     corpus = np.load(DATA / "corpus.npy")[:args.corpus_tokens] if args.corpus_tokens else []
     if len(corpus):
         eos = np.flatnonzero(corpus == tok.eos_token_id)
         sequences += np.split(corpus, eos + 1)
-    log(f"building from {drafted} draft-sampled + {len(corpus)} corpus tokens")
+    log(f"building from {drafted} draft-sampled + {sum(map(len, target_text))} target-generated "
+        f"+ {len(corpus)} corpus tokens")
     model = KatzTrigram.build(sequences, vocab_size=len(tok), min_bigram_count=args.min_bigram,
                               min_trigram_count=args.min_trigram)
     model.save(args.out)
-    info = {"draft_sampled_tokens": drafted, "corpus_tokens": len(corpus),
+    info = {"command": args.command_line, "draft_sampled_tokens": drafted,
+            "target_text_tokens": sum(map(len, target_text)), "corpus_tokens": len(corpus),
             "bigrams": model.num_bigrams, "trigrams": model.num_trigrams,
             "bytes": os.path.getsize(args.out), "d2": model.d2, "d3": model.d3}
     (DATA / f"trigram_build_{Path(args.out).stem}.json").write_text(json.dumps(info, indent=1))
@@ -542,9 +565,80 @@ def cmd_agreement(args) -> None:
         result["trigram_vs_target"] = agreement(tri_next, target_next)
         if draft_next is not None:
             result["trigram_vs_draft"] = agreement(tri_next, draft_next)
+    result["command"] = args.command_line
     print(json.dumps(result, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+# ----------------------------------------------------------------------------- manifest
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def cmd_manifest(args) -> None:
+    """Write assets/manifest.json and assets/MANIFEST.md from the recorded runs (data/*.json)."""
+    draft = read_json(DATA / "draft_train_draft.json")
+    trigram = read_json(DATA / "trigram_build_trigram.json")
+    measured = read_json(Path(args.agreement))
+    quick = read_json(Path(args.agreement_quick))
+    artifacts = {
+        "draft": {"files": ["draft/config.json", "draft/generation_config.json",
+                            "draft/model.safetensors"], **draft,
+                  "fp32_weight_bytes": draft.get("parameters", 0) * 4,
+                  "target_fp32_weight_bytes": args.target_bytes},
+        "trigram": {"files": ["trigram.npz"], **trigram},
+    }
+    datasets = {"target_labelled": read_json(DATA / "target" / "info.json"),
+                "humaneval_continuations": read_json(DATA / "humaneval" / "info.json"),
+                "corpus": read_json(DATA / "corpus_info.json")}
+    files = {str(p.relative_to(ASSETS)): {"bytes": p.stat().st_size}
+             for p in sorted(ASSETS.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    files["manifest.json"] = {"bytes": None}
+    manifest = {"artifacts": artifacts, "datasets": datasets, "agreement": measured,
+                "agreement_first_32": quick, "files": files,
+                "total_bytes_without_manifest": sum(f["bytes"] for f in files.values() if f["bytes"])}
+    (ASSETS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    (ASSETS / "MANIFEST.md").write_text(render_manifest(manifest))
+    log("wrote", ASSETS / "manifest.json", ASSETS / "MANIFEST.md")
+
+
+def render_manifest(m: dict) -> str:
+    """The human-readable twin of manifest.json (same numbers)."""
+    lines = ["# assets/ manifest", "",
+             "Generated by `python -m specviz.train manifest` from the recorded runs; every number",
+             "below was measured by the command next to it. Agreement = top-1 agreement on the",
+             "target's greedy 64-token continuations of the 164 HumanEval prompts, teacher-forced",
+             "(HumanEval is never used for training).", "", "## Files", "",
+             "| file | bytes |", "| --- | --- |"]
+    lines += [f"| `{name}` | {f['bytes'] if f['bytes'] is not None else '(this index)'} |"
+              for name, f in m["files"].items()]
+    lines += ["", f"Total (without manifest.json): {m['total_bytes_without_manifest']} bytes.", ""]
+    for name, artifact in m["artifacts"].items():
+        lines += [f"## {name}", "", f"Command: `{artifact.get('command', '(not built)')}`", ""]
+        lines += [f"- {key}: {value}" for key, value in artifact.items() if key not in ("command", "files")]
+        lines.append("")
+    lines += ["## Data", ""]
+    for name, info in m["datasets"].items():
+        lines += [f"### {name}", "", f"Command: `{info.get('command', '(missing)')}`", ""]
+        lines += [f"- {key}: {value}" for key, value in info.items() if key != "command"]
+        lines.append("")
+    for title, key in (("Agreement (all 164 prompts)", "agreement"),
+                       ("Agreement (first 32 prompts)", "agreement_first_32")):
+        result = m[key]
+        lines += [f"## {title}", "", f"Command: `{result.get('command', '(not measured)')}`", "",
+                  "| pair | mean over prompts | pooled over tokens | prompts | positions |",
+                  "| --- | --- | --- | --- | --- |"]
+        for pair in ("draft_vs_target", "trigram_vs_draft", "trigram_vs_target"):
+            if pair in result:
+                r = result[pair]
+                lines.append(f"| {pair} | {r['mean_over_prompts']} | {r['pooled_over_tokens']} | "
+                             f"{r['prompts']} | {r['positions']} |")
+        if "trigram_load_seconds" in result:
+            lines += ["", f"Trigram load time: {result['trigram_load_seconds']} s."]
+        lines.append("")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -589,6 +683,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-minutes", type=float, default=0)
     p.add_argument("--corpus-steps", type=int, default=1000)
     p.add_argument("--corpus-batch", type=int, default=16)
+    p.add_argument("--corpus-lr", type=float, default=3e-3)
     p.add_argument("--out", default=str(ASSETS / "draft"))
     p.set_defaults(func=cmd_draft)
     p = sub.add_parser("trigram", help=cmd_trigram.__doc__)
@@ -599,6 +694,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--sample-minutes", type=float, default=8)
     p.add_argument("--corpus-tokens", type=int, default=10_000_000)
+    p.add_argument("--target-text", action="store_true",
+                   help="also count the target-labelled training sequences (data/target)")
     p.add_argument("--min-bigram", type=int, default=1)
     p.add_argument("--min-trigram", type=int, default=2)
     p.add_argument("--out", default=str(ASSETS / "trigram.npz"))
@@ -610,13 +707,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="only the first N HumanEval prompts")
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_agreement)
+    p = sub.add_parser("manifest", help=cmd_manifest.__doc__)
+    p.add_argument("--agreement", default=str(DATA / "agreement.json"))
+    p.add_argument("--agreement-quick", default=str(DATA / "agreement_32.json"))
+    p.add_argument("--target-bytes", type=int, default=538_000_000)
+    p.set_defaults(func=cmd_manifest)
     return parser
 
 
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
+    args.command_line = "python -m specviz.train " + " ".join(sys.argv[1:] if argv is None else argv)
     seed_everything(args.seed, args.threads)
-    log("specviz.train", " ".join(sys.argv[1:] if argv is None else argv))
+    log(args.command_line)
     args.func(args)
 
 
