@@ -1,0 +1,362 @@
+"""Plotly figures built from trace records alone (no model calls), so they are testable offline.
+
+Colours follow the paper's convention (target red, stage-1 draft blue, stage-2 n-gram green) in
+the colour-blind-safe Okabe-Ito palette: vermillion, blue, bluish green; context lookup gets
+reddish purple. Every chart carries a legend (or a colour bar).
+"""
+from __future__ import annotations
+
+import html
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .metrics import accept_by_position
+from .trace import StageInfo, StepRecord
+
+KIND_COLOURS = {"target": "#D55E00", "model": "#0072B2", "ngram": "#009E73", "lookup": "#CC79A7"}
+SPARE_COLOURS = ["#56B4E9", "#E69F00", "#F0E442", "#000000"]     # a second stage of a kind already used
+ROOT_COLOUR = "#4D4D4D"
+REJECTED_TINT = 0.3           # rejected nodes: their colour mixed with white
+KIND_WORDS = {"target": "target", "model": "draft model", "ngram": "n-gram", "lookup": "context lookup"}
+PHASE_COLOURS = {"verify": KIND_COLOURS["target"], "overhead": "#999999"}
+STRATEGY_COLOURS = {"baseline": "#999999", "speculative": "#56B4E9", "tree": "#0072B2", "staged": "#009E73"}
+FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=15)
+
+
+def stage_colours(stages: list[StageInfo]) -> list[str]:
+    """One colour per stage: by kind, with a spare colour when a kind appears a second time."""
+    colours, used, spare = [], set(), iter(SPARE_COLOURS)
+    for stage in stages:
+        colour = KIND_COLOURS.get(stage.kind, "#000000")
+        if colour in used:
+            colour = next(spare, "#000000")
+        used.add(colour)
+        colours.append(colour)
+    return colours
+
+
+def stage_label(stages: list[StageInfo], index: int) -> str:
+    stage = stages[index]
+    words = KIND_WORDS.get(stage.kind, stage.kind)
+    if index == 0:
+        return f"target ({stage.name})"
+    return f"stage {index} {words} ({stage.name})"
+
+
+def token_label(text: str, limit: int = 14) -> str:
+    """A token as a short visible label: newlines, tabs and spaces made visible."""
+    shown = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "·") or "∅"
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def _base_layout(fig: go.Figure, title: str, height: int) -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=18)), height=height, font=FONT,
+                      template="plotly_white", margin=dict(l=20, r=20, t=60, b=20),
+                      legend=dict(orientation="h", yanchor="top", y=-0.08, x=0.0),
+                      hoverlabel=dict(font_size=15))
+    return fig
+
+
+def empty_figure(message: str, title: str = "", height: int = 320) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font=dict(size=17, color="#555"),
+                       xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _base_layout(fig, title, height)
+
+
+# -- the speculative tree of one step ----------------------------------------------------------
+
+def tree_layout(step: StepRecord) -> dict[int, tuple[float, float]]:
+    """Node id -> (x, y): x = depth, one row per leaf; a node sits on its first child's row, and the
+    accepted child comes first, so the accepted path is the straight top line."""
+    children: dict[int, list] = {n.id: [] for n in step.nodes}
+    for n in step.nodes:
+        if n.parent >= 0:
+            children[n.parent].append(n)
+    for kids in children.values():
+        kids.sort(key=lambda n: (not n.accepted, n.rank))
+    place: dict[int, tuple[float, float]] = {}
+    row = 0
+
+    def visit(node_id: int, depth: int) -> float:
+        nonlocal row
+        kids = children[node_id]
+        if not kids:
+            y = -row
+            row += 1
+        else:
+            y = [visit(k.id, depth + 1) for k in kids][0]
+        place[node_id] = (float(depth), float(y))
+        return y
+
+    roots = [n.id for n in step.nodes if n.parent < 0]
+    for root in roots:
+        visit(root, 0)
+    return place
+
+
+def bonus_token(step: StepRecord) -> str | None:
+    """The token the target added after the accepted path (None when the output was cut first)."""
+    accepted = len(step.accepted_path) - 1
+    if len(step.committed_tokens) == accepted + 1 and step.committed_stage[-1] == 0:
+        return step.committed_text[-1]
+    return None
+
+
+def node_hover(step: StepRecord, node, colour_label: str) -> str:
+    token = html.escape(repr(node.text))
+    if node.parent < 0:
+        return f"<b>{token}</b><br>root: the last token already in the output"
+    lines = [f"<b>{token}</b>  proposed by {html.escape(colour_label)}",
+             f"depth {node.depth}, choice {node.rank + 1} among its siblings",
+             f"draft probability q = {_prob(node.draft_prob)}",
+             f"target probability p = {_prob(node.target_prob)}"]
+    if node.accept_prob is None:
+        lines.append("not checked: a node above it was rejected")
+    else:
+        lines.append(f"acceptance probability = {_prob(node.accept_prob)}")
+        lines.append("<b>accepted ✓</b>" if node.accepted else "rejected ✗")
+    return "<br>".join(lines)
+
+
+def _prob(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _token_box(at: tuple[float, float], text: str, colour: str, accepted: bool, name: str) -> dict:
+    """A token as a coloured box: accepted ones solid with a dark border, the others a pale tint."""
+    return dict(name=name, x=at[0], y=at[1], text=html.escape(token_label(text)), showarrow=False,
+                bgcolor=colour if accepted else blend(colour, REJECTED_TINT), bordercolor="#111111" if accepted else colour,
+                borderwidth=2 if accepted else 1, borderpad=4,
+                font=dict(color="white" if accepted else "#333333", size=15, family="DejaVu Sans Mono, monospace"))
+
+
+def blend(colour: str, amount: float) -> str:
+    """`colour` mixed with white: amount 1 = the colour, 0 = white (an opaque 'faded' colour)."""
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(255 - (255 - c) * amount):02X}" for c in rgb)
+
+
+def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure:
+    """The speculative tree of one step: nodes labelled with their tokens and coloured by the stage
+    that proposed them, the accepted path bold, rejected branches dimmed, hover = q, p, acceptance."""
+    if step is None:
+        return empty_figure("Press Step to draft and verify a first tree.", "Speculative tree")
+    place = tree_layout(step)
+    colours = stage_colours(step.stages)
+    rows = len({y for _, y in place.values()})
+    fig = go.Figure()
+    accepted = set(step.accepted_path)
+    by_id = {n.id: n for n in step.nodes}
+
+    def edges(node_ids):
+        xs, ys = [], []
+        for i in node_ids:
+            px, py = place[by_id[i].parent]
+            x, y = place[i]
+            xs += [px, x, None]
+            ys += [py, y, None]
+        return xs, ys
+
+    rejected = [n.id for n in step.nodes if n.parent >= 0 and not n.accepted]
+    kept = [n.id for n in step.nodes if n.parent >= 0 and n.accepted]
+    xs, ys = edges(rejected)
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="rejected or unchecked branch",
+                             line=dict(color="#BBBBBB", width=2, dash="dot"), hoverinfo="skip",
+                             meta="rejected-edges"))
+    xs, ys = edges(kept)
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="accepted path",
+                             line=dict(color="#222222", width=5), hoverinfo="skip", meta="accepted-path",
+                             customdata=list(step.accepted_path)))
+    notes = []
+    groups: dict[str, list] = {}
+    for n in step.nodes:
+        label = "root: last token so far" if n.parent < 0 else stage_label(step.stages, n.stage)
+        groups.setdefault(label, []).append(n)
+    for label, nodes in groups.items():
+        colour = ROOT_COLOUR if nodes[0].parent < 0 else colours[nodes[0].stage]
+        fig.add_trace(go.Scatter(
+            x=[place[n.id][0] for n in nodes], y=[place[n.id][1] for n in nodes], mode="markers",
+            name=label, meta="nodes", ids=[str(n.id) for n in nodes], customdata=[n.id for n in nodes],
+            marker=dict(color=colour, size=14, symbol="square"),
+            hovertext=[node_hover(step, n, label) for n in nodes], hoverinfo="text"))
+        notes += [_token_box(place[n.id], n.text, colour, n.accepted, f"node-{n.id}") for n in nodes]
+    bonus = bonus_token(step)
+    if bonus is not None:
+        last = step.accepted_path[-1]
+        x, y = place[last]
+        fig.add_trace(go.Scatter(x=[x, x + 1], y=[y, y], mode="lines", line=dict(color="#222222", width=5),
+                                 hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(
+            x=[x + 1], y=[y], mode="markers", meta="bonus", name=f"target's own next token ({step.stages[0].name})",
+            marker=dict(color=colours[0], size=14, symbol="square"),
+            hovertext=[f"<b>{html.escape(repr(bonus))}</b><br>the target's own next token after the "
+                       "accepted path (a free 'bonus' token from the same forward pass)"], hoverinfo="text"))
+        notes.append(_token_box((x + 1, y), bonus, colours[0], True, "bonus"))
+    fig.update_layout(annotations=notes)
+    depth = max(x for x, _ in place.values()) + (1 if bonus is not None else 0)
+    fig.update_xaxes(range=[-0.6, depth + 0.6], tickvals=list(range(int(depth) + 1)),
+                     ticktext=["root"] + [f"+{d}" for d in range(1, int(depth) + 1)], side="top",
+                     showgrid=False, zeroline=False, title=None)
+    fig.update_yaxes(visible=False, range=[-rows + 0.4, 0.6])
+    drafted = len(step.nodes) - 1
+    title = (f"Step {step.step + 1}: {drafted} drafted, {len(step.accepted_path) - 1} accepted"
+             + (", + 1 from the target" if bonus is not None else ""))
+    return _base_layout(fig, title, height or max(300, 150 + 46 * rows))
+
+
+# -- acceptance at each tree position across steps ---------------------------------------------
+
+def acceptance_figure(steps: list[StepRecord]) -> go.Figure:
+    """Heat map over (depth, sibling rank): the share of drafted nodes accepted at that position."""
+    positions = accept_by_position(steps) if steps else {}
+    title = "Acceptance per tree position (all steps so far)"
+    if not positions:
+        return empty_figure("No drafted tokens yet: step a speculative strategy to fill this in.", title, 300)
+    keys = [tuple(map(int, k.split("."))) for k in positions]
+    depths = list(range(1, max(d for d, _ in keys) + 1))
+    ranks = list(range(max(r for _, r in keys) + 1))
+    z = [[math.nan] * len(depths) for _ in ranks]
+    text = [[""] * len(depths) for _ in ranks]
+    hover = [["never drafted here"] * len(depths) for _ in ranks]
+    for (d, r), value in zip(keys, positions.values()):
+        z[r][d - 1] = value["rate"]
+        text[r][d - 1] = f"{value['rate']:.0%}<br>n={value['count']}"
+        taken = round(value["rate"] * value["count"])
+        hover[r][d - 1] = (f"depth {d}, choice {r + 1}: drafted {value['count']}×, "
+                           f"accepted {taken}× ({value['rate']:.0%})")
+    fig = go.Figure(go.Heatmap(
+        x=[f"+{d}" for d in depths], y=[f"choice {r + 1}" for r in ranks], z=z, text=text,
+        texttemplate="%{text}", hovertext=hover, hoverinfo="text", zmin=0, zmax=1, colorscale="Cividis",
+        colorbar=dict(title=dict(text="accepted<br>share"), tickformat=".0%"), xgap=3, ygap=3,
+        name="acceptance rate"))
+    fig.update_xaxes(title="depth in the tree (tokens ahead of the root)", side="bottom")
+    fig.update_yaxes(title="drafter's choice", autorange="reversed")
+    return _base_layout(fig, title, max(280, 140 + 48 * len(ranks)))
+
+
+# -- comparing strategies ----------------------------------------------------------------------
+
+def phase_split(stats: dict) -> dict[str, float]:
+    """Seconds spent per phase: drafting per stage, verification, and overhead (everything else)."""
+    phases = stats.get("phase_s", {})
+    split = {k: v for k, v in sorted(phases.items()) if k.endswith("_draft")}
+    split["verify"] = phases.get("verify", 0.0)
+    split["overhead"] = max(0.0, stats.get("wall_s", 0.0) - sum(split.values()))
+    return split
+
+
+def _phase_name(key: str) -> str:
+    if key.endswith("_draft"):
+        return f"drafting, stage {key[len('stage'):-len('_draft')]}"
+    return {"verify": "verification (target forward)", "overhead": "overhead (bookkeeping, Python)"}[key]
+
+
+def _phase_colour(key: str) -> str:
+    if key.endswith("_draft"):
+        stage = int(key[len("stage"):-len("_draft")])
+        return [KIND_COLOURS["model"], KIND_COLOURS["ngram"], *SPARE_COLOURS][min(stage - 1, 5)]
+    return PHASE_COLOURS[key]
+
+
+def latency_figure(stats: dict[str, dict]) -> go.Figure:
+    """Stacked bars per strategy: time per generated token and in total, split by phase."""
+    title = "Latency, split into drafting, verification and overhead"
+    stats = {k: v for k, v in stats.items() if v}
+    if not stats:
+        return empty_figure("Press Compare to race the strategies.", title)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("per generated token (ms)", "whole generation (s)"))
+    splits = {s: phase_split(v) for s, v in stats.items()}
+    keys = sorted({k for split in splits.values() for k in split},
+                  key=lambda k: (k == "overhead", k == "verify", k))
+    names = list(stats)
+    for key in keys:
+        per_token = [1000 * splits[s].get(key, 0.0) / max(stats[s]["new_tokens"], 1) for s in names]
+        total = [splits[s].get(key, 0.0) for s in names]
+        common = dict(name=_phase_name(key), legendgroup=key, marker_color=_phase_colour(key), x=names)
+        fig.add_trace(go.Bar(y=per_token, hovertemplate="%{x}: %{y:.1f} ms per token<extra>" + _phase_name(key)
+                             + "</extra>", **common), row=1, col=1)
+        fig.add_trace(go.Bar(y=total, showlegend=False, hovertemplate="%{x}: %{y:.2f} s<extra>"
+                             + _phase_name(key) + "</extra>", **common), row=1, col=2)
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title="ms per token", row=1, col=1)
+    fig.update_yaxes(title="seconds", row=1, col=2)
+    return _base_layout(fig, title, 420)
+
+
+def forwards_figure(stats: dict[str, dict]) -> go.Figure:
+    """Tokens produced per target forward pass, one bar per strategy."""
+    title = "Tokens per target forward pass (higher = fewer expensive passes)"
+    stats = {k: v for k, v in stats.items() if v}
+    if not stats:
+        return empty_figure("Press Compare to race the strategies.", title)
+    fig = go.Figure()
+    for name, s in stats.items():
+        value = s.get("tokens_per_target_forward", 0.0)
+        fig.add_trace(go.Bar(x=[name], y=[value], name=name, marker_color=STRATEGY_COLOURS.get(name, "#000000"),
+                             text=[f"{value:.2f}"], textposition="outside",
+                             hovertemplate=f"{name}: {value:.2f} tokens per target forward "
+                                           f"({s.get('target_forwards', 0)} forwards for {s.get('new_tokens', 0)} "
+                                           "tokens)<extra></extra>"))
+    fig.update_yaxes(title="tokens per target forward", rangemode="tozero")
+    return _base_layout(fig, title, 380)
+
+
+def memory_figure(stats: dict[str, dict]) -> go.Figure:
+    """Bytes read per generated token relative to plain decoding, stacked by model (paper's Table 1)."""
+    title = "Memory traffic per generated token, relative to baseline (lower is better)"
+    stats = {k: v for k, v in stats.items() if v and v.get("bytes_relative_to_baseline")}
+    if not stats:
+        return empty_figure("Press Compare to race the strategies.", title)
+    models: list[str] = []
+    for s in stats.values():
+        models += [m for m in s.get("bytes_read", {}) if m not in models]
+    fig = go.Figure()
+    names = list(stats)
+    for i, model in enumerate(models):
+        shares = []
+        for s in stats.values():
+            total = sum(s["bytes_read"].values())
+            baseline = total / s["bytes_relative_to_baseline"]
+            shares.append(s["bytes_read"].get(model, 0.0) / baseline)
+        colour = KIND_COLOURS["target"] if i == 0 else [KIND_COLOURS["model"], KIND_COLOURS["ngram"],
+                                                         *SPARE_COLOURS][min(i - 1, 5)]
+        role = "target" if i == 0 else "draft"
+        fig.add_trace(go.Bar(x=names, y=shares, name=f"{role}: {model}", marker_color=colour,
+                             hovertemplate="%{x}: %{y:.2f}× baseline bytes per token<extra>" + model + "</extra>"))
+    totals = [s["bytes_relative_to_baseline"] for s in stats.values()]
+    fig.add_trace(go.Scatter(x=names, y=totals, mode="text", text=[f"{t:.2f}×" for t in totals],
+                             textposition="top center", showlegend=False, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=names, y=[1.0] * len(names), mode="lines", name="plain decoding = 1.0",
+                             line=dict(color="#222222", dash="dash", width=2), hoverinfo="skip"))
+    fig.update_layout(barmode="stack", legend_traceorder="normal")
+    fig.update_yaxes(title="bytes read per token ÷ baseline", rangemode="tozero")
+    return _base_layout(fig, title, 400)
+
+
+def benchmark_figure(bench: dict | None) -> go.Figure:
+    """Grouped bars from the benchmark command's JSON: median tokens/s per strategy and sampling."""
+    title = "Benchmark: median tokens per second"
+    results = (bench or {}).get("results") or []
+    if not results:
+        return empty_figure("No benchmark results yet.", title, 300)
+    fig = go.Figure()
+    strategies = list(dict.fromkeys(r["strategy"] for r in results))
+    for sampling, colour in zip(dict.fromkeys(r["sampling"] for r in results), ["#0072B2", "#E69F00", "#009E73",
+                                                                                 "#CC79A7"]):
+        rows = {r["strategy"]: r for r in results if r["sampling"] == sampling}
+        ys = [rows[s]["tokens_per_s_median"] if s in rows else None for s in strategies]
+        text = [f"{rows[s]['speedup_vs_hf_generate']:.2f}×" if s in rows and rows[s].get("speedup_vs_hf_generate")
+                else "" for s in strategies]
+        fig.add_trace(go.Bar(x=strategies, y=ys, name=sampling, marker_color=colour, text=text,
+                             textposition="outside",
+                             hovertemplate="%{x}: %{y:.1f} tokens/s (speed-up vs HF generate %{text})<extra>"
+                                           + sampling + "</extra>"))
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title="tokens per second (median)", rangemode="tozero")
+    subtitle = " · ".join(str(bench.get(k)) for k in ("machine", "date") if bench.get(k))
+    return _base_layout(fig, title + (f"<br><sup>{html.escape(subtitle)}</sup>" if subtitle else ""), 400)
