@@ -41,8 +41,8 @@ def test_auto_trigram_is_built_for_the_tokenizer_once_and_cached(smollm2, monkey
     files = list((tmp_path / "trigrams").glob("*.npz"))
     assert len(files) == 1
     assert model.vocab_size == len(smollm2.tokenizer)
-    ids = smollm2.tokenizer("import os\nimport sys\n", add_special_tokens=False)["input_ids"]
-    assert ids[2] in [t for t, _ in model.top(ids[:2], 3)]     # "import os" often ends its line
+    ids = smollm2.tokenizer("    def __init__(self", add_special_tokens=False)["input_ids"]
+    assert model.top(ids[:-1], 1)[0][0] == ids[-1]          # "self" follows "__init__(" in Python source
     again = auto_trigram(smollm2.tokenizer, "smollm2", limit_bytes=300_000)
     assert list((tmp_path / "trigrams").glob("*.npz")) == files
-    assert (again.probs(ids[:4]) == model.probs(ids[:4])).all()
+    assert (again.probs(ids[:-1]) == model.probs(ids[:-1])).all()
