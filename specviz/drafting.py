@@ -71,7 +71,7 @@ def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: Tre
         ranked = {}     # per node: its most likely tokens, which decide how many children it gets
         for node, scores_row in zip(expand, drafter.expand(tree, expand, context)):
             if scores_row is not None:
-                dists[node] = logits_to_probs(scores_row, sampling)
+                dists[node] = logits_to_probs(scores_row.cpu(), sampling)
                 ranked[node] = top_tokens(dists[node], wants[node])
         room = spec.budget - (len(tree) - 1)
         if paths is None:

@@ -82,7 +82,7 @@ class Decoder:
         with self.timer.phase("verify"):
             positions = [self.target.committed + d for d in tree.depths]
             logits = self.target.forward(tree.tokens, positions, ancestor_matrix(tree.parents))
-            probs = logits_to_probs(logits, self.sampling)
+            probs = logits_to_probs(logits.cpu(), self.sampling)    # sampling draws use a CPU generator
             verdict = (verify_greedy(tree, probs) if self.sampling.greedy
                        else verify_sampling(tree, probs, dists, self.generator))
         with self.timer.phase("bookkeeping"):
