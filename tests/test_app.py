@@ -1,0 +1,256 @@
+"""The app: its helpers on recorded traces (fast), and the running app in headless chromium (browser).
+
+The browser test starts `python app.py` itself on a free port with the real offline default model,
+steps, runs, races, feeds bad input, and saves screenshots to out/screenshots/ (or to the folder in
+SPECVIZ_SCREENSHOTS, e.g. docs/screenshots to refresh the README's pictures).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from specviz import app_support as support
+from specviz.trace import RunRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+SETTINGS = dict(prompt="def add(a, b):\n", strategy="tree", preset=support.OFFLINE_DEFAULT, target="", drafts="",
+                sampling_mode="greedy", temperature=1.0, top_k=50, top_p=1.0, seed=0, budget=12, shape="auto",
+                max_depth=8, max_branch=4, max_new_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def greedy():
+    return {k: RunRecord.from_dict(v) for k, v in json.loads((DATA / "greedy_runs.json").read_text()).items()}
+
+
+# -- helpers, no browser -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    (dict(prompt="   "), "prompt is empty"),
+    (dict(prompt="x" * (support.MAX_PROMPT_CHARS + 1)), "too long"),
+    (dict(strategy="fastest"), "Unknown strategy"),
+    (dict(max_new_tokens=0), "max new tokens must be between"),
+    (dict(max_new_tokens=10**6), "max new tokens must be between"),
+    (dict(budget="lots"), "tree budget must be a number"),
+    (dict(sampling_mode="sample", temperature=-1), "temperature must be between"),
+    (dict(sampling_mode="sample", top_p=0), "top-p must be between"),
+    (dict(shape="spiral"), "Unknown tree shape"),
+    (dict(preset=support.CUSTOM, target=""), "need a target model id"),
+    (dict(preset="gpt-17"), "Unknown model preset"),
+])
+def test_bad_settings_give_one_clear_message(change, message):
+    with pytest.raises(support.UserError, match=message):
+        support.parse_settings(**{**SETTINGS, **change})
+
+
+def test_settings_turn_into_engine_settings():
+    s = support.parse_settings(**{**SETTINGS, "strategy": "speculative", "budget": 5})
+    assert (s.tree.shape, s.tree.budget, s.tree.max_depth) == ("chain", 5, 5)
+    s = support.parse_settings(**{**SETTINGS, "sampling_mode": "sample", "temperature": 0.7, "top_k": 50, "seed": 3})
+    assert (s.sampling.temperature, s.sampling.top_k, s.sampling.seed) == (0.7, 50, 3)
+    assert support.parse_settings(**SETTINGS).sampling.greedy
+    custom = support.parse_settings(**{**SETTINGS, "preset": support.CUSTOM, "target": " org/model ",
+                                       "drafts": "org/draft, trigram"})
+    assert custom.stack_key() == (support.CUSTOM, "org/model", ("org/draft", "trigram"))
+    assert support.parse_settings(**SETTINGS).stack_key() == ("offline",)
+
+
+def test_a_model_that_cannot_load_is_a_user_error(tmp_path):
+    with pytest.raises(support.UserError, match="Could not load the models: .*not found"):
+        support.get_stack((support.CUSTOM, str(tmp_path / "missing.gguf"), ()))
+
+
+def test_captions_say_what_happened(greedy):
+    base = support.step_caption(greedy["baseline"].steps[0])
+    assert "plain decoding" in base and "one next token" in base
+    for step in greedy["tree"].steps + greedy["staged"].steps:
+        caption = support.step_caption(step)
+        assert f"guessed {len(step.nodes) - 1} tokens ahead" in caption
+        assert f"{len(step.committed_tokens)} new token" in caption
+        assert "one target pass" in caption
+    saving = next(s for s in greedy["staged"].steps if len(s.committed_tokens) > 1)
+    assert "were saved" in support.step_caption(saving)
+    assert "min(1, p/q)" in support.step_caption(saving, greedy=False)
+
+
+def test_text_is_coloured_by_the_producing_stage(greedy):
+    run = greedy["staged"]
+    page = support.text_html("PROMPT<", run.steps, run.steps[0].stages)
+    assert "PROMPT&lt;" in page                                  # escaped prompt
+    assert page.count('class="tok" data-stage') == len(run.tokens)
+    for stage, colour in enumerate(["#D55E00", "#0072B2"]):
+        if any(stage in s.committed_stage for s in run.steps):
+            assert f'data-stage="{stage}" style="background:{colour}' in page
+    assert "Who produced each token" in page
+    assert "outline" in page                                      # the latest step stands out
+
+
+def test_counters_and_compare_table(greedy):
+    stats = {k: greedy[k].stats for k in ("baseline", "speculative", "staged")}
+    counters = support.counters_md(stats["staged"], 14, finished=True)
+    assert "Tokens per target pass" in counters and "finished" in counters
+    table = support.compare_table_md(stats)
+    assert table.count("\n") == 2 + len(stats) - 1 and "| baseline |" in table and "1.00×" in table
+
+
+def test_benchmark_results_are_optional(tmp_path):
+    assert support.load_benchmark(tmp_path / "absent.json") is None
+    (tmp_path / "bad.json").write_text("{not json")
+    assert support.load_benchmark(tmp_path / "bad.json") is None
+    assert "No benchmark results yet" in support.benchmark_md(None)
+    bench = {"machine": "m", "date": "d", "command": "python -m specviz.bench", "results": [
+        {"strategy": "staged", "sampling": "greedy", "tokens_per_s_median": 12.5, "speedup_vs_hf_generate": 2.0,
+         "tokens_per_target_forward": None, "bytes_relative_to_baseline": 0.3, "phase_share": None,
+         "exact_match": 3, "prompts": 3}]}
+    (tmp_path / "latest.json").write_text(json.dumps(bench))
+    md = support.benchmark_md(support.load_benchmark(tmp_path / "latest.json"))
+    assert "| staged | greedy | 12.5 | 2.00× | – | 0.30× | 3 / 3 |" in md
+
+
+def test_example_prompts_include_humaneval_and_plain_language():
+    examples = support.example_prompts()
+    assert any(name.startswith("HumanEval") for name in examples)
+    assert any(not name.startswith("HumanEval") for name in examples)
+    assert all(text.strip() for text in examples.values())
+
+
+# -- the running app in a real browser --------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = free_port()
+    log = tmp_path_factory.mktemp("app") / "server.log"
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"app.py exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"app.py did not answer within 240 s:\n{log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.set_default_timeout(30_000)
+        page.goto(server)
+        page.locator("#step-btn").wait_for()
+        yield page
+        browser.close()
+
+
+def shoot(page, name: str) -> None:
+    folder = Path(os.environ.get("SPECVIZ_SCREENSHOTS", ROOT / "out" / "screenshots"))
+    if not folder.is_absolute():
+        folder = ROOT / folder
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+
+def set_number(page, elem_id: str, value: int) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Enter")
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(900)
+def test_step_run_compare_and_bad_input_in_a_browser(page):
+    from playwright.sync_api import expect
+
+    status = page.locator("#status")
+    page.locator("#examples input").click()
+    page.get_by_role("option", name="Pattern: days of the week").click()
+    expect(page.locator("#prompt textarea")).to_have_value(support.NATURAL_PROMPTS["Pattern: days of the week"])
+    set_number(page, "max-new-tokens", 12)
+    page.locator("#strategy label", has_text="tree").first.click()
+
+    # Step: a tree figure with token labels and coloured text appear, with a caption
+    page.locator("#step-btn").click()
+    expect(page.locator("#caption")).to_contain_text("Step 1", timeout=240_000)
+    expect(page.locator("#tree-plot .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#tree-plot .legend")).to_be_visible()
+    assert page.locator("#tree-plot .annotation-text").count() >= 2       # root + at least the target's token
+    tokens = page.locator("#gen-text span.tok[data-stage]")
+    assert tokens.count() >= 1
+    assert "background" in tokens.first.get_attribute("style")
+    page.locator("#step-btn").click()
+    expect(page.locator("#caption")).to_contain_text("Step 2", timeout=120_000)
+    shoot(page, "step")
+
+    # Run: plays to the end with counters; the acceptance heat map is drawn
+    page.locator("#run-btn").click()
+    expect(status).to_contain_text("Finished", timeout=300_000)
+    expect(page.locator("#counters")).to_contain_text("Tokens 12 / 12")
+    expect(page.locator("#accept-plot .js-plotly-plot")).to_be_visible()
+    shoot(page, "run")
+
+    # Compare: the race fills three columns, then the charts have legends
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-btn").click()
+    expect(status).to_contain_text("Race finished", timeout=400_000)
+    for name in ("baseline", "speculative"):
+        expect(page.locator(f"#race-{name}")).to_contain_text("12/12 tokens")
+    for chart in ("latency-plot", "forwards-plot", "memory-plot"):
+        expect(page.locator(f"#{chart} .js-plotly-plot")).to_be_visible()
+        expect(page.locator(f"#{chart} .legend")).to_be_visible()
+    expect(page.locator("#compare-table")).to_contain_text("tokens per target pass")
+    shoot(page, "compare")
+
+    # Bad input: an empty prompt and a model that cannot load give a message, and the app stays up
+    page.get_by_role("tab", name="Step through").click()
+    page.locator("#prompt textarea").fill("")
+    page.locator("#step-btn").click()
+    expect(status).to_contain_text("prompt is empty", timeout=60_000)
+    shoot(page, "bad-input")
+    page.locator("#prompt textarea").fill("The capital of France is")
+    page.get_by_text("Models", exact=True).click()
+    page.locator("#preset input").click()
+    page.get_by_role("option", name="custom: type a target and drafters below").click()
+    page.locator("#target-id textarea, #target-id input").first.fill("no-such-org/no-such-model")
+    page.locator("#step-btn").click()
+    expect(status).to_contain_text("Could not load the models", timeout=120_000)
+    assert "Traceback" not in page.content()
