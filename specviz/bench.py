@@ -430,9 +430,11 @@ def machine() -> str:
             f"{device}, {platform.system()} {platform.release()}")
 
 
-def format_table(results: list[dict]) -> str:
+def format_table(results: list[dict], markdown: bool = False) -> str:
+    """draft/verify/rest: shares of decode time by engine phase (rest = tree building, bookkeeping and
+    untimed); outside fwd: share of end-to-end time spent outside model forward calls."""
     head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs HF", "vs base", "tok/fwd", "bytes/base",
-            "draft", "verify", "bookkeep", "other", "outside fwd", "exact")
+            "draft", "verify", "rest", "outside fwd", "exact")
     lines = [head]
     for r in results:
         share = r["phase_share"] or {}
@@ -443,9 +445,13 @@ def format_table(results: list[dict]) -> str:
             _fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), _fmt(r["speedup_vs_baseline"], "{:.2f}x"),
             _fmt(r["tokens_per_target_forward"], "{:.2f}"), _fmt(r["bytes_relative_to_baseline"], "{:.2f}"),
             _fmt(draft if share else None, "{:.0%}"), _fmt(share.get("verify"), "{:.0%}"),
-            _fmt(share.get("bookkeeping"), "{:.0%}"), _fmt(share.get("other"), "{:.0%}"),
+            _fmt(1.0 - draft - share.get("verify", 0.0) if share else None, "{:.0%}"),
             _fmt(1.0 - r["forward_share"], "{:.0%}"),
             "-" if r["exact_match"] is None else f"{r['exact_match']}/{r['prompts']}"))
+    if markdown:
+        text = ["| " + " | ".join(row) + " |" for row in lines]
+        text.insert(1, "|" + "---|" * len(head))
+        return "\n".join(text)
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
     text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines]
     text.insert(1, "  ".join("-" * w for w in widths))
@@ -505,7 +511,9 @@ def write_outputs(report: dict, out: Path, png: bool = True) -> list[Path]:
     """The JSON report at `out`, and next to it <stem>_<chart>.html (and .png) per chart."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    written = [out]
+    table = out.with_name(f"{out.stem}_table.md")
+    table.write_text(format_table(report["results"], markdown=True) + "\n", encoding="utf-8")
+    written = [out, table]
     for name, fig in figures(report).items():
         fig.update_layout(template="plotly_white", width=900, height=480)
         html = out.with_name(f"{out.stem}_{name}.html")
@@ -551,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also replay our runs' decisions on random GPT-2 models of the paper's sizes "
                              "(GPT-2-L target, 40M draft; 'tiny' for a quick check) and report projected tokens/s")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--render", metavar="JSON", help="no run: print the table and redraw the charts of a saved report")
     return parser
 
 
@@ -584,9 +593,27 @@ def check_args(args) -> tuple[list[str], list[str]]:
     return strategies, samplings
 
 
+def render(path: str, png: bool = True) -> int:
+    file = Path(path)
+    if not file.is_file():
+        raise BenchError(f"report not found: {path}")
+    try:
+        report = json.loads(file.read_text(encoding="utf-8"))
+        print(format_table(report["results"]))
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise BenchError(f"{path} is not a benchmark report ({type(exc).__name__}: {exc})") from None
+    if "projection" in report:
+        print("\n" + format_projection(report["projection"]))
+    written = write_outputs(report, file, png)
+    print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0
+
+
 def bench(args, argv: list[str]) -> int:
     from .stack import Stack
 
+    if args.render:
+        return render(args.render, png=not args.no_png)
     strategies, samplings = check_args(args)
     prompts = load_prompts(args.prompts, args.limit)
     stack = Stack.load(args.target, args.draft, args.dtype, args.device)

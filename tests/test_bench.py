@@ -126,7 +126,9 @@ def test_outputs_json_and_html(report, tmp_path):
     full = {"machine": "test", "date": "today", "command": "python -m specviz.bench", **report}
     written = bench.write_outputs(full, tmp_path / "latest.json", png=False)
     assert json.loads((tmp_path / "latest.json").read_text())["results"] == report["results"]
-    assert {p.name for p in written} >= {"latest.json", "latest_tokens_per_s.html", "latest_bytes.html"}
+    assert {p.name for p in written} >= {"latest.json", "latest_table.md", "latest_tokens_per_s.html", "latest_bytes.html"}
+    assert (tmp_path / "latest_table.md").read_text().count("\n") == len(report["results"]) + 2
+    assert bench.main(["--render", str(tmp_path / "latest.json"), "--no-png"]) == 0
     table = bench.format_table(report["results"])
     assert "staged" in table and "2/2" in table
 
@@ -148,6 +150,7 @@ def test_parse_sampling():
     (["--strategies", "fast"], "unknown strategy fast"),
     (["--sampling", "beam4"], "unknown sampling"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be in"),
+    (["--render", "/nonexistent/report.json"], "report not found"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert bench.main(argv) == 2
