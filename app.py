@@ -247,7 +247,7 @@ def on_compare(session: Session, *values):
     yield render_race(session, "Loading models and preparing the race…", charts=False)
     run_id = session.new_run()
     session.race = race = Race.start(settings)
-    skipped = " ".join(f"{k}: {v}" for k, v in race.skipped.items())
+    skipped = " ".join(race.skipped.values())
     started = perf_counter()
     yield render_race(session, "Racing…")
     while not race.finished:

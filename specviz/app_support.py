@@ -347,9 +347,12 @@ def step_caption(step: StepRecord, greedy: bool = True) -> str:
     bonus = bonus_token(step)
     if bonus is not None:
         lines.append(f"From the same pass it also got its own next token {_quote(bonus)} for free (red).")
+    if made < accepted + (bonus is not None):
+        lines.append(f"Only {made} of them went into the output: the generation stopped "
+                     f"({'end of text' if step.finish_reason == 'eos' else 'max new tokens reached'}).")
     saved = made - 1
     lines.append(f"**Result:** {made} new token{'s' if made != 1 else ''} for one target pass"
-                 + (f"; plain decoding would have needed {made} passes, so {saved} were saved."
+                 + (f"; plain decoding would have needed {made} passes, so {saved} {'was' if saved == 1 else 'were'} saved."
                     if saved > 0 else "; no pass saved this time, and the drafting time was spent in vain."))
     if step.finished:
         lines.append(f"The generation is finished ({'end of text' if step.finish_reason == 'eos' else 'token limit'}).")

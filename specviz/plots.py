@@ -127,12 +127,30 @@ def _prob(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def _token_box(at: tuple[float, float], text: str, colour: str, accepted: bool, name: str) -> dict:
+def _columns(step: StepRecord, layout: dict, bonus: str | None) -> tuple[list[float], int]:
+    """x centre of each depth's column, in character widths, so long tokens get wide columns; and a
+    font size that fits the whole tree on a laptop-sized plot."""
+    widths: dict[int, int] = {}
+    for n in step.nodes:
+        depth = int(layout[n.id][0])
+        widths[depth] = max(widths.get(depth, 1), len(token_label(n.text)))
+    if bonus is not None:
+        depth = int(layout[step.accepted_path[-1]][0]) + 1
+        widths[depth] = max(widths.get(depth, 1), len(token_label(bonus)))
+    centres, edge = [], 0.0
+    for depth in range(max(widths) + 1):
+        width = widths.get(depth, 1) + 3          # the box's padding and a gap for the edge
+        centres.append(edge + width / 2)
+        edge += width
+    return centres, max(9, min(15, int(1100 / edge)))
+
+
+def _token_box(at: tuple[float, float], text: str, colour: str, accepted: bool, name: str, size: int = 15) -> dict:
     """A token as a coloured box: accepted ones solid with a dark border, the others a pale tint."""
     return dict(name=name, x=at[0], y=at[1], text=html.escape(token_label(text)), showarrow=False,
                 bgcolor=colour if accepted else blend(colour, REJECTED_TINT), bordercolor="#111111" if accepted else colour,
                 borderwidth=2 if accepted else 1, borderpad=4,
-                font=dict(color="white" if accepted else "#333333", size=15, family="DejaVu Sans Mono, monospace"))
+                font=dict(color="white" if accepted else "#333333", size=size, family="DejaVu Sans Mono, monospace"))
 
 
 def blend(colour: str, amount: float) -> str:
@@ -146,7 +164,10 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
     that proposed them, the accepted path bold, rejected branches dimmed, hover = q, p, acceptance."""
     if step is None:
         return empty_figure("Press Step to draft and verify a first tree.", "Speculative tree")
-    place = tree_layout(step)
+    layout = tree_layout(step)
+    bonus = bonus_token(step)
+    centres, font_size = _columns(step, layout, bonus)
+    place = {i: (centres[int(d)], y) for i, (d, y) in layout.items()}
     colours = stage_colours(step.stages)
     rows = len({y for _, y in place.values()})
     fig = go.Figure()
@@ -184,29 +205,28 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
             name=label, meta="nodes", ids=[str(n.id) for n in nodes], customdata=[n.id for n in nodes],
             marker=dict(color=colour, size=14, symbol="square"),
             hovertext=[node_hover(step, n, label) for n in nodes], hoverinfo="text"))
-        notes += [_token_box(place[n.id], n.text, colour, n.accepted, f"node-{n.id}") for n in nodes]
-    bonus = bonus_token(step)
+        notes += [_token_box(place[n.id], n.text, colour, n.accepted, f"node-{n.id}", font_size) for n in nodes]
     if bonus is not None:
         last = step.accepted_path[-1]
         x, y = place[last]
-        fig.add_trace(go.Scatter(x=[x, x + 1], y=[y, y], mode="lines", line=dict(color="#222222", width=5),
+        bx = centres[int(layout[last][0]) + 1]
+        fig.add_trace(go.Scatter(x=[x, bx], y=[y, y], mode="lines", line=dict(color="#222222", width=5),
                                  hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(
-            x=[x + 1], y=[y], mode="markers", meta="bonus", name=f"target's own next token ({step.stages[0].name})",
+            x=[bx], y=[y], mode="markers", meta="bonus", name=f"target's own next token ({step.stages[0].name})",
             marker=dict(color=colours[0], size=14, symbol="square"),
             hovertext=[f"<b>{html.escape(repr(bonus))}</b><br>the target's own next token after the "
                        "accepted path (a free 'bonus' token from the same forward pass)"], hoverinfo="text"))
-        notes.append(_token_box((x + 1, y), bonus, colours[0], True, "bonus"))
+        notes.append(_token_box((bx, y), bonus, colours[0], True, "bonus", font_size))
     fig.update_layout(annotations=notes)
-    depth = max(x for x, _ in place.values()) + (1 if bonus is not None else 0)
-    fig.update_xaxes(range=[-0.6, depth + 0.6], tickvals=list(range(int(depth) + 1)),
-                     ticktext=["root"] + [f"+{d}" for d in range(1, int(depth) + 1)], side="top",
+    fig.update_xaxes(range=[0, centres[-1] + (centres[-1] - centres[-2] if len(centres) > 1 else 4) / 2 + 0.5],
+                     tickvals=centres, ticktext=["root"] + [f"+{d}" for d in range(1, len(centres))], side="top",
                      showgrid=False, zeroline=False, title=None)
     fig.update_yaxes(visible=False, range=[-rows + 0.4, 0.6])
     drafted = len(step.nodes) - 1
     title = (f"Step {step.step + 1}: {drafted} drafted, {len(step.accepted_path) - 1} accepted"
              + (", + 1 from the target" if bonus is not None else ""))
-    return _base_layout(fig, title, height or max(300, 150 + 46 * rows))
+    return _base_layout(fig, title, height or max(300, 160 + 52 * rows))
 
 
 # -- acceptance at each tree position across steps ---------------------------------------------
@@ -290,7 +310,7 @@ def latency_figure(stats: dict[str, dict]) -> go.Figure:
 
 def forwards_figure(stats: dict[str, dict]) -> go.Figure:
     """Tokens produced per target forward pass, one bar per strategy."""
-    title = "Tokens per target forward pass (higher = fewer expensive passes)"
+    title = "Tokens per target pass (higher is better)"
     stats = {k: v for k, v in stats.items() if v}
     if not stats:
         return empty_figure("Press Compare to race the strategies.", title)
@@ -302,13 +322,14 @@ def forwards_figure(stats: dict[str, dict]) -> go.Figure:
                              hovertemplate=f"{name}: {value:.2f} tokens per target forward "
                                            f"({s.get('target_forwards', 0)} forwards for {s.get('new_tokens', 0)} "
                                            "tokens)<extra></extra>"))
-    fig.update_yaxes(title="tokens per target forward", rangemode="tozero")
+    top = max(s.get("tokens_per_target_forward", 0.0) for s in stats.values())
+    fig.update_yaxes(title="tokens per target forward", range=[0, 1.2 * max(top, 1.0)])
     return _base_layout(fig, title, 380)
 
 
 def memory_figure(stats: dict[str, dict]) -> go.Figure:
     """Bytes read per generated token relative to plain decoding, stacked by model (paper's Table 1)."""
-    title = "Memory traffic per generated token, relative to baseline (lower is better)"
+    title = "Memory traffic per token vs baseline (lower is better)"
     stats = {k: v for k, v in stats.items() if v and v.get("bytes_relative_to_baseline")}
     if not stats:
         return empty_figure("Press Compare to race the strategies.", title)
@@ -334,7 +355,7 @@ def memory_figure(stats: dict[str, dict]) -> go.Figure:
     fig.add_trace(go.Scatter(x=names, y=[1.0] * len(names), mode="lines", name="plain decoding = 1.0",
                              line=dict(color="#222222", dash="dash", width=2), hoverinfo="skip"))
     fig.update_layout(barmode="stack", legend_traceorder="normal")
-    fig.update_yaxes(title="bytes read per token ÷ baseline", rangemode="tozero")
+    fig.update_yaxes(title="bytes read per token ÷ baseline", range=[0, 1.2 * max(*totals, 1.0)])
     return _base_layout(fig, title, 400)
 
 
