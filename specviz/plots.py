@@ -226,6 +226,8 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
     drafted = len(step.nodes) - 1
     title = (f"Step {step.step + 1}: {drafted} drafted, {len(step.accepted_path) - 1} accepted"
              + (", + 1 from the target" if bonus is not None else ""))
+    if drafted == 0:
+        title = f"Step {step.step + 1}: nothing drafted; the target made one token alone"
     return _base_layout(fig, title, height or max(300, 160 + 52 * rows))
 
 

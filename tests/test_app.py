@@ -182,12 +182,15 @@ def page(server):
         browser.close()
 
 
-def shoot(page, name: str) -> None:
+def shots() -> Path:
     folder = Path(os.environ.get("SPECVIZ_SCREENSHOTS", ROOT / "out" / "screenshots"))
-    if not folder.is_absolute():
-        folder = ROOT / folder
+    folder = folder if folder.is_absolute() else ROOT / folder
     folder.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+    return folder
+
+
+def shoot(page, name: str) -> None:
+    page.screenshot(path=str(shots() / f"{name}.png"), full_page=True)
 
 
 def set_number(page, elem_id: str, value: int) -> None:
@@ -220,6 +223,9 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.locator("#step-btn").click()
     expect(page.locator("#caption")).to_contain_text("Step 2", timeout=120_000)
     shoot(page, "step")
+    page.locator("#tree-plot .scatterlayer .points path").nth(1).hover(force=True)   # a drafted node
+    expect(page.locator("#tree-plot .hoverlayer")).to_contain_text("target probability p")
+    page.locator("#tree-plot").screenshot(path=str(shots() / "hover.png"))
 
     # Run: plays to the end with counters; the acceptance heat map is drawn
     page.locator("#run-btn").click()

@@ -126,7 +126,7 @@ def test_baseline_step_is_a_root_and_the_target_token(greedy):
     fig = plots.tree_figure(step)
     assert sum(len(t.x) for t in node_traces(fig)) == 1
     assert next(t for t in fig.data if t.meta == "bonus").marker.color == "#D55E00"
-    assert "0 drafted" in fig.layout.title.text
+    assert "nothing drafted" in fig.layout.title.text
 
 
 def test_empty_tree_figure_explains_what_to_do():
