@@ -197,10 +197,13 @@ def on_run(session: Session, *values):
                                        "Press Run again to continue.")
             return
         if not _step_once(session, dec):
-            return
+            if dec is not session.decoder:
+                yield render_step(session, "This run ended: Reset or new settings started a new generation.")
+            break
         yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
                                    "Press Stop to pause.")
-    yield render_step(session, (note + " " if note else "") + _finished_note(dec))
+    if dec.finished and dec is session.decoder:
+        yield render_step(session, (note + " " if note else "") + _finished_note(dec))
 
 
 @guarded(STEP_OUTPUTS)

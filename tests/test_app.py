@@ -125,6 +125,74 @@ def test_example_prompts_include_humaneval_and_plain_language():
     assert all(text.strip() for text in examples.values())
 
 
+# -- sessions and the race on tiny random models -------------------------------------------------------
+
+class WordTokenizer:
+    """Each whitespace-separated word becomes one id; enough for the app's helpers."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [(len(word) * 7 + ord(word[0])) % 64 for word in text.split()]}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f"<{i}>" for i in ids)
+
+
+@pytest.fixture
+def tiny_default(monkeypatch):
+    """The 'offline' preset replaced by tiny random models: a target, a noisy copy as draft, lookup."""
+    from specviz.models import LoadedModel
+    from specviz.stack import Stack
+    from tiny import tiny_model
+
+    def install(drafts=("draft", "lookup")):
+        tok = WordTokenizer()
+        stack = Stack(LoadedModel("tiny-target", tiny_model("llama", 0), tok), list(drafts),
+                      {"draft": LoadedModel("draft", tiny_model("llama", 0, noise=0.3), tok)})
+        monkeypatch.setitem(support._STACKS, ("offline",), stack)
+        return stack
+    return install
+
+
+def test_the_race_runs_every_strategy_to_the_same_text(tiny_default):
+    tiny_default()
+    race = support.Race.start(support.parse_settings(**{**SETTINGS, "max_new_tokens": 10}))
+    assert list(race.decoders) == list(support.COMPARED) and not race.skipped
+    while not race.finished:
+        race.step()
+    assert race.same_text() and all(len(d.new_tokens) == 10 for d in race.decoders.values())
+    stats = race.stats()
+    assert stats["baseline"]["tokens_per_target_forward"] == 1.0
+    assert stats["staged"]["tokens_per_target_forward"] >= 1.0
+    assert "speculative" in support.race_column_html("speculative", race.decoders["speculative"])
+
+
+def test_the_race_explains_a_missing_staged_stack(tiny_default):
+    tiny_default(drafts=("lookup",))
+    race = support.Race.start(support.parse_settings(**SETTINGS))
+    assert "staged" not in race.decoders and "this model stack has: lookup" in race.skipped["staged"]
+
+
+def test_sessions_share_models_but_not_state(tiny_default):
+    tiny_default()
+    settings = support.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12})
+    alone = support.Session()
+    dec, _ = alone.decoder_for(settings)
+    alone_tokens = dec.run().tokens
+    first, second = support.Session(), support.Session()
+    a, _ = first.decoder_for(settings)
+    b, _ = second.decoder_for(support.parse_settings(**{**SETTINGS, "prompt": "x y z", "max_new_tokens": 12}))
+    while not (a.finished and b.finished):          # interleaved, as two users' events would be
+        for d in (a, b):
+            if not d.finished:
+                d.step()
+    assert a.new_tokens == alone_tokens and a is not b
+    again, note = first.decoder_for(support.parse_settings(**{**SETTINGS, "max_new_tokens": 5}))
+    assert again is not a and "new generation" in note
+    run_id = first.run_id
+    first.reset()
+    assert first.decoder is None and first.run_id > run_id
+
+
 # -- the running app in a real browser --------------------------------------------------------------
 
 def free_port() -> int:
