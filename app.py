@@ -345,8 +345,8 @@ def build() -> gr.Blocks:
                                                     elem_id="forwards-plot")
                             memory_plot = gr.Plot(plots.memory_figure({}), label="Memory traffic",
                                                   elem_id="memory-plot")
-                        with gr.Accordion("Benchmark results (python -m specviz.bench)", open=False):
-                            bench = support.load_benchmark()
+                        bench = support.load_benchmark()
+                        with gr.Accordion("Benchmark results (python -m specviz.bench)", open=bench is not None):
                             gr.Markdown(support.benchmark_md(bench), elem_id="bench-table")
                             if bench:
                                 gr.Plot(plots.benchmark_figure(bench), label="Benchmark", elem_id="bench-plot")

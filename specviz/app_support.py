@@ -30,7 +30,8 @@ OFFLINE_DEFAULT = "offline"
 CUSTOM = "custom model ids"
 AUTO_SHAPE = "auto"
 COMPARED = ("baseline", "speculative", "staged")
-BENCHMARK_FILE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "latest.json"
+BENCHMARK_FILE = Path(os.environ.get("SPECVIZ_BENCHMARK")
+                      or Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "latest.json")
 
 NATURAL_PROMPTS = {
     "Pattern: days of the week": "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday, Tuesday,",

@@ -363,7 +363,7 @@ def memory_figure(stats: dict[str, dict]) -> go.Figure:
 
 def benchmark_figure(bench: dict | None) -> go.Figure:
     """Grouped bars from the benchmark command's JSON: median tokens/s per strategy and sampling."""
-    title = "Benchmark: median tokens per second"
+    title = "Benchmark: median tokens per second (labels: speed-up vs HF generate)"
     results = (bench or {}).get("results") or []
     if not results:
         return empty_figure("No benchmark results yet.", title, 300)

@@ -104,16 +104,18 @@ def test_counters_and_compare_table(greedy):
     assert table.count("\n") == 2 + len(stats) - 1 and "| baseline |" in table and "1.00×" in table
 
 
+BENCH = {"machine": "m", "date": "d", "command": "python -m specviz.bench", "results": [
+    {"strategy": "staged", "sampling": "greedy", "tokens_per_s_median": 12.5, "speedup_vs_hf_generate": 2.0,
+     "tokens_per_target_forward": None, "bytes_relative_to_baseline": 0.3, "phase_share": None,
+     "exact_match": 3, "prompts": 3}]}
+
+
 def test_benchmark_results_are_optional(tmp_path):
     assert support.load_benchmark(tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text("{not json")
     assert support.load_benchmark(tmp_path / "bad.json") is None
     assert "No benchmark results yet" in support.benchmark_md(None)
-    bench = {"machine": "m", "date": "d", "command": "python -m specviz.bench", "results": [
-        {"strategy": "staged", "sampling": "greedy", "tokens_per_s_median": 12.5, "speedup_vs_hf_generate": 2.0,
-         "tokens_per_target_forward": None, "bytes_relative_to_baseline": 0.3, "phase_share": None,
-         "exact_match": 3, "prompts": 3}]}
-    (tmp_path / "latest.json").write_text(json.dumps(bench))
+    (tmp_path / "latest.json").write_text(json.dumps(BENCH))
     md = support.benchmark_md(support.load_benchmark(tmp_path / "latest.json"))
     assert "| staged | greedy | 12.5 | 2.00× | – | 0.30× | 3 / 3 |" in md
 
@@ -205,7 +207,9 @@ def free_port() -> int:
 def server(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("app") / "server.log"
-    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+    bench = log.parent / "latest.json"
+    bench.write_text(json.dumps(BENCH))
+    env = {**os.environ, "SPECVIZ_BENCHMARK": str(bench), "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=out,
@@ -312,6 +316,10 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
         expect(page.locator(f"#{chart} .js-plotly-plot")).to_be_visible()
         expect(page.locator(f"#{chart} .legend")).to_be_visible()
     expect(page.locator("#compare-table")).to_contain_text("tokens per target pass")
+    expect(page.locator("#bench-plot .js-plotly-plot")).to_be_visible()         # benchmark results shown
+    expect(page.locator("#bench-table")).to_contain_text("12.5")
+    page.get_by_text("Benchmark results (python -m specviz.bench)").click()    # fold the test's made-up results
+    expect(page.locator("#bench-plot")).to_be_hidden()
     shoot(page, "compare")
 
     # Stop ends a long run; meanwhile another user's session steps on its own
