@@ -294,7 +294,8 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
     wall = sum(r["decode_wall_s"] for r in rows)
     if wall <= 0:
         return {}
-    shares = {name: seconds / wall for name, seconds in sorted(totals.items())}
+    order = lambda name: (not name.endswith("_draft"), name != "tree", name != "verify", name)
+    shares = {name: totals[name] / wall for name in sorted(totals, key=order)}
     shares["other"] = max(0.0, 1.0 - sum(shares.values()))
     return shares
 
@@ -620,9 +621,11 @@ def bench(args, argv: list[str]) -> int:
     report = {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "command": "python -m specviz.bench " + shlex.join(argv),
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    started = perf_counter()
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed,
                             args.tree_budget, progress=not args.no_progress, projection=args.projection,
                             device=args.device, dtype=args.dtype))
+    report["duration_s"] = perf_counter() - started
     for note in report["settings"]["notes"]:
         print(f"note: {note}", file=sys.stderr)
     print(format_table(report["results"]))
