@@ -180,7 +180,10 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
               max_new_tokens: int, seed: int = 0, tree_budget: int | None = None,
               progress: bool = True, warmup: bool = True, projection: str | None = None,
               device: str = "cpu", dtype: str = "float32") -> dict:
-    """Run every strategy on every prompt under every sampling; return the report (see `report`)."""
+    """Run every strategy on every prompt under every sampling.
+
+    Returns {"settings", "results" (one row per sampling and strategy), "per_prompt"} and, with
+    `projection` ("paper" or "tiny"), "projection"."""
     strategies, notes = usable_strategies(stack, strategies)
     if not strategies:
         raise BenchError("no strategy can run: " + "; ".join(notes))
@@ -203,13 +206,15 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                 bar.update()
     bar.close()
     per_prompt = compare_rows(rows)
-    extra = {"projection": project(rows, projection, device, dtype)} if projection else {}
-    return {**extra, "settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
-                         "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
-                         "tree_budget": tree_budget, "target": stack.target.name, "drafts": list(stack.drafts),
-                         "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
-                         "notes": notes},
-            "results": summarise(per_prompt), "per_prompt": per_prompt}
+    report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
+                           "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
+                           "tree_budget": tree_budget, "target": stack.target.name, "drafts": list(stack.drafts),
+                           "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
+                           "notes": notes},
+              "results": summarise(per_prompt), "per_prompt": per_prompt}
+    if projection:
+        report["projection"] = project(rows, projection, device, dtype)
+    return report
 
 
 def compare_rows(rows: list[dict]) -> list[dict]:

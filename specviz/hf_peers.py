@@ -65,6 +65,8 @@ def hf_generate(model: torch.nn.Module, prompt_ids: list[int], sampling: Samplin
     with count_forwards(model, assistant) as counts, torch.inference_mode():
         started = perf_counter()
         out = model.generate(ids, **kwargs)
+        if ids.device.type == "cuda":
+            torch.cuda.synchronize(ids.device)
         wall = perf_counter() - started
     return PeerRun(tokens=out[0, ids.shape[1]:].tolist(), wall_s=wall, target_forwards=counts[0],
                    draft_forwards=counts[1])
