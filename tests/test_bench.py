@@ -195,3 +195,10 @@ def test_projection_replays_recorded_decisions_on_tiny_gpt2():
     assert "PROJECTION" in bench.format_projection(projection)
     assert all(not k.startswith("_") for row in out["per_prompt"] for k in row)
     json.dumps(out)
+
+
+def test_projection_flag():
+    parser = bench.build_parser()
+    assert parser.parse_args(["--projection"]).projection == "paper"
+    assert parser.parse_args(["--projection", "tiny"]).projection == "tiny"
+    assert parser.parse_args([]).projection is None
