@@ -25,7 +25,6 @@ from specviz.engine import STRATEGIES
 log = logging.getLogger("specviz.app")
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "2"))
 EXAMPLES = support.example_prompts()
-DEFAULT_EXAMPLE = next((k for k in EXAMPLES if k.startswith("HumanEval")), next(iter(EXAMPLES)))
 
 INTRO = """
 # specviz: watch speculative decoding at work
@@ -268,16 +267,20 @@ def on_compare(session: Session, *values):
 # -- the page --------------------------------------------------------------------------------------
 
 def build() -> gr.Blocks:
-    default_strategy = "staged" if support.staged_available() else "tree"
+    staged = support.staged_available()
+    default_strategy = "staged" if staged else "tree"
+    # with a draft model, code as in the paper; with context lookup alone, text that repeats itself
+    default_example = next((k for k in EXAMPLES if k.startswith("HumanEval")), None) if staged else None
+    default_example = default_example or support.PATTERN_EXAMPLE
     with gr.Blocks(title="specviz: staged speculative decoding") as demo:
         session = gr.State(None)
         gr.Markdown(INTRO)
         status = gr.Markdown("", elem_id="status")
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
-                example = gr.Dropdown(list(EXAMPLES), value=DEFAULT_EXAMPLE, label="Example prompts", elem_id="examples",
+                example = gr.Dropdown(list(EXAMPLES), value=default_example, label="Example prompts", elem_id="examples",
                                       info="HumanEval coding tasks (as in the paper) and a few plain-language ones")
-                prompt = gr.Textbox(EXAMPLES[DEFAULT_EXAMPLE], label="Prompt", lines=7, max_lines=14,
+                prompt = gr.Textbox(EXAMPLES[default_example], label="Prompt", lines=7, max_lines=14,
                                     elem_id="prompt")
                 strategy = gr.Radio(list(STRATEGIES), value=default_strategy, label="Strategy", elem_id="strategy",
                                     info="baseline: no guessing · speculative: one draft, a chain · tree: one draft, "

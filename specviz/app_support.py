@@ -33,8 +33,9 @@ COMPARED = ("baseline", "speculative", "staged")
 BENCHMARK_FILE = Path(os.environ.get("SPECVIZ_BENCHMARK")
                       or Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "latest.json")
 
+PATTERN_EXAMPLE = "Pattern: days of the week"
 NATURAL_PROMPTS = {
-    "Pattern: days of the week": "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday, Tuesday,",
+    PATTERN_EXAMPLE: "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday, Tuesday,",
     "Story: the lighthouse keeper": "Once upon a time, in a small village by the sea, there lived an old lighthouse keeper who",
     "Explain: why is the sky blue?": "Question: Why is the sky blue?\nAnswer:",
     "List: tips for learning to code": "Here are five tips for learning to program:\n1.",
