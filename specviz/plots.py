@@ -204,7 +204,8 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
             x=[place[n.id][0] for n in nodes], y=[place[n.id][1] for n in nodes], mode="markers",
             name=label, meta="nodes", ids=[str(n.id) for n in nodes], customdata=[n.id for n in nodes],
             marker=dict(color=colour, size=14, symbol="square"),
-            hovertext=[node_hover(step, n, label) for n in nodes], hoverinfo="text"))
+            hovertext=[node_hover(step, n, label) for n in nodes], hoverinfo="text",
+            hoverlabel=dict(bgcolor="white", bordercolor=colour, font=dict(color="#111111"))))
         notes += [_token_box(place[n.id], n.text, colour, n.accepted, f"node-{n.id}", font_size) for n in nodes]
     if bonus is not None:
         last = step.accepted_path[-1]
