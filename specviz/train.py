@@ -279,7 +279,10 @@ def projected_embedding(target_embedding: torch.Tensor, dim: int) -> torch.Tenso
 
 
 def new_draft(target, args):
+    """A fresh draft (random or PCA-projected embedding), or a saved one to train further."""
     from transformers import LlamaForCausalLM
+    if getattr(args, "resume", None):
+        return LlamaForCausalLM.from_pretrained(args.resume, dtype=torch.float32)
     torch.manual_seed(args.seed)
     draft = LlamaForCausalLM(draft_config(target.model.config, args.hidden, args.layers,
                                           args.intermediate, args.head_dim))
@@ -401,7 +404,8 @@ def cmd_draft(args) -> None:
     target = load_model(TARGET)
     draft = new_draft(target, args)
     rng = np.random.default_rng(args.seed)
-    log(f"draft: {sum(p.numel() for p in draft.parameters())} parameters, init {args.init}")
+    init = f"resumed from {args.resume}" if args.resume else args.init
+    log(f"draft: {sum(p.numel() for p in draft.parameters())} parameters, init {init}")
     start = time.time()
     corpus_tokens = labelled_tokens = 0
     corpus = np.load(DATA / "corpus.npy") if args.corpus_minutes > 0 else None
@@ -420,11 +424,13 @@ def cmd_draft(args) -> None:
     labelled_tokens = train_steps(draft, batches, steps, args.lr, args.minutes, active)
     out = Path(args.out)
     save_draft(draft, out)
-    info = {"command": args.command_line,
-            "parameters": sum(p.numel() for p in draft.parameters()), "init": args.init,
+    info = {"command": args.command_line, "resumed_from": args.resume,
+            "parameters": sum(p.numel() for p in draft.parameters()), "init": init,
             "active_vocab": len(active), "target_labelled_sequences": len(sequences),
             "corpus_tokens_trained": corpus_tokens, "labelled_tokens_trained": labelled_tokens,
             "train_seconds": round(time.time() - start)}
+    if args.resume:                        # keep the record of the run this one continued
+        info["previous_run"] = read_json(DATA / f"draft_train_{Path(args.resume).name}.json")
     (DATA / f"draft_train_{out.name}.json").write_text(json.dumps(info, indent=1))
     log("saved", out, info)
 
@@ -577,6 +583,11 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def target_weight_bytes() -> int:
+    from specviz.models import load_model
+    return load_model(TARGET).weight_bytes
+
+
 def cmd_manifest(args) -> None:
     """Write assets/manifest.json and assets/MANIFEST.md from the recorded runs (data/*.json)."""
     draft = read_json(DATA / "draft_train_draft.json")
@@ -587,16 +598,18 @@ def cmd_manifest(args) -> None:
         "draft": {"files": ["draft/config.json", "draft/generation_config.json",
                             "draft/model.safetensors"], **draft,
                   "fp32_weight_bytes": draft.get("parameters", 0) * 4,
-                  "target_fp32_weight_bytes": args.target_bytes},
+                  "target_fp32_weight_bytes": target_weight_bytes()},
         "trigram": {"files": ["trigram.npz"], **trigram},
     }
     datasets = {"target_labelled": read_json(DATA / "target" / "info.json"),
                 "humaneval_continuations": read_json(DATA / "humaneval" / "info.json"),
                 "corpus": read_json(DATA / "corpus_info.json")}
+    index_files = ("manifest.json", "MANIFEST.md")          # cannot hold their own sizes
     files = {str(p.relative_to(ASSETS)): {"bytes": p.stat().st_size}
-             for p in sorted(ASSETS.rglob("*")) if p.is_file() and p.name != "manifest.json"}
-    files["manifest.json"] = {"bytes": None}
-    manifest = {"artifacts": artifacts, "datasets": datasets, "agreement": measured,
+             for p in sorted(ASSETS.rglob("*")) if p.is_file() and p.name not in index_files}
+    files.update({name: {"bytes": None} for name in index_files})
+    notes = Path(args.notes).read_text() if args.notes else ""
+    manifest = {"notes": notes, "artifacts": artifacts, "datasets": datasets, "agreement": measured,
                 "agreement_first_32": quick, "files": files,
                 "total_bytes_without_manifest": sum(f["bytes"] for f in files.values() if f["bytes"])}
     (ASSETS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -612,7 +625,7 @@ def render_manifest(m: dict) -> str:
              "target's greedy 64-token continuations of the 164 HumanEval prompts, teacher-forced",
              "(HumanEval is never used for training).", "", "## Files", "",
              "| file | bytes |", "| --- | --- |"]
-    lines += [f"| `{name}` | {f['bytes'] if f['bytes'] is not None else '(this index)'} |"
+    lines += [f"| `{name}` | {f['bytes'] if f['bytes'] is not None else '(index file)'} |"
               for name, f in m["files"].items()]
     lines += ["", f"Total (without manifest.json): {m['total_bytes_without_manifest']} bytes.", ""]
     for name, artifact in m["artifacts"].items():
@@ -638,6 +651,8 @@ def render_manifest(m: dict) -> str:
         if "trigram_load_seconds" in result:
             lines += ["", f"Trigram load time: {result['trigram_load_seconds']} s."]
         lines.append("")
+    if m["notes"]:
+        lines += ["## Notes", "", m["notes"].rstrip(), ""]
     return "\n".join(lines)
 
 
@@ -674,6 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--intermediate", type=int, default=512)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--init", choices=["pca", "random"], default="pca")
+    p.add_argument("--resume", default=None, help="continue training a saved draft directory")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--tokens-per-batch", type=int, default=4096)
@@ -710,7 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("manifest", help=cmd_manifest.__doc__)
     p.add_argument("--agreement", default=str(DATA / "agreement.json"))
     p.add_argument("--agreement-quick", default=str(DATA / "agreement_32.json"))
-    p.add_argument("--target-bytes", type=int, default=538_000_000)
+    p.add_argument("--notes", default=None, help="a markdown file to include under Notes")
     p.set_defaults(func=cmd_manifest)
     return parser
 
