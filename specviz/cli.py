@@ -109,7 +109,9 @@ def cli_json(run, decoder) -> dict:
 
 
 def _read(path: str) -> str:
-    file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"prompt file not found: {path}")
-    return file.read_text(encoding="utf-8", errors="replace")
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")     # pipes like <(...) work too
+    except FileNotFoundError:
+        raise ValueError(f"prompt file not found: {path}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None

@@ -27,7 +27,7 @@ class ModelLoadError(RuntimeError):
 class LoadedModel:
     name: str
     model: torch.nn.Module
-    tokenizer: object
+    tokenizer: object | None        # None: a draft that uses its target's tokenizer
 
     @property
     def weight_bytes(self) -> int:
@@ -119,7 +119,7 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
                 _save_atomically(model, tokenizer, converted)
             location = str(converted)
         local = Path(location).is_dir() or not hub_reachable()
-        tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=local)
+        tokenizer = None if _lacks_tokenizer(location) else AutoTokenizer.from_pretrained(location, local_files_only=local)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=DTYPES[dtype], local_files_only=local)
     except ModelLoadError:
         raise
@@ -129,6 +129,12 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     model.to(device).eval()
     model.requires_grad_(False)
     return LoadedModel(name=spec, model=model, tokenizer=tokenizer)
+
+
+def _lacks_tokenizer(location: str) -> bool:
+    """A local model directory without tokenizer files: a draft that uses its target's tokenizer."""
+    path = Path(location)
+    return path.is_dir() and not any(path.glob("tokenizer*")) and not any(path.glob("*.model"))
 
 
 def _save_atomically(model, tokenizer, target: Path) -> None:
@@ -151,9 +157,15 @@ def _save_atomically(model, tokenizer, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def check_tokenizers_match(target_tok, draft_tok, target_name: str = "target",
-                           draft_name: str = "draft") -> None:
-    """Speculation compares token ids, so both models must share one vocabulary."""
-    if target_tok.get_vocab() != draft_tok.get_vocab():
+def check_tokenizers_match(target: LoadedModel, draft: LoadedModel) -> None:
+    """Speculation compares token ids, so both models must share one vocabulary. A draft shipped
+    without a tokenizer declares it uses the target's; then only the vocabulary sizes can differ."""
+    target_name, draft_name = target.name, draft.name
+    if draft.tokenizer is None:
+        if draft.model.config.vocab_size != target.model.config.vocab_size:
+            raise ModelLoadError(f"{draft_name!r} has no tokenizer and a vocabulary of {draft.model.config.vocab_size} "
+                                 f"tokens, but {target_name!r} has {target.model.config.vocab_size}")
+        return
+    if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
         raise ModelLoadError(f"{draft_name!r} and {target_name!r} use different tokenizers; "
                              "speculation needs a draft that shares the target's vocabulary")

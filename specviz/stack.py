@@ -65,7 +65,7 @@ class Stack:
         if is_ngram(spec):
             return load_trigram(spec)
         model = load_model(spec, dtype, device)
-        check_tokenizers_match(self.tokenizer, model.tokenizer, self.target.name, spec)
+        check_tokenizers_match(self.target, model)
         return model
 
     @property

