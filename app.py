@@ -199,6 +199,8 @@ def on_run(session: Session, *values):
             if dec is not session.decoder:
                 yield render_step(session, "This run ended: Reset or new settings started a new generation.")
             break
+        if session.run_id != run_id:          # Stop came during that step: leave its message in place
+            return
         yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
                                    "Press Stop to pause.")
     if dec.finished and dec is session.decoder:
@@ -215,9 +217,7 @@ def on_stop(session: Session | None):
     if session is None:
         return session, "Nothing is running."
     session.new_run()           # any running loop of this session sees a new run id and stops
-    dec = session.decoder
-    done = f" after {len(dec.new_tokens)} tokens" if dec is not None else ""
-    return session, f"Stopped{done}. Press Run to continue or Reset to start over."
+    return session, "Stopped. Press Run to continue or Reset to start over."
 
 
 # -- Compare ---------------------------------------------------------------------------------------
@@ -259,6 +259,8 @@ def on_compare(session: Session, *values):
             yield render_race(session, f"Stopped: races are limited to {support.RUN_TIME_LIMIT_S:.0f} s.")
             return
         race.step()
+        if session.run_id != run_id:          # Stop came during that step: leave its message in place
+            return
         yield render_race(session, "Racing… press Stop to end early.")
     outcome = "Race finished." + (" Outputs are identical." if race.same_text() else "")
     yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
