@@ -262,6 +262,7 @@ def shots() -> Path:
 
 
 def shoot(page, name: str) -> None:
+    page.mouse.move(0, 0)                 # no hover labels or tool bars in the picture
     page.screenshot(path=str(shots() / f"{name}.png"), full_page=True)
 
 
