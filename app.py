@@ -381,8 +381,8 @@ def warm_up() -> None:
     """Load the offline default stack in the background so the first Step is quick."""
     try:
         support.get_stack((support.OFFLINE_DEFAULT,))
-    except Exception:  # noqa: BLE001 - the Step that needs it will show the message
-        log.exception("could not preload the offline default models")
+    except Exception as exc:  # noqa: BLE001 - the Step that needs it will show the message
+        log.warning("could not preload the offline default models: %s", support.one_line(exc))
 
 
 def main() -> None:
