@@ -190,7 +190,8 @@ def get_stack(key: tuple):
             else:
                 stack = load_preset(key[0], device=device())
         except (ModelLoadError, ValueError, OSError) as exc:
-            raise UserError(f"Could not load the models: {one_line(exc)}") from exc
+            reason = one_line(exc).replace("use --preset offline", "choose the offline preset")
+            raise UserError(f"Could not load the models: {reason}") from exc
         with _STACKS_LOCK:
             _STACKS[key] = stack
             while len(_STACKS) > MAX_CACHED_STACKS:
