@@ -487,16 +487,17 @@ def cmd_trigram(args) -> None:
     if args.sample_minutes > 0 and not samples_path.exists():
         draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
         prompts = documented_function_prompts(tok, args.max_prompts, 192, args.seed + 1)
-        samples = [p + c for p, c in zip(prompts, sample_continuations(
-            draft, prompts, args.new_tokens, args.batch_size, args.temperature,
-            tok.pad_token_id, args.sample_minutes))]
+        continuations = sample_continuations(draft, prompts, args.new_tokens, args.batch_size,
+                                             args.temperature, tok.pad_token_id, args.sample_minutes)
+        samples = [p + c for p, c in zip(prompts, continuations)]
         np.savez(samples_path, tokens=np.concatenate(samples).astype(np.int32),
-                 lengths=np.array(list(map(len, samples))))
+                 lengths=np.array(list(map(len, samples))),
+                 continuation_tokens=np.array(sum(map(len, continuations))))
     sequences = []
     if samples_path.exists() and args.sample_minutes > 0:
         z = np.load(samples_path)
         sequences += np.split(z["tokens"], np.cumsum(z["lengths"])[:-1])
-    drafted = sum(map(len, sequences))
+    drafted = sum(map(len, sequences))            # prompts (from source files) + sampled text
     target_text = [np.array(x["tokens"]) for x in load_labelled(labelled_shards("target"))] \
         if args.target_text else []
     sequences += target_text
@@ -509,7 +510,7 @@ def cmd_trigram(args) -> None:
     model = KatzTrigram.build(sequences, vocab_size=len(tok), min_bigram_count=args.min_bigram,
                               min_trigram_count=args.min_trigram)
     model.save(args.out)
-    info = {"command": args.command_line, "draft_sampled_tokens": drafted,
+    info = {"command": args.command_line, "draft_sample_tokens_with_prompts": drafted,
             "target_text_tokens": sum(map(len, target_text)), "corpus_tokens": len(corpus),
             "bigrams": model.num_bigrams, "trigrams": model.num_trigrams,
             "bytes": os.path.getsize(args.out), "d2": model.d2, "d3": model.d3}
@@ -611,7 +612,7 @@ def cmd_manifest(args) -> None:
     notes = Path(args.notes).read_text() if args.notes else ""
     manifest = {"notes": notes, "artifacts": artifacts, "datasets": datasets, "agreement": measured,
                 "agreement_first_32": quick, "files": files,
-                "total_bytes_without_manifest": sum(f["bytes"] for f in files.values() if f["bytes"])}
+                "total_bytes_without_index_files": sum(f["bytes"] for f in files.values() if f["bytes"])}
     (ASSETS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     (ASSETS / "MANIFEST.md").write_text(render_manifest(manifest))
     log("wrote", ASSETS / "manifest.json", ASSETS / "MANIFEST.md")
@@ -627,7 +628,7 @@ def render_manifest(m: dict) -> str:
              "| file | bytes |", "| --- | --- |"]
     lines += [f"| `{name}` | {f['bytes'] if f['bytes'] is not None else '(index file)'} |"
               for name, f in m["files"].items()]
-    lines += ["", f"Total (without manifest.json): {m['total_bytes_without_manifest']} bytes.", ""]
+    lines += ["", f"Total (without the index files): {m['total_bytes_without_index_files']} bytes.", ""]
     for name, artifact in m["artifacts"].items():
         lines += [f"## {name}", "", f"Command: `{artifact.get('command', '(not built)')}`", ""]
         lines += [f"- {key}: {value}" for key, value in artifact.items() if key not in ("command", "files")]

@@ -1,0 +1,61 @@
+"""The shipped artifacts: the stage-1 draft, the stage-2 trigram and their manifest."""
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+TARGET_VOCAB = 49152          # SmolLM2-135M-Instruct
+TARGET_IDS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
+
+
+def asset_files() -> list[str]:
+    return sorted(str(p.relative_to(ASSETS)) for p in ASSETS.rglob("*") if p.is_file())
+
+
+def test_assets_fit_the_size_budget():
+    total = sum((ASSETS / f).stat().st_size for f in asset_files())
+    assert total < 30 * 2 ** 20
+
+
+def test_draft_loads_with_auto_model_and_shares_the_target_vocabulary():
+    from transformers import AutoModelForCausalLM
+    draft = AutoModelForCausalLM.from_pretrained(ASSETS / "draft", dtype=torch.float32)
+    config = draft.config
+    assert config.vocab_size == TARGET_VOCAB
+    assert config.tie_word_embeddings
+    for name, value in TARGET_IDS.items():
+        assert getattr(config, name) == value
+    fp32_bytes = sum(p.numel() * 4 for p in draft.parameters())
+    assert fp32_bytes < 538_000_000 / 8          # < 1/8 of the target's bytes read per token
+    with torch.no_grad():
+        logits = draft(input_ids=torch.tensor([[1604, 275, 24, 104, 727]])).logits
+    assert logits.shape == (1, 5, TARGET_VOCAB)
+    assert torch.isfinite(logits).all()
+
+
+def test_trigram_loads_fast_and_normalises():
+    from specviz.ngram_model import KatzTrigram
+    start = time.perf_counter()
+    trigram = KatzTrigram.load(ASSETS / "trigram.npz")
+    assert time.perf_counter() - start < 1.0
+    assert trigram.vocab_size == TARGET_VOCAB
+    for context in ([], [1604], [1604, 275], [275, 24], [49000, 49001]):
+        p = trigram.probs(context).double()
+        assert p.shape == (TARGET_VOCAB,)
+        assert abs(float(p.sum()) - 1.0) < 1e-4
+        best = trigram.top(context, 3)
+        assert best[0][1] == pytest.approx(float(p.max()), rel=1e-4)
+
+
+def test_manifest_lists_every_asset_and_matches_the_markdown():
+    manifest = json.loads((ASSETS / "manifest.json").read_text())
+    assert set(manifest["files"]) == set(asset_files())
+    for name, entry in manifest["files"].items():
+        if name not in ("manifest.json", "MANIFEST.md"):     # index files: no own size
+            assert entry["bytes"] == (ASSETS / name).stat().st_size
+    markdown = (ASSETS / "MANIFEST.md").read_text()
+    for artifact in manifest["artifacts"].values():
+        assert artifact["command"] in markdown
