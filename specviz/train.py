@@ -6,6 +6,9 @@
     python -m specviz.train draft            # train the stage-1 draft model
     python -m specviz.train trigram          # build the stage-2 Katz-backoff trigram
     python -m specviz.train agreement        # measure top-1 agreement on HumanEval continuations
+    python -m specviz.train manifest         # write assets/manifest.json + MANIFEST.md from the runs
+
+assets/MANIFEST.md lists the exact commands and arguments that built the shipped artifacts.
 
 Everything is seeded; intermediate data lives in data/ (gitignored). HumanEval is only ever used
 for measuring: training prompts come from Python source files, never from HumanEval.
