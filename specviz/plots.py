@@ -70,15 +70,22 @@ def empty_figure(message: str, title: str = "", height: int = 320) -> go.Figure:
 
 # -- the speculative tree of one step ----------------------------------------------------------
 
+BONUS_ID = -1          # tree_layout's key for the target's own token after the accepted path
+
+
 def tree_layout(step: StepRecord) -> dict[int, tuple[float, float]]:
-    """Node id -> (x, y): x = depth, one row per leaf; a node sits on its first child's row, and the
-    accepted child comes first, so the accepted path is the straight top line."""
-    children: dict[int, list] = {n.id: [] for n in step.nodes}
+    """Node id -> (depth, row): one row per leaf (row 0 on top, then -1, -2, ...); a node sits on its
+    first child's row, and accepted children come first, so the accepted path is the straight top
+    line. The target's own token (key BONUS_ID), when there is one, continues that line."""
+    children: dict[int, list[tuple[bool, int, int]]] = {n.id: [] for n in step.nodes}
     for n in step.nodes:
         if n.parent >= 0:
-            children[n.parent].append(n)
+            children[n.parent].append((not n.accepted, n.rank, n.id))
+    if bonus_token(step) is not None:
+        children[step.accepted_path[-1]].append((False, -1, BONUS_ID))
+        children[BONUS_ID] = []
     for kids in children.values():
-        kids.sort(key=lambda n: (not n.accepted, n.rank))
+        kids.sort()
     place: dict[int, tuple[float, float]] = {}
     row = 0
 
@@ -89,12 +96,11 @@ def tree_layout(step: StepRecord) -> dict[int, tuple[float, float]]:
             y = -row
             row += 1
         else:
-            y = [visit(k.id, depth + 1) for k in kids][0]
+            y = [visit(kid, depth + 1) for _, _, kid in kids][0]
         place[node_id] = (float(depth), float(y))
         return y
 
-    roots = [n.id for n in step.nodes if n.parent < 0]
-    for root in roots:
+    for root in [n.id for n in step.nodes if n.parent < 0]:
         visit(root, 0)
     return place
 
@@ -108,10 +114,10 @@ def bonus_token(step: StepRecord) -> str | None:
 
 
 def node_hover(step: StepRecord, node, colour_label: str) -> str:
-    token = html.escape(repr(node.text))
+    token = html.escape(repr(node.text), quote=False)
     if node.parent < 0:
         return f"<b>{token}</b><br>root: the last token already in the output"
-    lines = [f"<b>{token}</b>  proposed by {html.escape(colour_label)}",
+    lines = [f"<b>{token}</b>  proposed by {html.escape(colour_label, quote=False)}",
              f"depth {node.depth}, choice {node.rank + 1} among its siblings",
              f"draft probability q = {_prob(node.draft_prob)}",
              f"target probability p = {_prob(node.target_prob)}"]
@@ -127,16 +133,12 @@ def _prob(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
-def _columns(step: StepRecord, layout: dict, bonus: str | None) -> tuple[list[float], int]:
+def _columns(layout: dict, labels: dict[int, str]) -> tuple[list[float], int]:
     """x centre of each depth's column, in character widths, so long tokens get wide columns; and a
     font size that fits the whole tree on a laptop-sized plot."""
     widths: dict[int, int] = {}
-    for n in step.nodes:
-        depth = int(layout[n.id][0])
-        widths[depth] = max(widths.get(depth, 1), len(token_label(n.text)))
-    if bonus is not None:
-        depth = int(layout[step.accepted_path[-1]][0]) + 1
-        widths[depth] = max(widths.get(depth, 1), len(token_label(bonus)))
+    for node_id, (depth, _) in layout.items():
+        widths[int(depth)] = max(widths.get(int(depth), 1), len(labels[node_id]))
     centres, edge = [], 0.0
     for depth in range(max(widths) + 1):
         width = widths.get(depth, 1) + 3          # the box's padding and a gap for the edge
@@ -147,7 +149,7 @@ def _columns(step: StepRecord, layout: dict, bonus: str | None) -> tuple[list[fl
 
 def _token_box(at: tuple[float, float], text: str, colour: str, accepted: bool, name: str, size: int = 15) -> dict:
     """A token as a coloured box: accepted ones solid with a dark border, the others a pale tint."""
-    return dict(name=name, x=at[0], y=at[1], text=html.escape(token_label(text)), showarrow=False,
+    return dict(name=name, x=at[0], y=at[1], text=html.escape(token_label(text), quote=False), showarrow=False,
                 bgcolor=colour if accepted else blend(colour, REJECTED_TINT), bordercolor="#111111" if accepted else colour,
                 borderwidth=2 if accepted else 1, borderpad=4,
                 font=dict(color="white" if accepted else "#333333", size=size, family="DejaVu Sans Mono, monospace"))
@@ -166,7 +168,8 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
         return empty_figure("Press Step to draft and verify a first tree.", "Speculative tree")
     layout = tree_layout(step)
     bonus = bonus_token(step)
-    centres, font_size = _columns(step, layout, bonus)
+    labels = {n.id: token_label(n.text) for n in step.nodes} | {BONUS_ID: token_label(bonus or "")}
+    centres, font_size = _columns(layout, labels)
     place = {i: (centres[int(d)], y) for i, (d, y) in layout.items()}
     colours = stage_colours(step.stages)
     rows = len({y for _, y in place.values()})
@@ -210,13 +213,13 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
     if bonus is not None:
         last = step.accepted_path[-1]
         x, y = place[last]
-        bx = centres[int(layout[last][0]) + 1]
+        bx = place[BONUS_ID][0]
         fig.add_trace(go.Scatter(x=[x, bx], y=[y, y], mode="lines", line=dict(color="#222222", width=5),
                                  hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(
             x=[bx], y=[y], mode="markers", meta="bonus", name=f"target's own next token ({step.stages[0].name})",
             marker=dict(color=colours[0], size=14, symbol="square"),
-            hovertext=[f"<b>{html.escape(repr(bonus))}</b><br>the target's own next token after the "
+            hovertext=[f"<b>{html.escape(repr(bonus), quote=False)}</b><br>the target's own next token after the "
                        "accepted path (a free 'bonus' token from the same forward pass)"], hoverinfo="text"))
         notes.append(_token_box((bx, y), bonus, colours[0], True, "bonus", font_size))
     fig.update_layout(annotations=notes)

@@ -296,8 +296,14 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.locator("#step-btn").click()
     expect(page.locator("#caption")).to_contain_text("Step 2", timeout=120_000)
     shoot(page, "step")
-    page.locator("#tree-plot .scatterlayer .points path").nth(1).hover(force=True)   # a drafted node
-    expect(page.locator("#tree-plot .hoverlayer")).to_contain_text("target probability p")
+    hover = page.locator("#tree-plot .hoverlayer")
+    texts = []
+    for point in page.locator("#tree-plot .scatterlayer .points path").all():       # find a drafted node
+        point.hover(force=True)
+        texts.append(hover.text_content() or "")
+        if "target probability p" in texts[-1]:
+            break
+    assert "draft probability q" in texts[-1] and "acceptance probability" in texts[-1], texts
     page.locator("#tree-plot").screenshot(path=str(shots() / "hover.png"))
 
     # Run: plays to the end with counters; the acceptance heat map is drawn

@@ -56,7 +56,10 @@ def test_tree_figure_has_one_marker_and_one_label_per_node(greedy, sampled):
         expected = [plots.token_label(n.text) for n in step.nodes]
         if bonus:
             expected.append(plots.token_label(step.committed_text[-1]))
-        assert sorted(labels) == sorted(plots.html.escape(x) for x in expected)
+        assert sorted(labels) == sorted(plots.html.escape(x, quote=False) for x in expected)
+        layout = plots.tree_layout(step)
+        assert len(set(layout.values())) == len(layout), "no two boxes (the target's token included) overlap"
+        assert (plots.BONUS_ID in layout) == bool(bonus)
         json.loads(fig.to_json())
 
 
@@ -230,3 +233,16 @@ def test_benchmark_figure_groups_by_sampling():
     assert list(fig.data[0].y) == [10.0, 30.0] and list(fig.data[1].y) == [None, 20.0]
     assert has_legend(fig) and "test box" in fig.layout.title.text
     assert not plots.benchmark_figure(None).data
+
+
+def test_the_targets_token_gets_its_own_box_beside_rejected_children():
+    """All drafts rejected: the target's token continues the top row, the rejected child moves down."""
+    nodes = [NodeRecord(0, 5, " Wed", -1, 0, 0, 0, None, None, None, True),
+             NodeRecord(1, 6, ",", 0, 1, 0, 1, 0.6, 0.1, 0.0, False),
+             NodeRecord(2, 7, '"', 1, 2, 0, 1, 0.5, 0.2, None, False)]
+    step = StepRecord(0, "tree", [StageInfo("t", "target"), StageInfo("d", "model")], nodes, [0], [8], [";"], [0],
+                      {}, {}, {}, 0.0, 0)
+    layout = plots.tree_layout(step)
+    assert layout[plots.BONUS_ID] == (1.0, 0.0) and layout[1] == (1.0, -1.0) and layout[2] == (2.0, -1.0)
+    fig = plots.tree_figure(step)
+    assert {a.text for a in fig.layout.annotations} == {"·Wed", ",", '"', ";"}      # quotes stay readable
