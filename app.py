@@ -190,6 +190,9 @@ def on_run(session: Session, *values):
     started = perf_counter()
     while not dec.finished:
         if session.run_id != run_id:
+            if session.stopped_run == run_id:
+                yield render_step(session, f"Stopped after {len(dec.new_tokens)} tokens. Press Run to continue "
+                                           "or Reset to start over.")
             return
         if perf_counter() - started > support.RUN_TIME_LIMIT_S:
             yield render_step(session, f"Stopped: runs are limited to {support.RUN_TIME_LIMIT_S:.0f} s. "
@@ -199,8 +202,6 @@ def on_run(session: Session, *values):
             if dec is not session.decoder:
                 yield render_step(session, "This run ended: Reset or new settings started a new generation.")
             break
-        if session.run_id != run_id:          # Stop came during that step: leave its message in place
-            return
         yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
                                    "Press Stop to pause.")
     if dec.finished and dec is session.decoder:
@@ -216,8 +217,8 @@ def on_reset(session: Session):
 def on_stop(session: Session | None):
     if session is None:
         return session, "Nothing is running."
-    session.new_run()           # any running loop of this session sees a new run id and stops
-    return session, "Stopped. Press Run to continue or Reset to start over."
+    session.stop()              # the running loop of this session ends after its current step
+    return session, "Stopping…"
 
 
 # -- Compare ---------------------------------------------------------------------------------------
@@ -254,13 +255,13 @@ def on_compare(session: Session, *values):
     yield render_race(session, "Racing…")
     while not race.finished:
         if session.run_id != run_id or session.race is not race:
+            if session.stopped_run == run_id:
+                yield render_race(session, "Race stopped; the charts show the steps so far.")
             return
         if perf_counter() - started > support.RUN_TIME_LIMIT_S:
             yield render_race(session, f"Stopped: races are limited to {support.RUN_TIME_LIMIT_S:.0f} s.")
             return
         race.step()
-        if session.run_id != run_id:          # Stop came during that step: leave its message in place
-            return
         yield render_race(session, "Racing… press Stop to end early.")
     outcome = "Race finished." + (" Outputs are identical." if race.same_text() else "")
     yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
@@ -360,15 +361,15 @@ def build() -> gr.Blocks:
                     budget, shape, max_depth, max_branch, max_new]
         step_outputs = [session, status, tree_plot, text, caption, counters, accept_plot]
         engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
-        step_evt = step_btn.click(on_step, [session, *settings], step_outputs, show_progress="minimal", **engine)
-        run_evt = run_btn.click(on_run, [session, *settings], step_outputs, show_progress="hidden", **engine)
+        step_btn.click(on_step, [session, *settings], step_outputs, show_progress="minimal", **engine)
+        run_btn.click(on_run, [session, *settings], step_outputs, show_progress="hidden", **engine)
         reset_btn.click(on_reset, [session], step_outputs, show_progress="hidden")
         compare_outputs = [session, status, *racers, table, latency_plot, forwards_plot, memory_plot]
-        compare_evt = compare_btn.click(on_compare, [session, *settings], compare_outputs, show_progress="hidden",
+        compare_btn.click(on_compare, [session, *settings], compare_outputs, show_progress="hidden",
                                         **engine)
         for button in (stop_btn, stop2_btn):
-            button.click(on_stop, [session], [session, status], cancels=[run_evt, compare_evt, step_evt],
-                         queue=False)
+            # no `cancels`: a cancelled loop could not report; the loop sees Stop and ends after its step
+            button.click(on_stop, [session], [session, status], queue=False)
         example.change(lambda name: EXAMPLES.get(name, gr.skip()), [example], [prompt], queue=False)
         preset.change(lambda p: [gr.update(visible=p == support.CUSTOM)] * 2, [preset], [target, drafts], queue=False)
         mode.change(lambda m: [gr.update(visible=m == "sample")] * 4, [mode], [temperature, top_k, top_p, seed],

@@ -228,10 +228,15 @@ class Session:
     settings: Settings | None = None
     race: "Race | None" = None
     run_id: int = 0
+    stopped_run: int = -1               # the run that Stop ended, so its loop can say so
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def reset(self) -> None:
         self.decoder, self.settings, self.race = None, None, None
+        self.new_run()
+
+    def stop(self) -> None:
+        self.stopped_run = self.run_id
         self.new_run()
 
     def new_run(self) -> int:
