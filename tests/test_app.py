@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -281,8 +282,11 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.locator("#examples input").click()
     page.get_by_role("option", name="Pattern: days of the week").click()
     expect(page.locator("#prompt textarea")).to_have_value(support.NATURAL_PROMPTS["Pattern: days of the week"])
+    page.locator("#examples input").click()
+    page.get_by_role("option", name="HumanEval/0: has_close_elements").click()
+    expect(page.locator("#prompt textarea")).to_have_value(re.compile("def has_close_elements"))
     set_number(page, "max-new-tokens", 20)
-    page.locator("#strategy label", has_text="tree").first.click()
+    page.locator("#strategy label", has_text="staged").first.click()
 
     # Step: a tree figure with token labels and coloured text appear, with a caption
     page.locator("#step-btn").click()
