@@ -55,16 +55,18 @@ def draw_without_replacement(probs: torch.Tensor, k: int, generator: torch.Gener
     """Up to k distinct tokens, in draw order, each drawn from probs renormalised over those not yet drawn.
 
     Gumbel-top-k: sorting log p + Gumbel noise gives exactly sequential sampling without replacement.
+    Only the support is perturbed: after top-k/top-p that is a few dozen tokens, not the vocabulary.
     """
-    k = min(k, int((probs > 0).sum()))
+    support = torch.nonzero(probs > 0).flatten()
+    k = min(k, support.numel())
     if k <= 0:
         return []
-    uniform = torch.rand(probs.shape, generator=generator).clamp_(min=1e-20)
-    keys = probs.log() - torch.log(-torch.log(uniform))
-    return torch.topk(keys, k).indices.tolist()
+    uniform = torch.rand(support.shape, generator=generator).clamp_(min=1e-20)
+    keys = probs[support].log() - torch.log(-torch.log(uniform))
+    return support[torch.topk(keys, k).indices].tolist()
 
 
 def top_tokens(probs: torch.Tensor, k: int) -> list[int]:
     """The k most likely tokens with non-zero probability, most likely first."""
-    k = min(k, int((probs > 0).sum()))
-    return torch.topk(probs, k).indices.tolist() if k > 0 else []
+    values, tokens = torch.topk(probs, min(k, probs.shape[-1]))
+    return tokens[values > 0].tolist()
