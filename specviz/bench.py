@@ -134,7 +134,7 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budge
         # no stop at end-of-sequence: every strategy makes the same number of tokens
         decoder = stack.decoder(prompt_ids, strategy, default_tree(strategy, tree_budget), sampling,
                                 max_new_tokens, stop_at_eos=False)
-        run = decoder.run()
+        run = decoder.generate()
         wall = perf_counter() - started
     finally:
         clock.close()

@@ -71,7 +71,7 @@ def generate(args) -> int:
     drafts = [] if args.strategy == "baseline" else args.draft
     stack = load_preset(args.preset or "offline", args.dtype, args.device, target=args.target, drafts=drafts)
     decoder = stack.decoder(stack.encode(prompt), args.strategy, tree, sampling, args.max_new_tokens)
-    run = decoder.run()
+    run = decoder.generate()
     if args.json:
         print(json.dumps(cli_json(run, decoder)))
     else:

@@ -149,7 +149,8 @@ class Decoder:
     def text(self) -> str:
         return self.tokenizer.decode(self.new_tokens, skip_special_tokens=True)
 
-    def run(self, on_step=None) -> RunRecord:
+    def generate(self, on_step=None) -> RunRecord:
+        """The loop over step(); on_step(record) is called after each step (streaming)."""
         while not self.finished:
             record = self.step()
             if on_step is not None:

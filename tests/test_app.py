@@ -180,7 +180,7 @@ def test_sessions_share_models_but_not_state(tiny_default):
     settings = support.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12})
     alone = support.Session()
     dec, _ = alone.decoder_for(settings)
-    alone_tokens = dec.run().tokens
+    alone_tokens = dec.generate().tokens
     first, second = support.Session(), support.Session()
     a, _ = first.decoder_for(settings)
     b, _ = second.decoder_for(support.parse_settings(**{**SETTINGS, "prompt": "x y z", "max_new_tokens": 12}))

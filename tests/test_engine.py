@@ -22,7 +22,7 @@ def staged_run(max_new_tokens=20, **kw):
 
 
 def test_trace_records_round_trip_through_json():
-    run = staged_run().run()
+    run = staged_run().generate()
     text = json.dumps(run.to_dict())
     again = RunRecord.from_dict(json.loads(text))
     assert again == run
@@ -53,7 +53,7 @@ def test_step_record_describes_the_round():
 
 
 def test_statistics_add_up():
-    run = staged_run(30).run()
+    run = staged_run(30).generate()
     s = run.stats
     assert s["new_tokens"] == len(run.tokens) == 30
     assert s["target_forwards"] == s["steps"] == len(run.steps)
@@ -68,17 +68,17 @@ def test_statistics_add_up():
 
 
 def test_baseline_reads_exactly_the_baseline_bytes():
-    run = Decoder(tiny_model("llama"), TOK, [1, 2, 3], max_new_tokens=10).run()
+    run = Decoder(tiny_model("llama"), TOK, [1, 2, 3], max_new_tokens=10).generate()
     assert run.stats["bytes_relative_to_baseline"] == pytest.approx(1.0)
 
 
 def test_stops_at_eos_and_at_max_new_tokens():
     target = tiny_model("llama")
-    free = Decoder(target, TOK, [1, 2], max_new_tokens=12).run()
+    free = Decoder(target, TOK, [1, 2], max_new_tokens=12).generate()
     eos = free.tokens[4]
     target.generation_config.eos_token_id = eos
     try:
-        run = Decoder(target, TOK, [1, 2], drafter=ModelDrafter(target), max_new_tokens=12).run()
+        run = Decoder(target, TOK, [1, 2], drafter=ModelDrafter(target), max_new_tokens=12).generate()
     finally:
         target.generation_config.eos_token_id = None
     assert run.tokens == free.tokens[: free.tokens.index(eos) + 1]

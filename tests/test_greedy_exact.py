@@ -31,7 +31,7 @@ def drafter_for(kind, family):
 
 
 def greedy(model, prompt, n, **kw):
-    return Decoder(model, TOK, prompt, max_new_tokens=n, **kw).run().tokens
+    return Decoder(model, TOK, prompt, max_new_tokens=n, **kw).generate().tokens
 
 
 KINDS = ["model", "lookup", "ngram", "staged-lookup", "staged-ngram", "cascade"]
@@ -53,7 +53,7 @@ def test_greedy_output_equals_baseline(family, prompt, kind, shape, budget, dept
 def test_draft_equal_to_target_accepts_every_node_of_a_chain():
     target = tiny_model("llama")
     run = Decoder(target, TOK, [1, 2, 3], drafter=ModelDrafter(target), strategy="speculative",
-                  tree=TreeSpec(shape="chain", budget=5, max_depth=5), max_new_tokens=30).run()
+                  tree=TreeSpec(shape="chain", budget=5, max_depth=5), max_new_tokens=30).generate()
     assert run.tokens == greedy(target, [1, 2, 3], 30)
     assert all(len(s.accepted_path) == 6 for s in run.steps)       # root + 5 drafted
     assert run.stats["tokens_per_target_forward"] == 6.0
@@ -67,7 +67,7 @@ def test_tree_accepts_more_per_target_forward_than_chain_with_same_draft_and_bud
         prompt = [(seed * 7 + i * 13) % 64 for i in range(6)]
         for shape in totals:
             run = Decoder(target, TOK, prompt, drafter=ModelDrafter(draft), strategy="tree",
-                          tree=TreeSpec(shape=shape, budget=8, max_depth=8), max_new_tokens=32).run()
+                          tree=TreeSpec(shape=shape, budget=8, max_depth=8), max_new_tokens=32).generate()
             totals[shape][0] += run.stats["new_tokens"]
             totals[shape][1] += run.stats["target_forwards"]
     chain = totals["chain"][0] / totals["chain"][1]
@@ -79,9 +79,9 @@ def test_staged_builds_the_same_tree_with_fewer_draft_forwards():
     target = tiny_model("llama")
     draft = tiny_model("llama", noise=0.3)
     spec = TreeSpec(shape="static", budget=12, max_depth=6)
-    plain = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(draft), tree=spec, max_new_tokens=24).run()
+    plain = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(draft), tree=spec, max_new_tokens=24).generate()
     staged = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(draft, lower=ModelDrafter(draft, name="same")),
-                     tree=spec, max_new_tokens=24).run()
+                     tree=spec, max_new_tokens=24).generate()
     for a, b in zip(plain.steps, staged.steps):
         assert [n.token for n in a.nodes] == [n.token for n in b.nodes]
         assert [n.parent for n in a.nodes] == [n.parent for n in b.nodes]

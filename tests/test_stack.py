@@ -22,7 +22,7 @@ def test_strategies_pick_stages_from_the_stack():
     staged = s.drafter_for("staged")
     assert isinstance(staged.lower, NgramDrafter)
     assert [d.kind for d in staged.stages()] == ["model", "ngram"]
-    run = s.decoder([1, 2, 3], "staged", max_new_tokens=8).run()
+    run = s.decoder([1, 2, 3], "staged", max_new_tokens=8).generate()
     assert [st.name for st in run.steps[0].stages] == ["target", "small", "big"]
 
 
@@ -38,7 +38,7 @@ def test_drafter_only_and_invalid_cascades():
 def test_a_drafter_named_like_the_target_gets_a_unique_name():
     model = LoadedModel("target", tiny_model("llama"), TinyTokenizer())
     s = Stack(model, ["target", "lookup"], {"target": model})
-    run = s.decoder([1, 2], "staged", max_new_tokens=4).run()
+    run = s.decoder([1, 2], "staged", max_new_tokens=4).generate()
     names = [st.name for st in run.steps[0].stages]
     assert len(set(names)) == 3 and run.stats["draft_forwards"]
 

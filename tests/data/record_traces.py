@@ -25,13 +25,13 @@ def main() -> None:
     runs = {}
     for strategy in ("baseline", "speculative", "tree", "staged"):
         decoder = stack.decoder(ids, strategy, default_tree(strategy, 10), Sampling(), max_new_tokens=14)
-        runs[strategy] = decoder.run()
+        runs[strategy] = decoder.generate()
         print(strategy, repr(runs[strategy].text))
     save("greedy_runs.json", runs)
     lookup = Stack(stack.target, ["lookup"])
     decoder = lookup.decoder(ids, "speculative", default_tree("speculative", 6),
                              Sampling(temperature=1.0, top_k=50, seed=3), max_new_tokens=14)
-    run = decoder.run()
+    run = decoder.generate()
     print("sampled", repr(run.text))
     save("sampled_runs.json", {"speculative": run})
 
