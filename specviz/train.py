@@ -639,6 +639,7 @@ def cmd_manifest(args) -> None:
         "trigram": {"files": ["trigram.npz"], **trigram},
     }
     datasets = {"target_labelled": read_json(DATA / "target" / "info.json"),
+                "teacher_labelled": read_json(DATA / "teacher" / "info.json"),
                 "humaneval_continuations": read_json(DATA / "humaneval" / "info.json"),
                 "corpus": read_json(DATA / "corpus_info.json")}
     index_files = ("manifest.json", "MANIFEST.md")          # cannot hold their own sizes
