@@ -101,7 +101,7 @@ def _children_counts(ranked, dists, scores, room, min_score) -> dict[int, int]:
     counts: dict[int, int] = {}
     while heap and sum(counts.values()) < room:
         neg_score, node, rank = heapq.heappop(heap)
-        if -neg_score < min_score and counts:
+        if -neg_score < min_score:      # not even the best candidate is likely enough: stop here
             break
         counts[node] = rank + 1
         if rank + 1 < len(ranked[node]):
