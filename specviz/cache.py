@@ -56,18 +56,27 @@ class KVModel:
         tokens themselves) each new token attends to; the committed prefix is always visible.
         """
         n = len(tokens)
-        allowed = torch.ones(n, self.committed + self.pending + n, dtype=torch.bool)
-        allowed[:, self.committed:] = visible
-        mask = torch.zeros(allowed.shape, dtype=self.dtype)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
         ids = torch.tensor([tokens], device=self.device)
         pos = torch.tensor([positions], device=self.device)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=mask[None, None].to(self.device),
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=self._mask(visible),
                          past_key_values=self.cache, use_cache=True)
         self.log.tokens.append(n)
         self.log.kv_entries.append(self.committed + self.pending + n)
         self.pending += n
         return out.logits[0]
+
+    def _mask(self, visible: torch.Tensor) -> torch.Tensor | None:
+        """Additive float mask [1, 1, n, cache + n] (eager attention adds it, so it cannot be
+        boolean), or None when it would be plain causal: then attention takes its fast path
+        (no mask tensor, and no copy of the KV heads for grouped-query attention)."""
+        n = visible.shape[0]
+        if torch.equal(visible, torch.ones(visible.shape, dtype=torch.bool).tril(self.pending)):
+            return None
+        allowed = torch.ones(n, self.committed + self.pending + n, dtype=torch.bool)
+        allowed[:, self.committed:] = visible
+        mask = torch.zeros(allowed.shape, dtype=self.dtype)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[None, None].to(self.device)
 
     def feed_committed(self, tokens: list[int]) -> torch.Tensor:
         """Feed tokens that are already part of the output (causal); they join the committed prefix."""
