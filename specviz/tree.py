@@ -55,10 +55,6 @@ class Tree:
     def rank_path(self, node: int) -> tuple[int, ...]:
         return tuple(self.ranks[n] for n in self.path(node)[1:])
 
-    @property
-    def max_depth(self) -> int:
-        return max(self.depths)
-
 
 def ancestor_matrix(parents: list[int]) -> torch.Tensor:
     """Boolean [n, n]: entry (i, j) is True when j is i itself or one of its ancestors."""
