@@ -174,7 +174,6 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
     colours = stage_colours(step.stages)
     rows = len({y for _, y in place.values()})
     fig = go.Figure()
-    accepted = set(step.accepted_path)
     by_id = {n.id: n for n in step.nodes}
 
     def edges(node_ids):
