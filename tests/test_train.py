@@ -21,3 +21,32 @@ def test_teacher_forced_labels_are_the_models_top_k_at_every_position(tmp_path):
     again = load_labelled([tmp_path / "shard_0000.npz"])
     assert [a["tokens"] for a in again] == [l["tokens"] for l in labels]
     assert all((a["top_idx"] == l["top_idx"]).all() for a, l in zip(again, labels))
+
+
+def _mass_outside_active(negatives: int) -> float:
+    """Train a fresh tied-embedding draft on labels inside the first 32 of 256 tokens; return the
+    softmax mass its full-vocabulary output leaves on the 224 tokens it was never trained to predict."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from specviz.train import train_steps
+    torch.manual_seed(0)
+    draft = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                         tie_word_embeddings=True))
+    generator = torch.Generator().manual_seed(1)
+
+    def batches():
+        while True:
+            tokens = torch.randint(0, 32, (8, 16), generator=generator)
+            nxt = (tokens * 3 + 1) % 32                       # a learnable rule inside the active set
+            yield tokens, nxt[..., None], torch.zeros(nxt.shape + (1,)), torch.ones(nxt.shape)
+
+    train_steps(draft, batches(), steps=150, lr=3e-3, minutes=5, active=torch.arange(32),
+                negatives=negatives, log_every=10_000)
+    with torch.no_grad():
+        probs = draft(input_ids=torch.randint(0, 32, (4, 16), generator=generator)).logits.softmax(-1)
+    return float(probs[..., 32:].sum(-1).mean())
+
+
+def test_random_negatives_keep_untrained_tokens_from_soaking_up_probability():
+    without, with_negatives = _mass_outside_active(0), _mass_outside_active(64)
+    assert with_negatives < without / 2 and without > 0.3
