@@ -582,11 +582,13 @@ def eval_sequences(limit: int | None) -> list[dict]:
 
 
 @torch.no_grad()
-def draft_predictions(draft, seq: dict) -> list[int]:
-    """Draft argmax at each continuation position, teacher-forced on prompt + target continuation."""
+def draft_predictions(draft, seq: dict) -> tuple[list[int], list[float]]:
+    """Draft argmax and its probability at each continuation position, teacher-forced on prompt +
+    target continuation."""
     tokens = torch.tensor([seq["tokens"][:-1]])
     logits = draft(input_ids=tokens, logits_to_keep=len(seq["tokens"]) - seq["prompt_len"]).logits
-    return logits[0].argmax(-1).tolist()
+    top = logits[0].float().softmax(-1).max(-1)
+    return top.indices.tolist(), top.values.tolist()
 
 
 def trigram_predictions(trigram, seq: dict) -> list[int]:
@@ -613,8 +615,11 @@ def cmd_agreement(args) -> None:
     draft_next = None
     if args.draft:
         draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
-        draft_next = [draft_predictions(draft, s) for s in seqs]
+        draft_next, draft_confidence = zip(*(draft_predictions(draft, s) for s in seqs))
         result["draft_vs_target"] = agreement(draft_next, target_next)
+        # Calibration: a draft whose top-1 probability is far below its agreement makes
+        # score-driven trees too small (see train_steps' negatives).
+        result["draft_mean_top1_probability"] = round(float(np.mean(np.concatenate(draft_confidence))), 4)
     if args.trigram:
         start = time.time()
         trigram = KatzTrigram.load(args.trigram)
@@ -731,6 +736,9 @@ def render_manifest(m: dict) -> str:
                 r = result[pair]
                 lines.append(f"| {pair} | {r['mean_over_prompts']} | {r['pooled_over_tokens']} | "
                              f"{r['prompts']} | {r['positions']} |")
+        if "draft_mean_top1_probability" in result:
+            lines += ["", f"Draft's mean top-1 probability (calibration; compare with its agreement): "
+                          f"{result['draft_mean_top1_probability']}."]
         if "trigram_load_seconds" in result:
             lines += ["", f"Trigram load time: {result['trigram_load_seconds']} s."]
         lines.append("")
