@@ -24,12 +24,22 @@ class ForwardLog:
 
 
 class KVModel:
-    def __init__(self, model: torch.nn.Module, name: str):
+    """`output_vocab` (token ids): compute logits for these tokens only and give every other token
+    -inf. For a draft trained over a subset of the vocabulary this skips most of its output layer,
+    which dominates a small model's cost; its distribution stays a proper one (over the subset)."""
+
+    def __init__(self, model: torch.nn.Module, name: str, output_vocab: torch.Tensor | None = None):
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.head = None
+        if output_vocab is not None:
+            weight = model.get_output_embeddings().weight
+            self.output_vocab = output_vocab.to(self.device)
+            self.head = weight[self.output_vocab].contiguous()
+            self.weight_bytes -= (weight.shape[0] - len(output_vocab)) * weight.shape[1] * weight.element_size()
         config = model.config
         layers = getattr(config, "num_hidden_layers", None) or config.n_layer
         heads = getattr(config, "num_attention_heads", None) or config.n_head
@@ -58,12 +68,17 @@ class KVModel:
         n = len(tokens)
         ids = torch.tensor([tokens], device=self.device)
         pos = torch.tensor([positions], device=self.device)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=self._mask(visible),
-                         past_key_values=self.cache, use_cache=True)
+        body = self.model if self.head is None else self.model.base_model
+        out = body(input_ids=ids, position_ids=pos, attention_mask=self._mask(visible),
+                   past_key_values=self.cache, use_cache=True)
         self.log.tokens.append(n)
         self.log.kv_entries.append(self.committed + self.pending + n)
         self.pending += n
-        return out.logits[0]
+        if self.head is None:
+            return out.logits[0]
+        logits = torch.full((n, self.model.config.vocab_size), float("-inf"), dtype=self.dtype, device=self.device)
+        logits[:, self.output_vocab] = out.last_hidden_state[0] @ self.head.T
+        return logits
 
     def _mask(self, visible: torch.Tensor) -> torch.Tensor | None:
         """Additive float mask [1, 1, n, cache + n] (eager attention adds it, so it cannot be

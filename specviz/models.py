@@ -29,6 +29,7 @@ class LoadedModel:
     name: str
     model: torch.nn.Module
     tokenizer: object | None        # None: a draft that uses its target's tokenizer
+    output_vocab: torch.Tensor | None = None    # token ids a draft predicts over (None: all)
 
     @property
     def weight_bytes(self) -> int:
@@ -123,7 +124,19 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
         raise ModelLoadError(f"could not load model {spec!r}: {first}") from exc
     model.to(device).eval()
     model.requires_grad_(False)
-    return LoadedModel(name=spec, model=model, tokenizer=tokenizer)
+    return LoadedModel(name=spec, model=model, tokenizer=tokenizer, output_vocab=read_output_vocab(location))
+
+
+OUTPUT_VOCAB_FILE = "output_vocab.npy"
+
+
+def read_output_vocab(location: str) -> torch.Tensor | None:
+    """A draft trained to predict only some tokens ships their ids next to its weights."""
+    path = Path(location) / OUTPUT_VOCAB_FILE
+    if not path.is_file():
+        return None
+    import numpy as np
+    return torch.from_numpy(np.load(path).astype(np.int64))
 
 
 def _lacks_tokenizer(location: str) -> bool:

@@ -88,7 +88,7 @@ class Stack:
         if name == self.target_name or self.drafts.index(spec) != stage - 1:
             name = f"{name}@stage{stage}"      # forward logs are kept by name: keep names unique
         if isinstance(item, LoadedModel):
-            return ModelDrafter(item.model, name=name, lower=lower)
+            return ModelDrafter(item.model, name=name, lower=lower, output_vocab=item.output_vocab)
         return NgramDrafter(item, name=name)
 
     def drafter_for(self, strategy: str) -> Drafter | None:

@@ -474,7 +474,7 @@ def cmd_draft(args) -> None:
     labelled_tokens = train_steps(draft, batches, steps, args.lr, args.minutes, active,
                                   args.bf16, args.negatives)
     out = Path(args.out)
-    save_draft(draft, out)
+    save_draft(draft, out, active)
     info = {"command": args.command_line, "resumed_from": args.resume,
             "parameters": sum(p.numel() for p in draft.parameters()), "init": init,
             "active_vocab": len(active), "target_labelled_sequences": len(sequences),
@@ -486,11 +486,26 @@ def cmd_draft(args) -> None:
     log("saved", out, info)
 
 
-def save_draft(draft, out: Path) -> None:
-    """config.json + model.safetensors in float16 (the engine casts to its own dtype)."""
+def save_draft(draft, out: Path, active: torch.Tensor) -> None:
+    """config.json + model.safetensors in float16 (the engine casts to its own dtype), and the ids
+    of the tokens it was trained to predict (output_vocab.npy: the engine computes logits for
+    those only; transformers ignores the file)."""
+    from specviz.models import OUTPUT_VOCAB_FILE
     out.mkdir(parents=True, exist_ok=True)
     draft.to(torch.float16).save_pretrained(out, safe_serialization=True)
     draft.to(torch.float32)
+    np.save(out / OUTPUT_VOCAB_FILE, active.numpy().astype(np.int32))
+
+
+def cmd_output_vocab(args) -> None:
+    """Write a trained draft's output_vocab.npy again: the active vocabulary is a pure function of
+    the labelled sets (and the corpus, if the run had a corpus warm-up)."""
+    from specviz.models import OUTPUT_VOCAB_FILE
+    sequences = [s for name in args.labels.split(",") for s in load_labelled(labelled_shards(name))]
+    corpus = np.load(DATA / "corpus.npy") if args.with_corpus else None
+    active = active_vocabulary(sequences, corpus, args.active_vocab, args.vocab_size)
+    np.save(Path(args.draft) / OUTPUT_VOCAB_FILE, active.numpy().astype(np.int32))
+    log(f"wrote {len(active)} token ids to {Path(args.draft) / OUTPUT_VOCAB_FILE}")
 
 
 # ----------------------------------------------------------------------------- stage-2 trigram
@@ -534,7 +549,7 @@ def cmd_trigram(args) -> None:
     from specviz.models import load_model
     from specviz.ngram_model import KatzTrigram
     tok = load_model(TARGET).tokenizer
-    samples_path = DATA / "draft_samples.npz"
+    samples_path = DATA / f"draft_samples_{Path(args.draft).name}.npz"     # kept per draft: resumable
     if args.sample_minutes > 0 and not samples_path.exists():
         draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
         prompts = documented_function_prompts(tok, args.max_prompts, 192, args.seed + 1)
@@ -798,6 +813,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the forward pass")
     p.add_argument("--labels", default="target", help="comma-separated labelled sets: target, teacher")
     p.set_defaults(func=cmd_draft)
+    p = sub.add_parser("output-vocab", help=cmd_output_vocab.__doc__)
+    p.add_argument("--draft", default=str(ASSETS / "draft"))
+    p.add_argument("--labels", default="target", help="the labelled sets the draft was trained on")
+    p.add_argument("--with-corpus", action="store_true", help="the run had a corpus warm-up")
+    p.add_argument("--active-vocab", type=int, default=16384)
+    p.add_argument("--vocab-size", type=int, default=49152)
+    p.set_defaults(func=cmd_output_vocab)
     p = sub.add_parser("data-teacher", help=cmd_data_teacher.__doc__)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=16)

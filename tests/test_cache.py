@@ -67,3 +67,19 @@ def test_forward_log_counts_tokens_and_kv_entries():
     assert kv.log.tokens == [4, 2]
     assert kv.log.kv_entries == [4, 6]
     assert kv.kv_bytes_per_entry == 2 * 2 * 2 * 8 * 4     # k+v, layers, kv heads, head dim, fp32
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_output_vocab_gives_the_full_models_logits_on_the_subset_and_minus_inf_elsewhere(family):
+    model = tiny_model(family)
+    subset = torch.tensor([0, 3, 7, 8, 20, 63])
+    full, restricted = KVModel(model, "full"), KVModel(model, "subset", output_vocab=subset)
+    tokens, positions = [5, 9, 2], [0, 1, 2]
+    visible = torch.ones(3, 3, dtype=torch.bool).tril()
+    expected, got = full.forward(tokens, positions, visible), restricted.forward(tokens, positions, visible)
+    torch.testing.assert_close(got[:, subset], expected[:, subset], rtol=1e-5, atol=1e-5)
+    outside = torch.ones(64, dtype=torch.bool)
+    outside[subset] = False
+    assert torch.isneginf(got[:, outside]).all()
+    hidden = model.config.hidden_size if family == "llama" else model.config.n_embd
+    assert full.weight_bytes - restricted.weight_bytes == (64 - len(subset)) * hidden * 4

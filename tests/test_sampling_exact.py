@@ -86,15 +86,17 @@ def exact_two_token_distribution(model, prompt, sampling):
     return (first[:, None] * second).flatten()
 
 
-CASES = [
-    ("temperature", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3)),
-    ("top-k branching", Sampling(temperature=0.8, top_k=4), TreeSpec(shape="static", budget=6, max_depth=2, max_branch=3)),
-    ("top-p chain", Sampling(temperature=1.2, top_p=0.9), TreeSpec(shape="chain", budget=3, max_depth=3)),
+CASES = [   # name, sampling, tree, the draft's output vocabulary (None: all tokens)
+    ("temperature", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3), None),
+    ("top-k branching", Sampling(temperature=0.8, top_k=4), TreeSpec(shape="static", budget=6, max_depth=2, max_branch=3), None),
+    ("top-p chain", Sampling(temperature=1.2, top_p=0.9), TreeSpec(shape="chain", budget=3, max_depth=3), None),
+    ("draft over a token subset", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3),
+     torch.tensor([0, 2, 3])),
 ]
 
 
-@pytest.mark.parametrize("name,sampling,spec", CASES, ids=[c[0] for c in CASES])
-def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec):
+@pytest.mark.parametrize("name,sampling,spec,output_vocab", CASES, ids=[c[0] for c in CASES])
+def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec, output_vocab):
     vocab = 5
     target = tiny_model("llama", vocab=vocab, hidden=16)
     draft = tiny_model("llama", vocab=vocab, hidden=16, noise=0.8)
@@ -104,8 +106,8 @@ def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec):
     trials = 2000
     for seed in range(trials):
         s = Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed)
-        run = Decoder(target, TinyTokenizer(), prompt, drafter=ModelDrafter(draft), tree=spec,
-                      sampling=s, max_new_tokens=2).generate()
+        run = Decoder(target, TinyTokenizer(), prompt, drafter=ModelDrafter(draft, output_vocab=output_vocab),
+                      tree=spec, sampling=s, max_new_tokens=2).generate()
         counts[run.tokens[0] * vocab + run.tokens[1]] += 1
     stat, df = chi2(counts, expected)
     assert stat < chi2_critical(df), (stat, df)

@@ -19,9 +19,9 @@ class ModelDrafter(Drafter):
     kind = "model"
 
     def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
-                 lookahead: int = 4):
+                 lookahead: int = 4, output_vocab: torch.Tensor | None = None):
         super().__init__()
-        self.kv = KVModel(model, name)
+        self.kv = KVModel(model, name, output_vocab)
         self.name = name
         self.lower = lower
         self.lookahead = lookahead
