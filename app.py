@@ -186,7 +186,14 @@ def on_run(session: Session, *values):
     loaded = support.stack_loaded(settings.stack_key())
     yield render_step(session, "Starting…" if loaded else "Loading the models (first time only)…")
     dec, note = session.decoder_for(settings)
-    run_id = session.new_run()
+    run_id = session.looping = session.new_run()
+    try:
+        yield from _run_loop(session, dec, note, run_id)
+    finally:
+        session.end_loop(run_id)
+
+
+def _run_loop(session: Session, dec, note: str, run_id: int):
     started = perf_counter()
     while not dec.finished:
         if session.run_id != run_id:
@@ -215,10 +222,12 @@ def on_reset(session: Session):
 
 
 def on_stop(session: Session | None):
-    if session is None:
+    if session is None or session.looping != session.run_id:
         return session, "Nothing is running."
-    session.stop()              # the running loop of this session ends after its current step
-    return session, "Stopping…"
+    session.stop()
+    # The loop ends after its current step and reports "Stopped after …" itself; a status from here
+    # could reach the page after that report and hide it.
+    return session, gr.skip()
 
 
 # -- Compare ---------------------------------------------------------------------------------------
@@ -248,7 +257,14 @@ def render_race(session: Session, status: str, charts: bool = True):
 def on_compare(session: Session, *values):
     settings = support.parse_settings(*values)
     yield render_race(session, "Loading models and preparing the race…", charts=False)
-    run_id = session.new_run()
+    run_id = session.looping = session.new_run()
+    try:
+        yield from _race_loop(session, settings, run_id)
+    finally:
+        session.end_loop(run_id)
+
+
+def _race_loop(session: Session, settings, run_id: int):
     session.race = race = Race.start(settings)
     skipped = " ".join(race.skipped.values())
     started = perf_counter()

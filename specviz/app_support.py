@@ -229,6 +229,7 @@ class Session:
     race: "Race | None" = None
     run_id: int = 0
     stopped_run: int = -1               # the run that Stop ended, so its loop can say so
+    looping: int = -1                   # the run whose Run/Compare loop is going on, if any
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def reset(self) -> None:
@@ -238,6 +239,10 @@ class Session:
     def stop(self) -> None:
         self.stopped_run = self.run_id
         self.new_run()
+
+    def end_loop(self, run_id: int) -> None:
+        if self.looping == run_id:
+            self.looping = -1
 
     def new_run(self) -> int:
         """A new Run/Compare loop takes over; older loops of this session see the change and stop."""
