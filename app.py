@@ -186,11 +186,7 @@ def on_run(session: Session, *values):
     loaded = support.stack_loaded(settings.stack_key())
     yield render_step(session, "Starting…" if loaded else "Loading the models (first time only)…")
     dec, note = session.decoder_for(settings)
-    run_id = session.looping = session.new_run()
-    try:
-        yield from _run_loop(session, dec, note, run_id)
-    finally:
-        session.end_loop(run_id)
+    yield from session.loop(lambda run_id: _run_loop(session, dec, note, run_id))
 
 
 def _run_loop(session: Session, dec, note: str, run_id: int):
@@ -257,11 +253,7 @@ def render_race(session: Session, status: str, charts: bool = True):
 def on_compare(session: Session, *values):
     settings = support.parse_settings(*values)
     yield render_race(session, "Loading models and preparing the race…", charts=False)
-    run_id = session.looping = session.new_run()
-    try:
-        yield from _race_loop(session, settings, run_id)
-    finally:
-        session.end_loop(run_id)
+    yield from session.loop(lambda run_id: _race_loop(session, settings, run_id))
 
 
 def _race_loop(session: Session, settings, run_id: int):

@@ -240,6 +240,15 @@ class Session:
         self.stopped_run = self.run_id
         self.new_run()
 
+    def loop(self, body):
+        """Run a Run/Compare loop, body(run_id) (a generator), under a new run id, so that Stop
+        can tell that a loop is going on."""
+        run_id = self.looping = self.new_run()
+        try:
+            yield from body(run_id)
+        finally:
+            self.end_loop(run_id)
+
     def end_loop(self, run_id: int) -> None:
         if self.looping == run_id:
             self.looping = -1

@@ -445,6 +445,11 @@ def labelled_shards(name: str) -> list[Path]:
     return sorted((DATA / name).glob("shard_*.npz"))
 
 
+def load_label_sets(names: str) -> list[dict]:
+    """The labelled sequences of comma-separated sets (target, teacher), in that order."""
+    return [s for name in names.split(",") for s in load_labelled(labelled_shards(name))]
+
+
 def cmd_draft(args) -> None:
     """Train the stage-1 draft: optional raw-code warm-up, then distillation on target labels."""
     from specviz.models import load_model
@@ -456,15 +461,13 @@ def cmd_draft(args) -> None:
     start = time.time()
     corpus_tokens = labelled_tokens = 0
     corpus = np.load(DATA / "corpus.npy") if args.corpus_minutes > 0 else None
-    label_sets = args.labels.split(",")
-    load_sets = lambda: [s for name in label_sets for s in load_labelled(labelled_shards(name))]
-    sequences = load_sets()
+    sequences = load_label_sets(args.labels)
     active = active_vocabulary(sequences, corpus, args.active_vocab, draft.config.vocab_size)
     if corpus is not None:
         corpus_tokens = train_steps(draft, corpus_batches(corpus, args.corpus_batch, 256, rng),
                                     args.corpus_steps, args.corpus_lr, args.corpus_minutes, active,
                                     args.bf16, args.negatives)
-        sequences = load_sets()   # shards written meanwhile too
+        sequences = load_label_sets(args.labels)   # shards written meanwhile too
     log(f"{len(sequences)} target-labelled sequences, {sum(len(s['tokens']) for s in sequences)} tokens")
     epochs = (labelled_batches(sequences, args.tokens_per_batch, args.max_len, rng)
               for _ in range(args.epochs))
@@ -490,22 +493,25 @@ def save_draft(draft, out: Path, active: torch.Tensor) -> None:
     """config.json + model.safetensors in float16 (the engine casts to its own dtype), and the ids
     of the tokens it was trained to predict (output_vocab.npy: the engine computes logits for
     those only; transformers ignores the file)."""
-    from specviz.models import OUTPUT_VOCAB_FILE
     out.mkdir(parents=True, exist_ok=True)
     draft.to(torch.float16).save_pretrained(out, safe_serialization=True)
     draft.to(torch.float32)
-    np.save(out / OUTPUT_VOCAB_FILE, active.numpy().astype(np.int32))
+    save_output_vocab(out, active)
+
+
+def save_output_vocab(draft_dir: Path, active: torch.Tensor) -> Path:
+    from specviz.models import OUTPUT_VOCAB_FILE
+    path = Path(draft_dir) / OUTPUT_VOCAB_FILE
+    np.save(path, active.numpy().astype(np.int32))
+    return path
 
 
 def cmd_output_vocab(args) -> None:
     """Write a trained draft's output_vocab.npy again: the active vocabulary is a pure function of
     the labelled sets (and the corpus, if the run had a corpus warm-up)."""
-    from specviz.models import OUTPUT_VOCAB_FILE
-    sequences = [s for name in args.labels.split(",") for s in load_labelled(labelled_shards(name))]
     corpus = np.load(DATA / "corpus.npy") if args.with_corpus else None
-    active = active_vocabulary(sequences, corpus, args.active_vocab, args.vocab_size)
-    np.save(Path(args.draft) / OUTPUT_VOCAB_FILE, active.numpy().astype(np.int32))
-    log(f"wrote {len(active)} token ids to {Path(args.draft) / OUTPUT_VOCAB_FILE}")
+    active = active_vocabulary(load_label_sets(args.labels), corpus, args.active_vocab, args.vocab_size)
+    log(f"wrote {len(active)} token ids to {save_output_vocab(Path(args.draft), active)}")
 
 
 # ----------------------------------------------------------------------------- stage-2 trigram

@@ -375,10 +375,10 @@ def test_stop_leaves_the_status_to_the_loop_it_stops():
     import app
     session = support.Session()
     assert app.on_stop(session)[1] == "Nothing is running."
-    session.looping = session.new_run()
-    stopped_run = session.run_id
+    loop = session.loop(lambda run_id: iter([run_id, run_id]))
+    stopped_run = next(loop)                                         # the loop is going on
     _, status = app.on_stop(session)
     assert status is not None and not isinstance(status, str)       # gr.skip(): left as it is
     assert session.stopped_run == stopped_run and session.run_id != stopped_run
-    session.end_loop(stopped_run)
+    loop.close()                                                     # the loop ends
     assert app.on_stop(session)[1] == "Nothing is running."

@@ -71,7 +71,7 @@ class ModelDrafter(Drafter):
         new_slot = {key: first + i for i, key in enumerate(keys)}
         visible = torch.zeros(len(tokens), first + len(tokens), dtype=torch.bool)
         for i, parent_key in enumerate(parents):
-            parent_slot = new_slot.get(parent_key) if parent_key in new_slot else self.fed[parent_key][0]
+            parent_slot = new_slot[parent_key] if parent_key in new_slot else self.fed[parent_key][0]
             ancestry = (self.ancestry[parent_slot] if parent_slot >= 0 else []) + [first + i]
             self.ancestry.append(ancestry)
             visible[i, ancestry] = True
