@@ -21,6 +21,7 @@ from specviz import plots
 from specviz.app_support import Race, Session, UserError
 from specviz.drafting import SHAPES
 from specviz.engine import STRATEGIES
+from specviz.stack import STAGED_LOOKUP
 
 log = logging.getLogger("specviz.app")
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "2"))
@@ -321,6 +322,10 @@ def build() -> gr.Blocks:
                                              "confident) otherwise")
                     max_depth = gr.Slider(1, 32, value=8, step=1, label="Max depth")
                     max_branch = gr.Slider(1, 8, value=4, step=1, label="Max branches per node")
+                    lookup = gr.Slider(0, support.MAX_LOOKUP, value=STAGED_LOOKUP, step=1,
+                                       label="Context lookup (staged): tokens copied from the text so far",
+                                       info="staged also verifies what followed the last repeat of the latest "
+                                            "tokens; 0 = the paper's staged")
             with gr.Column(scale=3):
                 with gr.Tabs():
                     with gr.Tab("Step through", id="step"):
@@ -366,7 +371,7 @@ def build() -> gr.Blocks:
                                 gr.Plot(plots.benchmark_figure(bench), label="Benchmark", elem_id="bench-plot")
 
         settings = [prompt, strategy, preset, target, drafts, mode, temperature, top_k, top_p, seed,
-                    budget, shape, max_depth, max_branch, max_new]
+                    budget, shape, max_depth, max_branch, lookup, max_new]
         step_outputs = [session, status, tree_plot, text, caption, counters, accept_plot]
         engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
         step_btn.click(on_step, [session, *settings], step_outputs, show_progress="minimal", **engine)

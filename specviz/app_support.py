@@ -24,6 +24,7 @@ MAX_PROMPT_CHARS = 6000
 MAX_PROMPT_TOKENS = 1024
 MAX_NEW_TOKENS = 256
 MAX_BUDGET = 64
+MAX_LOOKUP = 32
 RUN_TIME_LIMIT_S = float(os.environ.get("SPECVIZ_RUN_LIMIT_S", "300"))
 MAX_CACHED_STACKS = 3
 OFFLINE_DEFAULT = "offline"
@@ -102,7 +103,7 @@ def _number(value, name: str, low: float, high: float, integer: bool = True):
 
 
 def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temperature, top_k, top_p, seed,
-                   budget, shape, max_depth, max_branch, max_new_tokens) -> Settings:
+                   budget, shape, max_depth, max_branch, lookup, max_new_tokens) -> Settings:
     """Check the UI's values (the API can send anything) and turn them into engine settings."""
     prompt = prompt or ""
     if not prompt.strip():
@@ -124,13 +125,14 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
     budget = _number(budget, "tree budget", 1, MAX_BUDGET)
     depth = _number(max_depth, "max depth", 1, 32)
     branch = _number(max_branch, "max branching", 1, 8)
+    lookup = _number(lookup, "context lookup tokens", 0, MAX_LOOKUP)
     if shape not in (AUTO_SHAPE, *SHAPES):
         raise UserError(f"Unknown tree shape {shape!r}; choose auto, {', '.join(SHAPES)}.")
     if shape == AUTO_SHAPE:
         shape = "chain" if strategy == "speculative" else "dynamic"
     if shape == "chain":
         depth = budget
-    tree = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch)
+    tree = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, lookup=lookup)
     new = _number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
     return Settings(prompt=prompt, strategy=strategy, preset=preset, target=(target or "").strip(),
                     drafts=drafts or "", sampling=sampling, tree=tree, max_new_tokens=new)
@@ -210,6 +212,8 @@ def new_decoder(stack, settings: Settings, strategy: str | None = None):
     tree = settings.tree
     if strategy == "speculative" and tree.shape != "chain" and settings.strategy != "speculative":
         tree = replace(tree, shape="chain", max_depth=tree.budget)     # the race's single-stage chain
+    if strategy != "staged":
+        tree = replace(tree, lookup=0)      # context lookup is one of staged's n-gram stages
     try:
         return stack.decoder(ids, strategy, tree=tree, sampling=settings.sampling,
                              max_new_tokens=settings.max_new_tokens)

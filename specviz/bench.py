@@ -124,7 +124,8 @@ class ForwardClock:
             handle.remove()
 
 
-def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budget=None) -> dict:
+def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
+    """tree: overrides of the strategy's default tree (budget, lookup)."""
     from .stack import default_tree
 
     models = [stack.target.model] + [m.model for m in stack.loaded.values() if isinstance(m, LoadedModel)]
@@ -132,7 +133,7 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budge
     try:
         started = perf_counter()
         # no stop at end-of-sequence: every strategy makes the same number of tokens
-        decoder = stack.decoder(prompt_ids, strategy, default_tree(strategy, tree_budget), sampling,
+        decoder = stack.decoder(prompt_ids, strategy, default_tree(strategy, **(tree or {})), sampling,
                                 max_new_tokens, stop_at_eos=False)
         run = decoder.generate()
         wall = perf_counter() - started
@@ -169,15 +170,15 @@ def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
             "bytes_per_token": None, "decode_wall_s": None, "phase_s": None, "forward_s": clock.seconds}
 
 
-def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budget=None) -> dict:
+def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
     if strategy in PEERS:
         return run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens)
-    return run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree_budget)
+    return run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree)
 
 
 # -- the benchmark --------------------------------------------------------------------------------
 def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: list[str],
-              max_new_tokens: int, seed: int = 0, tree_budget: int | None = None,
+              max_new_tokens: int, seed: int = 0, tree: dict | None = None,
               progress: bool = True, warmup: bool = True, projection: str | None = None,
               device: str = "cpu", dtype: str = "float32") -> dict:
     """Run every strategy on every prompt under every sampling.
@@ -192,7 +193,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     if warmup:
         for name, sampling in settings.items():
             for strategy in strategies:
-                run_strategy(stack, strategy, encoded[0][1], sampling, min(WARMUP_TOKENS, max_new_tokens), tree_budget)
+                run_strategy(stack, strategy, encoded[0][1], sampling, min(WARMUP_TOKENS, max_new_tokens), tree)
     bar = _progress(len(prompts) * len(settings) * len(strategies), progress)
     rows = []
     for index, (prompt, ids) in enumerate(encoded):
@@ -200,7 +201,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
             sampling = with_seed(sampling, seed + index)
             for strategy in strategies:
                 bar.set_description(f"{prompt.id} {name} {strategy}", refresh=False)
-                run = run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree_budget)
+                run = run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree)
                 rows.append({"prompt": prompt.id, "prompt_tokens": len(ids), "sampling": name,
                              "strategy": strategy, **run})
                 bar.update()
@@ -208,7 +209,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     per_prompt = compare_rows(rows)
     report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
-                           "tree_budget": tree_budget, "target": stack.target.name, "drafts": list(stack.drafts),
+                           "tree": tree or {}, "target": stack.target.name, "drafts": list(stack.drafts),
                            "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
                            "notes": notes},
               "results": summarise(per_prompt), "per_prompt": per_prompt}
@@ -557,6 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft", action="append", default=None, metavar="MODEL",
                         help="a drafter, top stage first; repeat for a cascade (default: the shipped stack)")
     parser.add_argument("--tree-budget", type=int, default=None, help="drafted nodes per round")
+    parser.add_argument("--lookup", type=int, default=None, metavar="N",
+                        help="context-lookup tokens verified per round (default: 10 for staged, else 0; "
+                             "0 = the paper's staged)")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report; charts are written next to it")
@@ -628,7 +632,7 @@ def bench(args, argv: list[str]) -> int:
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     started = perf_counter()
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed,
-                            args.tree_budget, progress=not args.no_progress, projection=args.projection,
+                            {"budget": args.tree_budget, "lookup": args.lookup}, progress=not args.no_progress, projection=args.projection,
                             device=args.device, dtype=args.dtype))
     report["duration_s"] = perf_counter() - started
     for note in report["settings"]["notes"]:

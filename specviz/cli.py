@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "directory or GGUF file, or 'trigram' / 'lookup' (default: the shipped stack)")
     gen.add_argument("--tree-budget", type=int, default=None, help="drafted nodes per round")
     gen.add_argument("--tree-shape", choices=SHAPES, default=None)
+    gen.add_argument("--lookup", type=int, default=None, metavar="N",
+                     help="also verify up to N tokens copied from the context (default: 10 for staged, else 0)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=list(DTYPES), default="float32")
     gen.add_argument("--json", action="store_true", help="print one JSON object")
@@ -60,7 +62,7 @@ def generate(args) -> int:
         raise ValueError("the prompt is empty")
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     sampling.validate()
-    tree = default_tree(args.strategy, args.tree_budget)
+    tree = default_tree(args.strategy, args.tree_budget, args.lookup)
     if args.tree_shape:
         tree = TreeSpec(**{**vars(tree), "shape": args.tree_shape})
     tree.validate()

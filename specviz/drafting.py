@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from .drafters.base import Drafter
+from .drafters.lookup import context_continuation
 from .sampling import Sampling, draw_without_replacement, logits_to_probs, top_tokens
 from .tree import Tree, best_static_shape, chain_shape, children_ranks, validate_shape
 
@@ -26,6 +27,8 @@ class TreeSpec:
     max_branch: int = 4         # children per node at most
     level_width: int = 4        # dynamic: nodes added per level at most
     min_score: float = 0.0      # dynamic: skip paths whose draft probability is below this
+    lookup: int = 0             # also verify up to this many tokens copied from the context (0 = off)
+    lookup_ngram: int = 2       # ...after a match of at least this many trailing tokens
 
     def validate(self) -> None:
         if self.shape not in SHAPES:
@@ -34,6 +37,8 @@ class TreeSpec:
             raise ValueError(f"tree budget must be in [0, 256], got {self.budget}")
         if not 1 <= self.max_depth <= 64 or not 1 <= self.max_branch <= 16 or self.level_width < 1:
             raise ValueError("tree depth must be in [1, 64], branching in [1, 16], level width >= 1")
+        if not 0 <= self.lookup <= 64 or not 1 <= self.lookup_ngram <= 8:
+            raise ValueError("lookup tokens must be in [0, 64] and the lookup n-gram in [1, 8]")
 
     def static_paths(self) -> set[tuple[int, ...]]:
         if self.shape == "chain":
@@ -50,13 +55,35 @@ def choose_children(probs: torch.Tensor, k: int, sampling: Sampling, generator: 
     return draw_without_replacement(probs, k, generator)
 
 
+def lookup_stage(drafter: Drafter | None) -> int:
+    """The stage index context-lookup nodes are credited to: the one after the drafter's stages."""
+    return 1 + (len(drafter.stages()) if drafter is not None else 0)
+
+
 def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: TreeSpec,
                sampling: Sampling, generator: torch.Generator) -> tuple[Tree, dict[int, torch.Tensor]]:
-    """Return the tree and, per expanded node, the distribution its children were drawn from."""
+    """Return the tree and, per expanded node, the distribution its children were drawn from.
+
+    With `spec.lookup`, a continuation copied from the context (prompt lookup) joins the drafted
+    tree as one more branch; baseline (no drafter) stays plain decoding.
+    """
     tree = Tree.with_root(root)
     dists: dict[int, torch.Tensor] = {}
-    if drafter is None or spec.budget == 0:
+    if drafter is None:
         return tree, dists
+    if spec.budget > 0:
+        _grow(tree, dists, context, drafter, spec, sampling, generator)
+    if spec.lookup > 0:
+        stage = lookup_stage(drafter)
+        with drafter.timer.phase(f"stage{stage}_draft"):
+            follow = context_continuation(context, spec.lookup, max(spec.lookup_ngram, 3), spec.lookup_ngram)
+            tree.add_lookup_chain(follow, stage)
+    return tree, dists
+
+
+def _grow(tree: Tree, dists: dict[int, torch.Tensor], context: list[int], drafter: Drafter, spec: TreeSpec,
+          sampling: Sampling, generator: torch.Generator) -> None:
+    """The drafter's tree, level by level."""
     paths = spec.static_paths() if spec.shape != "dynamic" else None
     frontier, scores = [0], {0: 1.0}
     while frontier and len(tree) - 1 < spec.budget:
@@ -87,7 +114,6 @@ def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: Tre
                 child = tree.add(node, token, drafter.proposer_stage(tree, node, token), prob)
                 scores[child] = scores[node] * prob
                 frontier.append(child)
-    return tree, dists
 
 
 def _children_counts(ranked, dists, scores, room, min_score) -> dict[int, int]:

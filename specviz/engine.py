@@ -53,6 +53,8 @@ class Decoder:
         if drafter is not None:
             drafter.attach(1, self.timer)
             self.stages += [StageInfo(d.name, d.kind) for d in drafter.stages()]
+            if tree.lookup:
+                self.stages.append(StageInfo("context lookup", "lookup"))
         self.generator = torch.Generator().manual_seed(sampling.seed)
         self.prompt = list(prompt_ids)
         self.tokens = list(prompt_ids)        # committed sequence; its last token is not yet in the target cache

@@ -119,10 +119,16 @@ class Stack:
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
 
-def default_tree(strategy: str, budget: int | None = None) -> TreeSpec:
-    """speculative drafts a chain; tree and staged a dynamic tree."""
+STAGED_LOOKUP = 10     # context-lookup tokens staged verifies by default
+
+
+def default_tree(strategy: str, budget: int | None = None, lookup: int | None = None) -> TreeSpec:
+    """speculative drafts a chain; tree and staged a dynamic tree, and staged adds a context-lookup
+    branch (`lookup` tokens; 0 = the paper's staged, whose n-gram stage only drafts for the draft)."""
+    if lookup is None:
+        lookup = STAGED_LOOKUP if strategy == "staged" else 0
     if strategy == "speculative":
-        return TreeSpec(shape="chain", budget=budget or 4, max_depth=budget or 4)
+        return TreeSpec(shape="chain", budget=budget or 4, max_depth=budget or 4, lookup=lookup)
     # min_score: stop growing where the draft is unsure; with a weak draft a full 16-node tree costs
     # the CPU more verification time than its extra accepted tokens save (measured on HumanEval).
-    return TreeSpec(shape="dynamic", budget=budget or 16, min_score=0.1)
+    return TreeSpec(shape="dynamic", budget=budget or 16, min_score=0.1, lookup=lookup)

@@ -21,15 +21,17 @@ class Tree:
     stages: list[int]                  # which stage proposed the node (0 = target, for the root)
     draft_probs: list[float]           # q(token | parent) under the distribution it was drawn from
     children: list[list[int]] = field(default_factory=list)
+    drawn: list[bool] = field(default_factory=list)      # drawn from its parent's draft distribution
+    lookup: dict[int, int] = field(default_factory=dict)  # parent -> its child proposed by context lookup
 
     @classmethod
     def with_root(cls, token: int) -> "Tree":
-        return cls([token], [-1], [0], [0], [0], [1.0], [[]])
+        return cls([token], [-1], [0], [0], [0], [1.0], [[]], [False])
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, parent: int, token: int, stage: int, draft_prob: float) -> int:
+    def add(self, parent: int, token: int, stage: int, draft_prob: float, drawn: bool = True) -> int:
         node = len(self.tokens)
         self.tokens.append(token)
         self.parents.append(parent)
@@ -39,7 +41,22 @@ class Tree:
         self.draft_probs.append(draft_prob)
         self.children.append([])
         self.children[parent].append(node)
+        self.drawn.append(drawn)
         return node
+
+    def child_with_token(self, parent: int, token: int) -> int | None:
+        return next((c for c in self.children[parent] if self.tokens[c] == token), None)
+
+    def add_lookup_chain(self, tokens: list[int], stage: int) -> None:
+        """Hang a context-lookup continuation under the root, sharing the nodes it has in common
+        with the drafted tree; its new nodes are deterministic proposals (q = 1)."""
+        node = 0
+        for token in tokens:
+            child = self.child_with_token(node, token)
+            if child is None:
+                child = self.add(node, token, stage, 1.0, drawn=False)
+            self.lookup[node] = child
+            node = child
 
     def path(self, node: int) -> list[int]:
         """Node ids from the root down to `node`, inclusive."""

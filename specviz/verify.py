@@ -8,6 +8,10 @@ p and draft distribution q, try the children in the order they were drawn; accep
 probability min(1, p[c] / q[c]). On rejection p <- normalise(max(p - q, 0)), and because siblings
 are drawn without replacement, q[c] <- 0 and q is renormalised. If no child is accepted, sample
 the bonus token from the current p. The committed tokens are then distributed exactly as the target's.
+A child proposed by context lookup is a deterministic proposal (q = a point mass on its token), tried
+before the drawn ones: accepted with probability p[c]; on rejection p[c] <- 0 and p is renormalised,
+after which the drawn children are checked against that p as usual (one of them with the same token
+can then never be accepted).
 """
 from __future__ import annotations
 
@@ -63,13 +67,23 @@ def verify_sampling(tree: Tree, probs: torch.Tensor, draft_dists: dict[int, torc
     while True:
         p = probs[node].clone()
         chosen = None
-        if tree.children[node]:
+        copied = tree.lookup.get(node)
+        if copied is not None:
+            token = tree.tokens[copied]
+            accept[copied] = float(p[token])
+            if float(torch.rand((), generator=generator)) < accept[copied]:
+                chosen = copied
+            else:
+                p = without(p, token)
+        drawn = [c for c in tree.children[node] if tree.drawn[c]]
+        if chosen is None and drawn:
             q = draft_dists[node].clone()
-            for child in tree.children[node]:
+            for child in drawn:
                 token = tree.tokens[child]
                 ratio = float(p[token] / q[token]) if q[token] > 0 else 0.0
-                accept[child] = min(1.0, ratio)
-                if float(torch.rand((), generator=generator)) < accept[child]:
+                if child != copied:     # a copied token has p = 0 by now: its chance was the lookup's
+                    accept[child] = min(1.0, ratio)
+                if float(torch.rand((), generator=generator)) < min(1.0, ratio):
                     chosen = child
                     break
                 p = residual(p, q)
@@ -81,6 +95,13 @@ def verify_sampling(tree: Tree, probs: torch.Tensor, draft_dists: dict[int, torc
             return Verdict(path, sample(p, generator), accept, target_probs_of_nodes(tree, probs))
         node = chosen
         path.append(node)
+
+
+def without(p: torch.Tensor, token: int) -> torch.Tensor:
+    """p conditioned on not being `token`: the residual of a point-mass proposal that was rejected."""
+    r = p.clone()
+    r[token] = 0.0
+    return r / r.sum()
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 SETTINGS = dict(prompt="def add(a, b):\n", strategy="tree", preset=support.OFFLINE_DEFAULT, target="", drafts="",
                 sampling_mode="greedy", temperature=1.0, top_k=50, top_p=1.0, seed=0, budget=12, shape="auto",
-                max_depth=8, max_branch=4, max_new_tokens=16)
+                max_depth=8, max_branch=4, lookup=10, max_new_tokens=16)
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,7 @@ def greedy():
     (dict(sampling_mode="sample", temperature=-1), "temperature must be between"),
     (dict(sampling_mode="sample", top_p=0), "top-p must be between"),
     (dict(shape="spiral"), "Unknown tree shape"),
+    (dict(lookup=-1), "context lookup tokens must be between"),
     (dict(preset=support.CUSTOM, target=""), "need a target model id"),
     (dict(preset="gpt-17"), "Unknown model preset"),
 ])
@@ -65,6 +66,15 @@ def test_settings_turn_into_engine_settings():
                                        "drafts": "org/draft, trigram"})
     assert custom.stack_key() == (support.CUSTOM, "org/model", ("org/draft", "trigram"))
     assert support.parse_settings(**SETTINGS).stack_key() == ("offline",)
+    assert support.parse_settings(**{**SETTINGS, "lookup": 6}).tree.lookup == 6
+
+
+def test_context_lookup_goes_to_staged_only(tiny_default):
+    stack = tiny_default()
+    settings = support.parse_settings(**{**SETTINGS, "prompt": "a b a b a", "lookup": 6})
+    staged, tree = (support.new_decoder(stack, settings, name) for name in ("staged", "tree"))
+    assert staged.spec.lookup == 6 and staged.stages[-1].kind == "lookup"
+    assert tree.spec.lookup == 0 and all(s.kind != "lookup" for s in tree.stages)
 
 
 def test_a_model_that_cannot_load_is_a_user_error(tmp_path):

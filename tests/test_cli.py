@@ -81,6 +81,7 @@ def run_main(capsys, *args):
     (["--prompt", "x", "--temperature", "1", "--top-p", "1.5"], "top-p"),
     (["--prompt", "x", "--top-k", "-1"], "top-k"),
     (["--prompt", "x", "--tree-budget", "1000"], "budget"),
+    (["--prompt", "x", "--lookup", "-1"], "lookup tokens"),
     (["--prompt", "x", "--target", "/nonexistent/model"], "not found"),
     (["--prompt", "x", "--target", "./missing.gguf"], "not found"),
     (["--prompt", "x", "--device", "tpu"], "--device"),

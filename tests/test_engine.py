@@ -108,3 +108,19 @@ def test_step_after_finish_is_refused():
     decoder.step()
     with pytest.raises(RuntimeError):
         decoder.step()
+
+
+def test_a_context_lookup_branch_is_credited_and_saves_target_forwards():
+    """The tiny target falls into a loop after ~28 tokens, which context lookup copies."""
+    def run(lookup):
+        drafter = ModelDrafter(tiny_model("llama", noise=0.3))
+        return Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5, 9, 2, 6], drafter=drafter, strategy="staged",
+                       tree=TreeSpec(budget=4, lookup=lookup), max_new_tokens=40).generate()
+    plain, copied = run(0), run(8)
+    assert copied.tokens == plain.tokens
+    assert [s.kind for s in copied.steps[0].stages] == ["target", "model", "lookup"]
+    assert [s.kind for s in plain.steps[0].stages] == ["target", "model"]
+    lookup_nodes = [n for s in copied.steps for n in s.nodes if n.stage == 2]
+    assert lookup_nodes and all(n.draft_prob == 1.0 for n in lookup_nodes)
+    assert sum(s.committed_stage.count(2) for s in copied.steps) >= 5
+    assert copied.stats["target_forwards"] < plain.stats["target_forwards"]

@@ -32,21 +32,24 @@ def chi2(counts: torch.Tensor, expected_probs: torch.Tensor) -> tuple[float, int
     return float(((obs - exp) ** 2 / exp).sum()), len(exp) - 1
 
 
-def one_level_output(p, q, k, generator):
-    """Draw k children from q without replacement, verify against p; return the committed token."""
+def one_level_output(p, q, k, generator, copied=None):
+    """Draw k children from q without replacement (plus a context-lookup child with token `copied`),
+    verify against p; return the committed token."""
     tree = Tree.with_root(0)
     for token in draw_without_replacement(q, k, generator):
         tree.add(0, token, 1, float(q[token]))
+    if copied is not None:
+        tree.add_lookup_chain([copied], 2)
     probs = torch.stack([p] * len(tree))
     verdict = verify.verify_sampling(tree, probs, {0: q}, generator)
     return tree.tokens[verdict.path[1]] if len(verdict.path) > 1 else verdict.bonus
 
 
-def run_one_level(p, q, k, trials, seed=0):
+def run_one_level(p, q, k, trials, seed=0, copied=None):
     generator = torch.Generator().manual_seed(seed)
     counts = torch.zeros(len(p))
     for _ in range(trials):
-        counts[one_level_output(p, q, k, generator)] += 1
+        counts[one_level_output(p, q, k, generator, copied)] += 1
     return counts
 
 
@@ -65,6 +68,24 @@ def test_multi_draft_verification_preserves_the_target_distribution(data, k):
     q = distribution(data.draw, 6)
     stat, df = chi2(run_one_level(p, q, k, 6000), p)
     assert df < 1 or stat < chi2_critical(max(df, 3)), (p, q, stat)
+
+
+@settings(max_examples=8)
+@given(data=st.data(), k=st.integers(0, 3), copied=st.integers(0, 5))
+def test_a_context_lookup_child_keeps_the_target_distribution(data, k, copied):
+    """The copied token is tried first with q = a point mass, before (or merged with) drawn children."""
+    p = distribution(data.draw, 6)
+    q = distribution(data.draw, 6)
+    stat, df = chi2(run_one_level(p, q, k, 6000, copied=copied), p)
+    assert df < 1 or stat < chi2_critical(max(df, 3)), (p, q, copied, stat)
+
+
+def test_lookup_rejection_without_removing_the_copied_token_is_caught(monkeypatch):
+    p = torch.tensor([0.5, 0.3, 0.1, 0.05, 0.05, 0.0])
+    q = torch.tensor([0.1, 0.1, 0.6, 0.1, 0.05, 0.05])
+    monkeypatch.setattr(verify, "without", lambda p, token: p)
+    stat, df = chi2(run_one_level(p, q, 1, 6000, copied=0), p)
+    assert stat > chi2_critical(df)
 
 
 def test_verification_without_residual_is_caught(monkeypatch):
@@ -92,6 +113,8 @@ CASES = [   # name, sampling, tree, the draft's output vocabulary (None: all tok
     ("top-p chain", Sampling(temperature=1.2, top_p=0.9), TreeSpec(shape="chain", budget=3, max_depth=3), None),
     ("draft over a token subset", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3),
      torch.tensor([0, 2, 3])),
+    ("context lookup branch", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=2, max_depth=2, max_branch=2,
+                                                                  lookup=3, lookup_ngram=1), None),
 ]
 
 
@@ -100,7 +123,7 @@ def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec, o
     vocab = 5
     target = tiny_model("llama", vocab=vocab, hidden=16)
     draft = tiny_model("llama", vocab=vocab, hidden=16, noise=0.8)
-    prompt = [1, 3, 2]
+    prompt = [1, 3, 2, 4, 1, 3]       # repeats itself, so context lookup proposes [2, 4, ...]
     expected = exact_two_token_distribution(target, prompt, sampling)
     counts = torch.zeros(vocab * vocab)
     trials = 2000

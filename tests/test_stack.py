@@ -23,7 +23,7 @@ def test_strategies_pick_stages_from_the_stack():
     assert isinstance(staged.lower, NgramDrafter)
     assert [d.kind for d in staged.stages()] == ["model", "ngram"]
     run = s.decoder([1, 2, 3], "staged", max_new_tokens=8).generate()
-    assert [st.name for st in run.steps[0].stages] == ["target", "small", "big"]
+    assert [st.name for st in run.steps[0].stages] == ["target", "small", "big", "context lookup"]
 
 
 def test_drafter_only_and_invalid_cascades():
@@ -40,10 +40,12 @@ def test_a_drafter_named_like_the_target_gets_a_unique_name():
     s = Stack(model, ["target", "lookup"], {"target": model})
     run = s.decoder([1, 2], "staged", max_new_tokens=4).generate()
     names = [st.name for st in run.steps[0].stages]
-    assert len(set(names)) == 3 and run.stats["draft_forwards"]
+    assert len(set(names)) == len(names) == 4 and run.stats["draft_forwards"]
 
 
 def test_default_trees():
     assert default_tree("speculative").shape == "chain"
     assert default_tree("staged").shape == "dynamic"
     assert default_tree("tree", 24).budget == 24
+    assert (default_tree("staged").lookup, default_tree("tree").lookup, default_tree("speculative").lookup) == (10, 0, 0)
+    assert default_tree("staged", lookup=0).lookup == 0 and default_tree("tree", lookup=5).lookup == 5

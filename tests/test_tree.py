@@ -68,3 +68,16 @@ def test_chain_shape_and_children_counts():
 def test_validate_shape_rejects_open_shapes(bad):
     with pytest.raises(ValueError):
         validate_shape(bad)
+
+
+def test_a_lookup_chain_shares_drafted_nodes_and_adds_the_rest():
+    tree = Tree.with_root(7)
+    a = tree.add(0, 3, 1, 0.6)
+    tree.add(0, 4, 1, 0.3)
+    tree.add(a, 5, 1, 0.5)
+    tree.add_lookup_chain([3, 5, 9, 9], stage=2)
+    assert tree.path_tokens(len(tree) - 1) == [7, 3, 5, 9, 9]
+    assert len(tree) == 6                                   # 3 and 5 were shared, two 9s are new
+    assert tree.lookup == {0: a, a: 3, 3: 4, 4: 5}
+    assert tree.drawn == [False, True, True, True, False, False]
+    assert [tree.stages[n] for n in (4, 5)] == [2, 2] and tree.draft_probs[4] == 1.0

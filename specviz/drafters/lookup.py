@@ -7,6 +7,16 @@ import torch
 from .base import Drafter
 
 
+def context_continuation(sequence: list[int], n: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Up to n tokens after the latest earlier match of the longest suffix n-gram (longest first)."""
+    for size in range(min(max_ngram, len(sequence) - 1), min_ngram - 1, -1):
+        tail = sequence[-size:]
+        for start in range(len(sequence) - size - 1, -1, -1):
+            if sequence[start:start + size] == tail:
+                return sequence[start + size:start + size + n]
+    return []
+
+
 class LookupDrafter(Drafter):
     kind = "lookup"
 
@@ -17,13 +27,7 @@ class LookupDrafter(Drafter):
         self.name = f"lookup{max_ngram}"
 
     def continuation(self, sequence: list[int], n: int) -> list[int]:
-        """Tokens after the latest earlier match of the longest suffix n-gram (longest first)."""
-        for size in range(min(self.max_ngram, len(sequence) - 1), self.min_ngram - 1, -1):
-            tail = sequence[-size:]
-            for start in range(len(sequence) - size - 1, -1, -1):
-                if sequence[start:start + size] == tail:
-                    return sequence[start + size:start + size + n]
-        return []
+        return context_continuation(sequence, n, self.max_ngram, self.min_ngram)
 
     def expand(self, tree, nodes, context):
         out = []
