@@ -63,7 +63,7 @@ large *n* are budget spent in vain: a smaller or narrower tree would do as well.
 COMPARE_HELP = """
 **The race.** The same prompt and settings run with plain decoding (*baseline*: one target pass per token),
 single-stage *speculative* decoding (one draft proposes a chain) and *staged* decoding (a tree, drafted by a
-model that is itself sped up by an n-gram model). They take turns on the processor; at any moment each column shows
+model that is itself sped up by an n-gram model, plus a branch copied from earlier in the text). They take turns on the processor; at any moment each column shows
 how far its strategy got in the same amount of its own compute time. Under greedy decoding all three write the
 same text.
 """
@@ -296,7 +296,8 @@ def build() -> gr.Blocks:
                                     elem_id="prompt")
                 strategy = gr.Radio(list(STRATEGIES), value=default_strategy, label="Strategy", elem_id="strategy",
                                     info="baseline: no guessing · speculative: one draft, a chain · tree: one draft, "
-                                         "a tree · staged: a tree, with the draft itself sped up by an n-gram")
+                                         "a tree · staged: a tree, with the draft itself sped up by an n-gram, plus "
+                                         "a branch copied from earlier in the text")
                 max_new = gr.Slider(1, support.MAX_NEW_TOKENS, value=32, step=1, label="Max new tokens",
                                     elem_id="max-new-tokens")
                 with gr.Accordion("Models", open=False):

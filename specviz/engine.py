@@ -35,7 +35,7 @@ class Decoder:
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
             raise ValueError(f"max new tokens must be in [1, {MAX_NEW_TOKENS}], got {max_new_tokens}")
         context_limit = getattr(target.config, "max_position_embeddings", None) or getattr(target.config, "n_positions", None)
-        if context_limit and len(prompt_ids) + max_new_tokens + tree.max_depth + 1 > context_limit:
+        if context_limit and len(prompt_ids) + max_new_tokens + max(tree.max_depth, tree.lookup) + 1 > context_limit:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({max_new_tokens}) "
                              f"exceeds the model's context of {context_limit} tokens")
         sampling.validate()

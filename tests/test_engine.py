@@ -90,6 +90,8 @@ def test_stops_at_eos_and_at_max_new_tokens():
     (dict(prompt=[]), "prompt is empty"),
     (dict(max_new_tokens=0), "max new tokens"),
     (dict(max_new_tokens=600), "exceeds the model's context"),
+    (dict(max_new_tokens=490, tree=TreeSpec(lookup=30)), "exceeds the model's context"),   # fits without lookup
+    (dict(tree=TreeSpec(lookup=-1)), "lookup tokens"),
     (dict(sampling=Sampling(temperature=-1)), "temperature"),
     (dict(sampling=Sampling(temperature=1, top_p=0)), "top-p"),
     (dict(sampling=Sampling(temperature=1, top_k=-2)), "top-k"),
