@@ -9,7 +9,7 @@ import torch
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 TARGET_VOCAB = 49152          # SmolLM2-135M-Instruct
 TARGET_IDS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2}
-AGREEMENT_FLOOR = 0.3          # 0.35 on these 8 prompts; whole of HumanEval: see MANIFEST.md
+AGREEMENT_FLOOR = 0.35         # whole of HumanEval 0.41: see MANIFEST.md
 
 
 def asset_files() -> list[str]:
