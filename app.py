@@ -63,8 +63,9 @@ large *n* are budget spent in vain: a smaller or narrower tree would do as well.
 COMPARE_HELP = """
 **The race.** The same prompt and settings run with plain decoding (*baseline*: one target pass per token),
 single-stage *speculative* decoding (one draft proposes a chain) and *staged* decoding (a tree, drafted by a
-model that is itself sped up by an n-gram model, plus a branch copied from earlier in the text). They take turns on the processor; at any moment each column shows
-how far its strategy got in the same amount of its own compute time. Under greedy decoding all three write the
+model that is itself sped up by an n-gram model, plus a branch copied from earlier in the text). They take
+turns on the processor; at any moment each column shows how far its strategy got in the same amount of its
+own compute time. Under greedy decoding all three write the
 same text.
 """
 

@@ -631,8 +631,9 @@ def bench(args, argv: list[str]) -> int:
               "command": "python -m specviz.bench " + shlex.join(argv),
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     started = perf_counter()
-    report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed,
-                            {"budget": args.tree_budget, "lookup": args.lookup}, progress=not args.no_progress, projection=args.projection,
+    tree = {"budget": args.tree_budget, "lookup": args.lookup}
+    report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed, tree,
+                            progress=not args.no_progress, projection=args.projection,
                             device=args.device, dtype=args.dtype))
     report["duration_s"] = perf_counter() - started
     for note in report["settings"]["notes"]:

@@ -71,8 +71,7 @@ def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: Tre
     dists: dict[int, torch.Tensor] = {}
     if drafter is None:
         return tree, dists
-    if spec.budget > 0:
-        _grow(tree, dists, context, drafter, spec, sampling, generator)
+    _grow(tree, dists, context, drafter, spec, sampling, generator)
     if spec.lookup > 0:
         stage = lookup_stage(drafter)
         with drafter.timer.phase(f"stage{stage}_draft"):
