@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Set up specviz in ./.venv on a fresh machine. `--with-browser` also installs Debian's chromium
-# for the browser tests (needs root, as on CI).
+# Set up specviz in ./.venv on a fresh machine. `--with-browser` also installs what the full test
+# suite needs from Debian (root, as on CI): chromium for the browser tests, and a C++ compiler with
+# Python's headers for torch.compile's CPU backend (tests/test_compiled.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == "--with-browser" ]] && ! command -v chromium >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+if [[ "${1:-}" == "--with-browser" ]]; then
+    need=()
+    command -v chromium >/dev/null || need+=(chromium)
+    command -v g++ >/dev/null || need+=(g++)
+    include=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+    [[ -f "$include/Python.h" ]] || need+=(python3-dev)
+    if ((${#need[@]})); then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
 fi
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip

@@ -111,9 +111,11 @@ class ForwardClock:
             self._handles.append(model.register_forward_pre_hook(self._pre))
             self._handles.append(model.register_forward_hook(self._post))
 
+    @torch.compiler.disable
     def _pre(self, module, args):
         self._started.append(perf_counter())
 
+    @torch.compiler.disable
     def _post(self, module, args, output):
         started = self._started.pop()
         if not self._started:           # count nested model calls once
@@ -180,16 +182,23 @@ def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=Non
 def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: list[str],
               max_new_tokens: int, seed: int = 0, tree: dict | None = None,
               progress: bool = True, warmup: bool = True, projection: str | None = None,
-              device: str = "cpu", dtype: str = "float32") -> dict:
+              device: str = "cpu", dtype: str = "float32", compile: bool = False) -> dict:
     """Run every strategy on every prompt under every sampling.
 
     Returns {"settings", "results" (one row per sampling and strategy), "per_prompt"} and, with
-    `projection` ("paper" or "tiny"), "projection"."""
+    `projection` ("paper" or "tiny"), "projection". compile: our strategies run the compiled target
+    over one static cache length, compiled for every bucket before anything is timed."""
     strategies, notes = usable_strategies(stack, strategies)
     if not strategies:
         raise BenchError("no strategy can run: " + "; ".join(notes))
     settings = {name: parse_sampling(name, seed) for name in samplings}
     encoded = [(p, stack.encode(p.text)) for p in prompts]
+    if compile:
+        from .engine import static_length
+        from .stack import default_tree
+        trees = [default_tree(s, **(tree or {})) for s in strategies if s not in PEERS]
+        stack.compile(max(static_length(len(ids) + max_new_tokens + t.budget + t.lookup + 1)
+                          for _, ids in encoded for t in trees))
     if warmup:
         for name, sampling in settings.items():
             for strategy in strategies:
@@ -209,7 +218,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     per_prompt = compare_rows(rows)
     report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
-                           "tree": tree or {}, "target": stack.target.name, "drafts": list(stack.drafts),
+                           "tree": tree or {}, "compiled": compile, "target": stack.target.name, "drafts": list(stack.drafts),
                            "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
                            "notes": notes},
               "results": summarise(per_prompt), "per_prompt": per_prompt}
@@ -563,6 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "0 = the paper's staged)")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile", action="store_true",
+                        help="our strategies run a torch.compile'd target over a static KV cache (CUDA graphs on "
+                             "a GPU); the HF peers stay eager. Compiling takes minutes before the run")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report; charts are written next to it")
     parser.add_argument("--no-png", action="store_true", help="HTML charts only")
     parser.add_argument("--projection", nargs="?", const="paper", choices=list(PROJECTION_SIZES), default=None,
@@ -634,7 +646,7 @@ def bench(args, argv: list[str]) -> int:
     tree = {"budget": args.tree_budget, "lookup": args.lookup}
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed, tree,
                             progress=not args.no_progress, projection=args.projection,
-                            device=args.device, dtype=args.dtype))
+                            device=args.device, dtype=args.dtype, compile=args.compile))
     report["duration_s"] = perf_counter() - started
     for note in report["settings"]["notes"]:
         print(f"note: {note}", file=sys.stderr)

@@ -4,12 +4,23 @@ The cache always starts with `committed` entries that every new token may attend
 forward appends one entry per fed token after those (its "slot"); `commit(slots)` then gathers the
 chosen slots to sit contiguously after the committed prefix and drops everything else. Cropping
 alone would be wrong: accepted nodes need not be a suffix of what was fed.
+
+The static mode (for torch.compile and CUDA graphs, which need fixed shapes and fixed addresses)
+preallocates `static_len` entries, pads each feed to a bucket size, attends over the whole buffer
+under a mask, and commits by moving the chosen slots in place.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)     # static mode: feeds are padded to one of these sizes
+
+
+def bucket(n: int) -> int:
+    """The padded size of an n-token feed; a feed larger than every bucket is not padded."""
+    return next((b for b in BUCKETS if b >= n), n)
 
 
 @dataclass
@@ -28,8 +39,15 @@ class KVModel:
     -inf. For a draft trained over a subset of the vocabulary this skips most of its output layer,
     which dominates a small model's cost; its distribution stays a proper one (over the subset)."""
 
-    def __init__(self, model: torch.nn.Module, name: str, output_vocab: torch.Tensor | None = None):
+    def __init__(self, model: torch.nn.Module, name: str, output_vocab: torch.Tensor | None = None,
+                 static_len: int | None = None, compiled=None):
+        """static_len: preallocate a static cache of this many entries. compiled: a compiled copy
+        of the model (or of its body, with output_vocab) for bucket-sized feeds; needs static_len."""
+        if compiled is not None and static_len is None:
+            raise ValueError("a compiled model needs a static cache (static_len)")
         self.model = model
+        self.static_len = static_len
+        self.compiled = compiled
         self.name = name
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
@@ -43,15 +61,19 @@ class KVModel:
         config = model.config
         layers = getattr(config, "num_hidden_layers", None) or config.n_layer
         heads = getattr(config, "num_attention_heads", None) or config.n_head
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        self.kv_bytes_per_entry = 2 * layers * kv_heads * head_dim * self.dtype.itemsize
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        self.kv_bytes_per_entry = 2 * layers * self.kv_heads * self.head_dim * self.dtype.itemsize
         self.log = ForwardLog()
         self.reset()
 
     def reset(self) -> None:
-        from transformers import DynamicCache
-        self.cache = DynamicCache(config=self.model.config)
+        from transformers import DynamicCache, StaticCache
+        if self.static_len is None:
+            self.cache = DynamicCache(config=self.model.config)
+        else:
+            self.cache = StaticCache(config=self.model.config, max_cache_len=self.static_len)
+            self.cache.early_initialization(1, self.kv_heads, self.head_dim, self.dtype, self.device)
         self.committed = 0          # cache entries that are committed tokens
         self.pending = 0            # tree entries fed since the last commit
 
@@ -66,19 +88,65 @@ class KVModel:
         tokens themselves) each new token attends to; the committed prefix is always visible.
         """
         n = len(tokens)
+        if self.static_len is not None:
+            return self._static_forward(tokens, positions, visible)
         ids = torch.tensor([tokens], device=self.device)
         pos = torch.tensor([positions], device=self.device)
-        body = self.model if self.head is None else self.model.base_model
-        out = body(input_ids=ids, position_ids=pos, attention_mask=self._mask(visible),
-                   past_key_values=self.cache, use_cache=True)
+        out = self._body(input_ids=ids, position_ids=pos, attention_mask=self._mask(visible),
+                         past_key_values=self.cache, use_cache=True)
+        self._logged(n)
+        return self._logits(out, n)
+
+    @property
+    def _body(self):
+        return self.model if self.head is None else self.model.base_model
+
+    def _logged(self, n: int) -> None:
         self.log.tokens.append(n)
         self.log.kv_entries.append(self.committed + self.pending + n)
         self.pending += n
+
+    def _logits(self, out, n: int) -> torch.Tensor:
         if self.head is None:
-            return out.logits[0]
+            return out.logits[0, :n]
         logits = torch.full((n, self.model.config.vocab_size), float("-inf"), dtype=self.dtype, device=self.device)
-        logits[:, self.output_vocab] = out.last_hidden_state[0] @ self.head.T
+        logits[:, self.output_vocab] = out.last_hidden_state[0, :n] @ self.head.T
         return logits
+
+    def _static_forward(self, tokens: list[int], positions: list[int], visible: torch.Tensor) -> torch.Tensor:
+        """Pad the feed to its bucket (pad tokens repeat the last one and see only the prefix and
+        themselves), write it after the cache's length, then set the length past the real tokens:
+        the next feed overwrites the padding, and the mask never shows it."""
+        n, size = len(tokens), bucket(len(tokens))
+        start = self.committed + self.pending
+        if start + size > self.static_len:
+            raise ValueError(f"{self.name}: {start + size} cache entries needed, the static cache holds "
+                             f"{self.static_len}")
+        allowed = torch.zeros(size, self.static_len, dtype=torch.bool)
+        allowed[:, :self.committed] = True
+        allowed[:n, self.committed:start + n] = visible
+        pads = torch.arange(n, size)
+        allowed[pads, start + pads] = True
+        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        ids = torch.tensor([tokens + tokens[-1:] * (size - n)], device=self.device)
+        pos = torch.tensor([positions + positions[-1:] * (size - n)], device=self.device)
+        run = self.compiled if self.compiled is not None and size in BUCKETS else self._body
+        out = run(input_ids=ids, position_ids=pos, attention_mask=mask[None, None].to(self.device),
+                  past_key_values=self.cache, use_cache=True)
+        self._logged(n)
+        self._set_length(self.committed + self.pending)
+        return self._logits(out, n)
+
+    def compile_buckets(self) -> None:
+        """Feed every bucket size once, so the compiled model compiles now rather than mid-run."""
+        self.feed_committed([0])
+        for size in BUCKETS:
+            self.forward([0] * size, [1] * size, torch.ones(size, size, dtype=torch.bool).tril())
+            self.commit([])
+
+    def _set_length(self, length: int) -> None:
+        for layer in self.cache.layers:
+            layer.cumulative_length.fill_(length)
 
     def _mask(self, visible: torch.Tensor) -> torch.Tensor | None:
         """Additive float mask [1, 1, n, cache + n] (eager attention adds it, so it cannot be
@@ -105,14 +173,24 @@ class KVModel:
 
     def commit(self, slots: list[int]) -> None:
         """Keep the committed prefix plus the given tree slots (0-based after the prefix), in order."""
-        if slots == list(range(len(slots))):   # the common chain case: a slice, no copy
-            keep = slice(0, self.committed + len(slots))
-            select = lambda t: t[:, :, keep]
+        chain = slots == list(range(len(slots)))     # the common case: nothing moves
+        if self.static_len is not None:
+            if not chain:
+                index = torch.tensor([self.committed + s for s in slots], device=self.device)
+                end = self.committed + len(slots)
+                for layer in self.cache.layers:     # in place: a static cache keeps its addresses
+                    layer.keys[:, :, self.committed:end] = layer.keys[:, :, index]
+                    layer.values[:, :, self.committed:end] = layer.values[:, :, index]
+            self._set_length(self.committed + len(slots))
         else:
-            index = torch.tensor(list(range(self.committed)) + [self.committed + s for s in slots],
-                                 device=self.device)
-            select = lambda t: t.index_select(-2, index)
-        for layer in self.cache.layers:
-            layer.keys, layer.values = select(layer.keys), select(layer.values)
+            if chain:
+                keep = slice(0, self.committed + len(slots))
+                select = lambda t: t[:, :, keep]
+            else:
+                index = torch.tensor(list(range(self.committed)) + [self.committed + s for s in slots],
+                                     device=self.device)
+                select = lambda t: t.index_select(-2, index)
+            for layer in self.cache.layers:
+                layer.keys, layer.values = select(layer.keys), select(layer.values)
         self.committed += len(slots)
         self.pending = 0

@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also verify up to N tokens copied from the context (default: 10 for staged, else 0)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    gen.add_argument("--compile", action="store_true",
+                     help="torch.compile the target over a static KV cache (CUDA graphs on a GPU); the first "
+                          "rounds compile, for minutes on a CPU")
     gen.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -72,6 +75,8 @@ def generate(args) -> int:
         raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
     drafts = [] if args.strategy == "baseline" else args.draft
     stack = load_preset(args.preset or "offline", args.dtype, args.device, target=args.target, drafts=drafts)
+    if args.compile:
+        stack.compile()
     decoder = stack.decoder(stack.encode(prompt), args.strategy, tree, sampling, args.max_new_tokens)
     run = decoder.generate()
     if args.json:

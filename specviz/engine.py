@@ -10,7 +10,7 @@ from time import perf_counter
 
 import torch
 
-from .cache import KVModel
+from .cache import BUCKETS, KVModel
 from .drafters.base import Drafter
 from .drafting import TreeSpec, build_tree
 from .metrics import bytes_read, summarise
@@ -29,7 +29,10 @@ class Decoder:
                  drafter: Drafter | None = None, strategy: str = "baseline",
                  tree: TreeSpec = TreeSpec(), sampling: Sampling = Sampling(),
                  max_new_tokens: int = 64, target_name: str = "target",
-                 stop_at_eos: bool = True):
+                 stop_at_eos: bool = True, static_len: int | None = None, compiled=None):
+        """static_len: preallocate the target's KV cache with this many entries (fixed shapes and
+        addresses); compiled: a compiled copy of the target (`models.compile_model`), which needs
+        a static cache and sizes one for this generation where static_len is not given."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
@@ -47,7 +50,13 @@ class Decoder:
         self.max_new_tokens = max_new_tokens
         self.eos = _eos_ids(target, tokenizer) if stop_at_eos else set()
         self.timer = PhaseTimer()
-        self.target = KVModel(target, target_name)
+        needed = static_length(len(prompt_ids) + max_new_tokens + tree.budget + tree.lookup + 1)
+        if static_len is None and compiled is not None:
+            static_len = needed
+        if static_len is not None and static_len < needed:
+            raise ValueError(f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({max_new_tokens}) and a "
+                             f"tree need a KV cache of {needed} entries; the static cache holds {static_len}")
+        self.target = KVModel(target, target_name, static_len=static_len, compiled=compiled)
         self.drafter = drafter
         self.stages = [StageInfo(target_name, "target")]
         if drafter is not None:
@@ -164,6 +173,13 @@ class Decoder:
                          text=self.text(), steps=self.steps, stats=summarise(self.steps, self.model_costs(), len(self.prompt)),
                          settings={"tree": vars(self.spec), "sampling": vars(self.sampling),
                                    "max_new_tokens": self.max_new_tokens})
+
+
+def static_length(entries: int, step: int = 256) -> int:
+    """The static cache for `entries` tokens (plus bucket padding), rounded up to a multiple of
+    `step` so compiled shapes are reused across prompts of similar length (each distinct length is
+    one more compilation per bucket)."""
+    return -(-(entries + BUCKETS[-1]) // step) * step
 
 
 def _eos_ids(model, tokenizer) -> set[int]:

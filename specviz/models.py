@@ -177,3 +177,13 @@ def check_tokenizers_match(target: LoadedModel, draft: LoadedModel) -> None:
     if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
         raise ModelLoadError(f"{draft_name!r} and {target_name!r} use different tokenizers; "
                              "speculation needs a draft that shares the target's vocabulary")
+
+
+def compile_model(model: torch.nn.Module):
+    """torch.compile the model for decoding: CUDA graphs on a GPU ("reduce-overhead"), inductor's
+    fused kernels on a CPU. Shapes stay fixed because the engine pads feeds to a few bucket sizes
+    over a static KV cache (`cache.KVModel`); each bucket and cache length compiles once."""
+    import torch._dynamo
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    cuda = next(model.parameters()).device.type == "cuda"
+    return torch.compile(model, mode="reduce-overhead" if cuda else None, dynamic=False)

@@ -9,10 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
+from .cache import KVModel
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafting import TreeSpec
 from .engine import STRATEGIES, Decoder
-from .models import ASSETS, DEFAULT_TARGET, LoadedModel, ModelLoadError, check_tokenizers_match, load_model
+from .models import (ASSETS, DEFAULT_TARGET, LoadedModel, ModelLoadError, check_tokenizers_match,
+                     compile_model, load_model)
 from .sampling import Sampling
 
 DEFAULT_DRAFT = "assets/draft"
@@ -47,6 +51,8 @@ class Stack:
     target: LoadedModel
     drafts: list[str]                                  # specs, top stage first
     loaded: dict[str, object] = field(default_factory=dict)
+    compiled: object = None         # the compiled target every decoder uses (see compile())
+    static_len: int | None = None   # ...and the static KV cache length they share, if fixed
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
@@ -56,6 +62,17 @@ class Stack:
             if spec != "lookup":
                 stack.loaded[spec] = stack._load_source(spec, dtype, device)
         return stack
+
+    def compile(self, context: int | None = None) -> None:
+        """Compile the target's decoding forwards (CUDA graphs on a GPU); decoders then keep its
+        KV cache static. The first feed of each bucket size compiles (minutes on a small CPU).
+        context: one static cache length for every decoder, compiled now for every bucket (else
+        each decoder sizes its own and compiles what it meets)."""
+        self.compiled = compile_model(self.target.model)
+        self.static_len = context
+        if context is not None:
+            with torch.inference_mode():
+                KVModel(self.target.model, "compile", static_len=context, compiled=self.compiled).compile_buckets()
 
     def _load_source(self, spec: str, dtype: str, device: str):
         """The model or n-gram table behind a drafter spec."""
@@ -111,7 +128,8 @@ class Stack:
             tree = default_tree(strategy)
         return Decoder(self.target.model, self.tokenizer, prompt_ids, drafter=self.drafter_for(strategy),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
-                       target_name=self.target_name, stop_at_eos=stop_at_eos)
+                       target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled,
+                       static_len=self.static_len)
 
     def encode(self, prompt: str) -> list[int]:
         if not prompt or not prompt.strip():

@@ -202,3 +202,27 @@ def test_projection_flag():
     assert parser.parse_args(["--projection"]).projection == "paper"
     assert parser.parse_args(["--projection", "tiny"]).projection == "tiny"
     assert parser.parse_args([]).projection is None
+
+
+def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timing(monkeypatch):
+    """The plumbing of `bench --compile`; the real torch.compile is exercised in test_compiled.py."""
+    from specviz import stack as stack_module
+    from specviz.cache import BUCKETS
+
+    calls = []
+
+    def counting_compile(model):
+        def run(**inputs):
+            calls.append(inputs["input_ids"].shape[1])
+            return model(**inputs)
+        return run
+
+    monkeypatch.setattr(stack_module, "compile_model", counting_compile)
+    stack = tiny_stack()
+    out = run_bench(stack, PROMPTS, ["baseline", "staged"], ["greedy"], max_new_tokens=8, progress=False,
+                    warmup=False, compile=True)
+    assert out["settings"]["compiled"] is True
+    assert stack.static_len is not None and stack.static_len % 256 == 0
+    assert calls[:1 + len(BUCKETS)] == [1, *BUCKETS]       # compile_buckets, before any generation
+    assert set(calls) <= set(BUCKETS) and len(calls) > 1 + len(BUCKETS)
+    assert all(r["exact_match"] == 2 for r in out["results"])

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specviz.cache import KVModel
+from specviz.cache import KVModel, bucket
 from specviz.tree import Tree, ancestor_matrix
 from tiny import tiny_model
 
@@ -83,3 +83,47 @@ def test_output_vocab_gives_the_full_models_logits_on_the_subset_and_minus_inf_e
     assert torch.isneginf(got[:, outside]).all()
     hidden = model.config.hidden_size if family == "llama" else model.config.n_embd
     assert full.weight_bytes - restricted.weight_bytes == (64 - len(subset)) * hidden * 4
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@given(data=st.data())
+def test_static_cache_gives_the_dynamic_caches_logits_and_keeps_the_same_entries(family, data):
+    """Over a few rounds, each tree fed in one or two forwards (padded to buckets), then a path
+    committed: the static cache's logits and committed entries are the dynamic cache's."""
+    model = tiny_model(family)
+    dynamic, static = KVModel(model, "dynamic"), KVModel(model, "static", static_len=160)
+    prefix = data.draw(st.lists(st.integers(0, 63), min_size=1, max_size=10))
+    for kv in (dynamic, static):
+        kv.feed_committed(prefix)
+    for _ in range(data.draw(st.integers(1, 3))):
+        tree = random_tree(data, 64)
+        split = data.draw(st.integers(1, len(tree)))
+        visible = ancestor_matrix(tree.parents)
+        positions = [dynamic.committed + d for d in tree.depths]
+        outputs = []
+        for kv in (dynamic, static):
+            parts = [kv.forward(tree.tokens[:split], positions[:split], visible[:split, :split])]
+            if split < len(tree):
+                parts.append(kv.forward(tree.tokens[split:], positions[split:], visible[split:]))
+            outputs.append(torch.cat(parts))
+        torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
+        path = tree.path(data.draw(st.integers(0, len(tree) - 1)))
+        for kv in (dynamic, static):
+            kv.commit(path)
+    assert static.committed == dynamic.committed and static.pending == 0
+    end = dynamic.committed
+    for ours, theirs in zip(static.cache.layers, dynamic.cache.layers):
+        torch.testing.assert_close(ours.keys[:, :, :end], theirs.keys, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ours.values[:, :, :end], theirs.values, rtol=1e-4, atol=1e-5)
+        assert int(ours.cumulative_length) == end
+
+
+def test_static_feeds_are_padded_to_buckets_and_a_full_cache_is_a_clear_error():
+    assert [bucket(n) for n in (1, 3, 5, 16, 17, 64, 65)] == [1, 4, 8, 16, 32, 64, 65]
+    model = tiny_model("llama")
+    kv = KVModel(model, "small", static_len=8)
+    kv.feed_committed([1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match="static cache holds 8"):
+        kv.forward([6, 7, 8], [5, 6, 7], torch.ones(3, 3, dtype=torch.bool).tril())     # padded to 4
+    with pytest.raises(ValueError, match="needs a static cache"):
+        KVModel(model, "compiled", compiled=model)

@@ -1,7 +1,7 @@
 """Every strategy's greedy output equals plain greedy decoding, token for token."""
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
@@ -94,3 +94,16 @@ def test_staged_builds_the_same_tree_with_fewer_draft_forwards():
     assert staged.stats["draft_forwards"]["draft"] < plain.stats["draft_forwards"]["draft"]
     # nodes the lower stage guessed right are credited to stage 2
     assert any(n.stage == 2 for s in staged.steps for n in s.nodes)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@settings(max_examples=12)
+@given(prompt=st.lists(st.integers(0, 63), min_size=1, max_size=16), kind=st.sampled_from(KINDS),
+       budget=st.integers(0, 20), n=st.integers(1, 24), lookup=st.sampled_from([0, 3, 10]))
+def test_greedy_output_with_a_static_target_cache_equals_baseline(family, prompt, kind, budget, n, lookup):
+    """The static cache (what the compiled path runs on) pads feeds and moves committed slots in
+    place; none of it may change a token."""
+    target = tiny_model(family)
+    got = greedy(target, prompt, n, drafter=drafter_for(kind, family), strategy="tree", static_len=256,
+                 tree=TreeSpec(budget=budget, lookup=lookup))
+    assert got == greedy(target, prompt, n)
