@@ -127,7 +127,7 @@ class ForwardClock:
 
 
 def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
-    """tree: overrides of the strategy's default tree (budget, lookup)."""
+    """tree: overrides of the strategy's default tree (budget, lookup, min_score)."""
     from .stack import default_tree
 
     models = [stack.target.model] + [m.model for m in stack.loaded.values() if isinstance(m, LoadedModel)]
@@ -570,6 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lookup", type=int, default=None, metavar="N",
                         help="context-lookup tokens verified per round (default: 10 for staged, else 0; "
                              "0 = the paper's staged)")
+    parser.add_argument("--min-score", type=float, default=None, metavar="P",
+                        help="tree and staged: grow only paths the draft gives at least this probability (default 0.1)")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
@@ -580,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--projection", nargs="?", const="paper", choices=list(PROJECTION_SIZES), default=None,
                         help="also replay our runs' decisions on random GPT-2 models of the paper's sizes "
                              "(GPT-2-L target, 40M draft; 'tiny' for a quick check) and report projected tokens/s")
+    parser.add_argument("--cost-curve", action="store_true",
+                        help="no run: time one target forward by the number of tokens it verifies, print the "
+                             "curve and write it as JSON (--out)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--render", metavar="JSON", help="no run: print the table and redraw the charts of a saved report")
     return parser
@@ -636,6 +641,8 @@ def bench(args, argv: list[str]) -> int:
 
     if args.render:
         return render(args.render, png=not args.no_png)
+    if args.cost_curve:
+        return write_cost_curve(args, argv)
     strategies, samplings = check_args(args)
     prompts = load_prompts(args.prompts, args.limit)
     stack = Stack.load(args.target, args.draft, args.dtype, args.device)
@@ -643,7 +650,7 @@ def bench(args, argv: list[str]) -> int:
               "command": "python -m specviz.bench " + shlex.join(argv),
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     started = perf_counter()
-    tree = {"budget": args.tree_budget, "lookup": args.lookup}
+    tree = {"budget": args.tree_budget, "lookup": args.lookup, "min_score": args.min_score}
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed, tree,
                             progress=not args.no_progress, projection=args.projection,
                             device=args.device, dtype=args.dtype, compile=args.compile))
@@ -655,6 +662,23 @@ def bench(args, argv: list[str]) -> int:
         print("\n" + format_projection(report["projection"]))
     written = write_outputs(report, Path(args.out), png=not args.no_png)
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    return 0
+
+
+def write_cost_curve(args, argv: list[str]) -> int:
+    from .cost_curve import cost_curve, format_curve
+    from .models import load_model
+
+    target = load_model(args.target, args.dtype, args.device)
+    curve = cost_curve(target.model)
+    print(format_curve(curve))
+    report = {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "command": "python -m specviz.bench " + shlex.join(argv), "target": target.name,
+              "dtype": args.dtype, "device": args.device, "seconds_per_forward": curve}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

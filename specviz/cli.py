@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--tree-shape", choices=SHAPES, default=None)
     gen.add_argument("--lookup", type=int, default=None, metavar="N",
                      help="also verify up to N tokens copied from the context (default: 10 for staged, else 0)")
+    gen.add_argument("--min-score", type=float, default=None, metavar="P",
+                     help="dynamic trees: grow only paths the draft gives at least this probability (default 0.1)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=list(DTYPES), default="float32")
     gen.add_argument("--compile", action="store_true",
@@ -65,7 +67,7 @@ def generate(args) -> int:
         raise ValueError("the prompt is empty")
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     sampling.validate()
-    tree = default_tree(args.strategy, args.tree_budget, args.lookup)
+    tree = default_tree(args.strategy, args.tree_budget, args.lookup, args.min_score)
     if args.tree_shape:
         tree = TreeSpec(**{**vars(tree), "shape": args.tree_shape})
     tree.validate()

@@ -37,6 +37,8 @@ class TreeSpec:
             raise ValueError(f"tree budget must be in [0, 256], got {self.budget}")
         if not 1 <= self.max_depth <= 64 or not 1 <= self.max_branch <= 16 or self.level_width < 1:
             raise ValueError("tree depth must be in [1, 64], branching in [1, 16], level width >= 1")
+        if not 0 <= self.min_score <= 1:
+            raise ValueError(f"min score must be in [0, 1], got {self.min_score}")
         if not 0 <= self.lookup <= 64 or not 1 <= self.lookup_ngram <= 8:
             raise ValueError("lookup tokens must be in [0, 64] and the lookup n-gram in [1, 8]")
 

@@ -138,9 +138,11 @@ class Stack:
 
 
 STAGED_LOOKUP = 10     # context-lookup tokens staged verifies by default
+DEFAULT_MIN_SCORE = 0.1
 
 
-def default_tree(strategy: str, budget: int | None = None, lookup: int | None = None) -> TreeSpec:
+def default_tree(strategy: str, budget: int | None = None, lookup: int | None = None,
+                 min_score: float | None = None) -> TreeSpec:
     """speculative drafts a chain; tree and staged a dynamic tree, and staged adds a context-lookup
     branch (`lookup` tokens; 0 = the paper's staged, whose n-gram stage only drafts for the draft)."""
     if lookup is None:
@@ -149,4 +151,5 @@ def default_tree(strategy: str, budget: int | None = None, lookup: int | None = 
         return TreeSpec(shape="chain", budget=budget or 4, max_depth=budget or 4, lookup=lookup)
     # min_score: stop growing where the draft is unsure; with a weak draft a full 16-node tree costs
     # the CPU more verification time than its extra accepted tokens save (measured on HumanEval).
-    return TreeSpec(shape="dynamic", budget=budget or 16, min_score=0.1, lookup=lookup)
+    return TreeSpec(shape="dynamic", budget=budget or 16, min_score=DEFAULT_MIN_SCORE if min_score is None else min_score,
+                    lookup=lookup)

@@ -226,3 +226,22 @@ def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timin
     assert calls[:1 + len(BUCKETS)] == [1, *BUCKETS]       # compile_buckets, before any generation
     assert set(calls) <= set(BUCKETS) and len(calls) > 1 + len(BUCKETS)
     assert all(r["exact_match"] == 2 for r in out["results"])
+
+
+def test_cost_curve_times_each_size_and_prints_a_table():
+    from specviz.cost_curve import cost_curve, format_curve
+    curve = cost_curve(tiny_model("llama", 0), sizes=(1, 4, 16), context=20, reps=2)
+    assert list(curve) == [1, 4, 16] and all(0 < s < 5 for s in curve.values())
+    table = format_curve(curve)
+    assert table.splitlines()[2].startswith("1 ") and "1.00" in table.splitlines()[2]
+    assert len(table.splitlines()) == 5
+
+
+def test_cost_curve_flag_writes_json(tmp_path, capsys):
+    from specviz.cost_curve import SIZES
+    from tiny import save_with_word_tokenizer
+    save_with_word_tokenizer(tiny_model("llama", 0), tmp_path / "model")
+    assert bench.main(["--cost-curve", "--target", str(tmp_path / "model"), "--out", str(tmp_path / "c.json")]) == 0
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert list(report["seconds_per_forward"]) == [str(n) for n in SIZES]
+    assert "tokens fed" in capsys.readouterr().out

@@ -82,6 +82,7 @@ def run_main(capsys, *args):
     (["--prompt", "x", "--top-k", "-1"], "top-k"),
     (["--prompt", "x", "--tree-budget", "1000"], "budget"),
     (["--prompt", "x", "--lookup", "-1"], "lookup tokens"),
+    (["--prompt", "x", "--min-score", "1.5"], "min score"),
     (["--prompt", "x", "--target", "/nonexistent/model"], "not found"),
     (["--prompt", "x", "--target", "./missing.gguf"], "not found"),
     (["--prompt", "x", "--device", "tpu"], "--device"),

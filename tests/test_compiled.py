@@ -8,7 +8,7 @@ from specviz.drafters import LookupDrafter, ModelDrafter
 from specviz.drafting import TreeSpec
 from specviz.engine import Decoder
 from specviz.models import compile_model
-from tiny import TinyTokenizer, tiny_model
+from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
 
 TOK = TinyTokenizer()
 
@@ -49,13 +49,8 @@ def test_a_static_cache_too_small_for_the_generation_is_refused():
 def test_cli_compile_flag_gives_the_eager_output(tmp_path):
     """`generate --compile` end to end on a tiny saved model with a word-level tokenizer."""
     from test_cli import cli
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
-    backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend).save_pretrained(tmp_path)
-    tiny_model("llama").save_pretrained(tmp_path)
+    save_with_word_tokenizer(tiny_model("llama"), tmp_path)
     args = ("--prompt", "w3 w4 w5 w6", "--target", str(tmp_path), "--strategy", "baseline",
             "--max-new-tokens", "6", "--json")
     eager, compiled = cli(*args), cli(*args, "--compile")

@@ -47,3 +47,14 @@ def tiny_model(family: str = "llama", seed: int = 0, vocab: int = 64, layers: in
                 p.add_(torch.randn(p.shape, generator=generator) * noise * p.std())
     model.generation_config.eos_token_id = None
     return model.to(dtype).eval().requires_grad_(False)
+
+
+def save_with_word_tokenizer(model, path) -> None:
+    """Save a tiny model with a word-level tokenizer ("w0" .. "w63"), loadable as --target PATH."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend).save_pretrained(path)
+    model.save_pretrained(path)

@@ -1,0 +1,42 @@
+"""What one target forward costs by the number of tokens it verifies (`bench --cost-curve`).
+
+Speculation pays when verifying k tokens costs little more than reading one. On a GPU a forward is
+bound by reading the weights and the curve is nearly flat; on a small CPU the matrix products
+become compute-bound after a few tokens and the curve climbs, which caps the useful tree size.
+"""
+from __future__ import annotations
+
+from time import perf_counter
+
+import torch
+
+from .cache import KVModel
+
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def cost_curve(model: torch.nn.Module, sizes=SIZES, context: int = 256, reps: int = 10) -> dict[int, float]:
+    """Seconds per forward of n tree tokens (a root and n-1 children) after `context` committed
+    tokens: the fastest of `reps` rounds, the sizes interleaved within each round so that machine
+    noise hits them alike."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    kv = KVModel(model, "cost")
+    best = dict.fromkeys(sizes, float("inf"))
+    with torch.inference_mode():
+        kv.feed_committed([i % vocab for i in range(context)])
+        for _ in range(reps):
+            for n in sizes:
+                visible = torch.eye(n, dtype=torch.bool)
+                visible[:, 0] = True
+                started = perf_counter()
+                kv.forward([(context + i) % vocab for i in range(n)], [context] + [context + 1] * (n - 1), visible)
+                best[n] = min(best[n], perf_counter() - started)
+                kv.commit([])
+    return best
+
+
+def format_curve(curve: dict[int, float]) -> str:
+    one = curve[min(curve)]
+    lines = ["tokens fed  ms per forward  x one token  ms per token", "----------  --------------  -----------  ------------"]
+    lines += [f"{n:<10}  {s * 1e3:<14.1f}  {s / one:<11.2f}  {s * 1e3 / n:.1f}" for n, s in sorted(curve.items())]
+    return "\n".join(lines)
