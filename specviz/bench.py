@@ -218,7 +218,9 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     per_prompt = compare_rows(rows)
     report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
-                           "tree": tree or {}, "compiled": compile, "target": stack.target.name, "drafts": list(stack.drafts),
+                           "tree": tree or {}, "compiled": compile,
+                           "static_cache_entries": stack.static_len if compile else None,
+                           "target": stack.target.name, "drafts": list(stack.drafts),
                            "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
                            "notes": notes},
               "results": summarise(per_prompt), "per_prompt": per_prompt}
@@ -571,7 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="context-lookup tokens verified per round (default: 10 for staged, else 0; "
                              "0 = the paper's staged)")
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
-                        help="tree and staged: grow only paths the draft gives at least this probability (default 0.1)")
+                        help="tree and staged: grow only paths the draft gives at least this probability (default 0.2)")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",

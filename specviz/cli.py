@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--lookup", type=int, default=None, metavar="N",
                      help="also verify up to N tokens copied from the context (default: 10 for staged, else 0)")
     gen.add_argument("--min-score", type=float, default=None, metavar="P",
-                     help="dynamic trees: grow only paths the draft gives at least this probability (default 0.1)")
+                     help="dynamic trees: grow only paths the draft gives at least this probability (default 0.2)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=list(DTYPES), default="float32")
     gen.add_argument("--compile", action="store_true",

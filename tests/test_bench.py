@@ -223,6 +223,7 @@ def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timin
                     warmup=False, compile=True)
     assert out["settings"]["compiled"] is True
     assert stack.static_len is not None and stack.static_len % 256 == 0
+    assert out["settings"]["static_cache_entries"] == stack.static_len
     assert calls[:1 + len(BUCKETS)] == [1, *BUCKETS]       # compile_buckets, before any generation
     assert set(calls) <= set(BUCKETS) and len(calls) > 1 + len(BUCKETS)
     assert all(r["exact_match"] == 2 for r in out["results"])

@@ -49,4 +49,4 @@ def test_default_trees():
     assert default_tree("tree", 24).budget == 24
     assert (default_tree("staged").lookup, default_tree("tree").lookup, default_tree("speculative").lookup) == (10, 0, 0)
     assert default_tree("staged", lookup=0).lookup == 0 and default_tree("tree", lookup=5).lookup == 5
-    assert (default_tree("tree").min_score, default_tree("staged", min_score=0.25).min_score) == (0.1, 0.25)
+    assert (default_tree("tree").min_score, default_tree("staged", min_score=0.25).min_score) == (0.2, 0.25)
