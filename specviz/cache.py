@@ -131,6 +131,8 @@ class KVModel:
         ids = torch.tensor([tokens + tokens[-1:] * (size - n)], device=self.device)
         pos = torch.tensor([positions + positions[-1:] * (size - n)], device=self.device)
         run = self.compiled if self.compiled is not None and size in BUCKETS else self._body
+        if run is self.compiled:    # a new step for CUDA graphs: earlier outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         out = run(input_ids=ids, position_ids=pos, attention_mask=mask[None, None].to(self.device),
                   past_key_values=self.cache, use_cache=True)
         self._logged(n)

@@ -127,3 +127,12 @@ def test_static_feeds_are_padded_to_buckets_and_a_full_cache_is_a_clear_error():
         kv.forward([6, 7, 8], [5, 6, 7], torch.ones(3, 3, dtype=torch.bool).tril())     # padded to 4
     with pytest.raises(ValueError, match="needs a static cache"):
         KVModel(model, "compiled", compiled=model)
+
+
+def test_a_static_feed_larger_than_every_bucket_runs_unpadded():
+    model = tiny_model("llama")
+    prompt = [i % 64 for i in range(70)]
+    static = KVModel(model, "static", static_len=128)
+    _, expected = plain_cache(model, prompt)
+    torch.testing.assert_close(static.feed_committed(prompt), expected, rtol=1e-4, atol=1e-4)
+    assert static.log.tokens == [70] and int(static.cache.layers[0].cumulative_length) == 70
