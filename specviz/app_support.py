@@ -18,6 +18,7 @@ from .metrics import summarise
 from .models import ModelLoadError
 from .plots import KIND_COLOURS, KIND_WORDS, ROOT_COLOUR, bonus_token, stage_colours, stage_label
 from .sampling import Sampling
+from .stack import DEFAULT_MIN_SCORE, Stack, default_drafts, is_non_neural
 from .trace import StageInfo, StepRecord
 
 MAX_PROMPT_CHARS = 6000
@@ -132,7 +133,8 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
         shape = "chain" if strategy == "speculative" else "dynamic"
     if shape == "chain":
         depth = budget
-    tree = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, lookup=lookup)
+    tree = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, lookup=lookup,
+                    min_score=DEFAULT_MIN_SCORE)    # the CLI's dynamic trees, so the race times the same
     new = _number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
     return Settings(prompt=prompt, strategy=strategy, preset=preset, target=(target or "").strip(),
                     drafts=drafts or "", sampling=sampling, tree=tree, max_new_tokens=new)
@@ -163,7 +165,6 @@ def preset_names() -> list[str]:
 
 def staged_available() -> bool:
     """Whether the offline default has a draft model above a lower stage (staged needs both)."""
-    from .stack import default_drafts, is_non_neural
     drafts = default_drafts()
     return len(drafts) >= 2 and not any(is_non_neural(d) for d in drafts[:-1])
 
@@ -176,7 +177,6 @@ def device() -> str:
 def get_stack(key: tuple):
     """The loaded stack for a settings key, loading it on first use (one load per key at a time)."""
     from .presets import load_preset
-    from .stack import Stack
     with _STACKS_LOCK:
         if key in _STACKS:
             _STACKS.move_to_end(key)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from specviz import app_support as support
+from specviz.stack import default_tree
 from specviz.trace import RunRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +68,7 @@ def test_settings_turn_into_engine_settings():
     assert custom.stack_key() == (support.CUSTOM, "org/model", ("org/draft", "trigram"))
     assert support.parse_settings(**SETTINGS).stack_key() == ("offline",)
     assert support.parse_settings(**{**SETTINGS, "lookup": 6}).tree.lookup == 6
+    assert support.parse_settings(**SETTINGS).tree.min_score == default_tree("tree").min_score > 0
 
 
 def test_context_lookup_goes_to_staged_only(tiny_default):
