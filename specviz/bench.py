@@ -197,8 +197,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
         from .engine import static_length
         from .stack import default_tree
         trees = [default_tree(s, **(tree or {})) for s in strategies if s not in PEERS]
-        stack.compile(max(static_length(len(ids) + max_new_tokens + t.budget + t.lookup + 1)
-                          for _, ids in encoded for t in trees))
+        stack.compile(max(static_length(len(ids), max_new_tokens, t) for _, ids in encoded for t in trees))
     if warmup:
         for name, sampling in settings.items():
             for strategy in strategies:
@@ -638,6 +637,13 @@ def render(path: str, png: bool = True) -> int:
     return 0
 
 
+def report_header(argv: list[str]) -> dict:
+    """Where, when and how a report was made."""
+    return {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "python -m specviz.bench " + shlex.join(argv),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
 def bench(args, argv: list[str]) -> int:
     from .stack import Stack
 
@@ -648,9 +654,7 @@ def bench(args, argv: list[str]) -> int:
     strategies, samplings = check_args(args)
     prompts = load_prompts(args.prompts, args.limit)
     stack = Stack.load(args.target, args.draft, args.dtype, args.device)
-    report = {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "command": "python -m specviz.bench " + shlex.join(argv),
-              "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    report = report_header(argv)
     started = perf_counter()
     tree = {"budget": args.tree_budget, "lookup": args.lookup, "min_score": args.min_score}
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed, tree,
@@ -674,9 +678,8 @@ def write_cost_curve(args, argv: list[str]) -> int:
     target = load_model(args.target, args.dtype, args.device)
     curve = cost_curve(target.model)
     print(format_curve(curve))
-    report = {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "command": "python -m specviz.bench " + shlex.join(argv), "target": target.name,
-              "dtype": args.dtype, "device": args.device, "seconds_per_forward": curve}
+    report = {**report_header(argv), "target": target.name, "dtype": args.dtype, "device": args.device,
+              "seconds_per_forward": curve}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1), encoding="utf-8")

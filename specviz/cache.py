@@ -127,13 +127,12 @@ class KVModel:
         allowed[:n, self.committed:start + n] = visible
         pads = torch.arange(n, size)
         allowed[pads, start + pads] = True
-        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
         ids = torch.tensor([tokens + tokens[-1:] * (size - n)], device=self.device)
         pos = torch.tensor([positions + positions[-1:] * (size - n)], device=self.device)
         run = self.compiled if self.compiled is not None and size in BUCKETS else self._body
         if run is self.compiled:    # a new step for CUDA graphs: earlier outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        out = run(input_ids=ids, position_ids=pos, attention_mask=mask[None, None].to(self.device),
+        out = run(input_ids=ids, position_ids=pos, attention_mask=self._additive(allowed),
                   past_key_values=self.cache, use_cache=True)
         self._logged(n)
         self._set_length(self.committed + self.pending)
@@ -159,8 +158,11 @@ class KVModel:
             return None
         allowed = torch.ones(n, self.committed + self.pending + n, dtype=torch.bool)
         allowed[:, self.committed:] = visible
-        mask = torch.zeros(allowed.shape, dtype=self.dtype)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return self._additive(allowed)
+
+    def _additive(self, allowed: torch.Tensor) -> torch.Tensor:
+        """[1, 1, n, entries] float mask: 0 where allowed, the dtype's minimum elsewhere."""
+        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
         return mask[None, None].to(self.device)
 
     def feed_committed(self, tokens: list[int]) -> torch.Tensor:

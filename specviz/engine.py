@@ -50,7 +50,7 @@ class Decoder:
         self.max_new_tokens = max_new_tokens
         self.eos = _eos_ids(target, tokenizer) if stop_at_eos else set()
         self.timer = PhaseTimer()
-        needed = static_length(len(prompt_ids) + max_new_tokens + tree.budget + tree.lookup + 1)
+        needed = static_length(len(prompt_ids), max_new_tokens, tree)
         if static_len is None and compiled is not None:
             static_len = needed
         if static_len is not None and static_len < needed:
@@ -175,11 +175,12 @@ class Decoder:
                                    "max_new_tokens": self.max_new_tokens})
 
 
-def static_length(entries: int, step: int = 256) -> int:
-    """The static cache for `entries` tokens (plus bucket padding), rounded up to a multiple of
-    `step` so compiled shapes are reused across prompts of similar length (each distinct length is
-    one more compilation per bucket)."""
-    return -(-(entries + BUCKETS[-1]) // step) * step
+def static_length(prompt_tokens: int, max_new_tokens: int, tree: TreeSpec, step: int = 256) -> int:
+    """The static cache a generation needs: the prompt, the output and one whole tree (plus bucket
+    padding), rounded up to a multiple of `step` so compiled shapes are reused across prompts of
+    similar length (each distinct length is one more compilation per bucket)."""
+    entries = prompt_tokens + max_new_tokens + tree.budget + tree.lookup + 1 + BUCKETS[-1]
+    return -(-entries // step) * step
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
