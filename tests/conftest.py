@@ -1,5 +1,6 @@
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,3 +30,26 @@ def smollm2():
     """The real offline default target (SmolLM2-135M-Instruct), loaded once per test session."""
     from specviz.models import load_model
     return load_model("smollm2-135m")
+
+
+FAILURES = Path(__file__).resolve().parents[1] / "out" / "failures"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing browser test leaves a screenshot and the page's HTML, and the report names the folder,
+    so a failure on another machine can be read from its CI log without a rerun."""
+    outcome = yield
+    report = outcome.get_result()
+    page = item.funcargs.get("page") if hasattr(item, "funcargs") else None
+    if report.when != "call" or not report.failed or page is None:
+        return
+    folder = FAILURES / item.name
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        page.screenshot(path=str(folder / "page.png"), full_page=True)
+        (folder / "page.html").write_text(page.content(), encoding="utf-8")
+        saved = f"screenshot and HTML of the page saved in {folder}"
+    except Exception as exc:        # the browser itself may be what failed
+        saved = f"could not save the page to {folder}: {exc}"
+    report.sections.append(("browser page", saved))

@@ -1,0 +1,41 @@
+"""What this machine is, in one line: CPU model, cores, the SIMD units that decide float kernels
+(and so the last bits of results, and whether bfloat16 pays), the torch build and the GPU.
+`python -m specviz.machine` prints it (CI prints it before the tests)."""
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+              "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
+
+
+def cpu_info() -> tuple[str, list[str]]:
+    """(CPU model name, the SIMD flags of SIMD_FLAGS it has), from /proc/cpuinfo where there is one."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name":
+                name = value.strip()
+            elif key in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    return name, [f for f in SIMD_FLAGS if f in flags]
+
+
+def describe() -> str:
+    name, simd = cpu_info()
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    kernels = torch.backends.cpu.get_cpu_capability()
+    return (f"{name}, {os.cpu_count()} cores, SIMD {' '.join(simd) or 'unknown'}, torch {torch.__version__} "
+            f"({kernels} kernels, {torch.get_num_threads()} threads), {device}, {platform.system()} {platform.release()}")
+
+
+if __name__ == "__main__":
+    print("machine:", describe())
