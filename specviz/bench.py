@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shlex
 import sys
@@ -31,8 +30,10 @@ import numpy as np
 import torch
 
 from .engine import STRATEGIES
+from .machine import describe
 from .hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
-from .models import DEFAULT_TARGET, DTYPES, LoadedModel, ModelLoadError
+from .models import AUTO_DTYPE, DTYPES, LoadedModel, ModelLoadError, load_model
+from .presets import PRESETS, get_preset, load_preset
 from .prompts import HUMANEVAL, Prompt, PromptError, load_prompts
 from .sampling import Sampling
 
@@ -219,7 +220,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
                            "tree": tree or {}, "compiled": compile,
                            "static_cache_entries": stack.static_len if compile else None,
-                           "target": stack.target.name, "drafts": list(stack.drafts),
+                           "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
                            "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
                            "notes": notes},
               "results": summarise(per_prompt), "per_prompt": per_prompt}
@@ -434,19 +435,6 @@ def format_projection(projection: dict) -> str:
 
 
 # -- output ---------------------------------------------------------------------------------------
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-            f"{device}, {platform.system()} {platform.release()}")
-
-
 def format_table(results: list[dict], markdown: bool = False) -> str:
     """draft/verify/rest: shares of decode time by engine phase (rest = tree building, bookkeeping and
     untimed); outside fwd: share of end-to-end time spent outside model forward calls."""
@@ -564,16 +552,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sampling", default=",".join(DEFAULT_SAMPLINGS),
                         help="comma-separated: greedy, topk50, or parts like temp0.7-topk40-topp0.9")
     parser.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
-    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--preset", default="offline", help=f"a named model stack: {', '.join(PRESETS)}")
+    parser.add_argument("--target", default=None, help="replaces the preset's target")
     parser.add_argument("--draft", action="append", default=None, metavar="MODEL",
-                        help="a drafter, top stage first; repeat for a cascade (default: the shipped stack)")
+                        help="a drafter, top stage first; repeat for a cascade (default: the preset's)")
     parser.add_argument("--tree-budget", type=int, default=None, help="drafted nodes per round")
     parser.add_argument("--lookup", type=int, default=None, metavar="N",
                         help="context-lookup tokens verified per round (default: 10 for staged, else 0; "
                              "0 = the paper's staged)")
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
                         help="tree and staged: grow only paths the draft gives at least this probability (default 0.2)")
-    parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    parser.add_argument("--dtype", choices=[AUTO_DTYPE, *DTYPES], default=AUTO_DTYPE,
+                        help="auto: bfloat16 where a probe shows it faster here, else float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
                         help="our strategies run a torch.compile'd target over a static KV cache (CUDA graphs on "
@@ -639,27 +629,25 @@ def render(path: str, png: bool = True) -> int:
 
 def report_header(argv: list[str]) -> dict:
     """Where, when and how a report was made."""
-    return {"machine": machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    return {"machine": describe(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": "python -m specviz.bench " + shlex.join(argv),
             "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
 def bench(args, argv: list[str]) -> int:
-    from .stack import Stack
-
     if args.render:
         return render(args.render, png=not args.no_png)
     if args.cost_curve:
         return write_cost_curve(args, argv)
     strategies, samplings = check_args(args)
     prompts = load_prompts(args.prompts, args.limit)
-    stack = Stack.load(args.target, args.draft, args.dtype, args.device)
+    stack = load_preset(args.preset, args.dtype, args.device, target=args.target, drafts=args.draft)
     report = report_header(argv)
     started = perf_counter()
     tree = {"budget": args.tree_budget, "lookup": args.lookup, "min_score": args.min_score}
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed, tree,
                             progress=not args.no_progress, projection=args.projection,
-                            device=args.device, dtype=args.dtype, compile=args.compile))
+                            device=args.device, dtype=stack.dtype, compile=args.compile))
     report["duration_s"] = perf_counter() - started
     for note in report["settings"]["notes"]:
         print(f"note: {note}", file=sys.stderr)
@@ -673,12 +661,11 @@ def bench(args, argv: list[str]) -> int:
 
 def write_cost_curve(args, argv: list[str]) -> int:
     from .cost_curve import cost_curve, format_curve
-    from .models import load_model
 
-    target = load_model(args.target, args.dtype, args.device)
+    target = load_model(args.target or get_preset(args.preset).target, args.dtype, args.device)
     curve = cost_curve(target.model)
     print(format_curve(curve))
-    report = {**report_header(argv), "target": target.name, "dtype": args.dtype, "device": args.device,
+    report = {**report_header(argv), "target": target.name, "dtype": target.dtype, "device": args.device,
               "seconds_per_forward": curve}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from .drafting import SHAPES, TreeSpec
 from .engine import STRATEGIES
-from .models import DEFAULT_TARGET, DTYPES, ModelLoadError
-from .presets import PRESETS
+from .models import AUTO_DTYPE, DEFAULT_TARGET, DTYPES, ModelLoadError
+from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling
 
 
@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--preset", default=None, help=f"a named model stack: {', '.join(PRESETS)} (default: offline)")
+    gen.add_argument("--preset", default=None, help=f"a named model stack: {', '.join(PRESETS)} (default: qwen-coder where "
+                          "this machine runs it fast, else offline)")
     gen.add_argument("--target", default=None, help=f"hub id, local directory or GGUF file (default: {DEFAULT_TARGET})")
     gen.add_argument("--draft", action="append", default=None, metavar="MODEL",
                      help="a drafter, top stage first; repeat for a cascade. MODEL is a hub id, local "
@@ -38,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--min-score", type=float, default=None, metavar="P",
                      help="dynamic trees: grow only paths the draft gives at least this probability (default 0.2)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
-    gen.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    gen.add_argument("--dtype", choices=[AUTO_DTYPE, *DTYPES], default=AUTO_DTYPE,
+                     help="auto (default): bfloat16 where a short probe shows it faster on this CPU (or on a "
+                          "GPU), else float32; float32 for exactness checks")
     gen.add_argument("--compile", action="store_true",
                      help="torch.compile the target over a static KV cache (CUDA graphs on a GPU); the first "
                           "rounds compile, for minutes on a CPU")
@@ -59,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def generate(args) -> int:
-    from .presets import load_preset
     from .stack import default_tree
 
     prompt = args.prompt if args.prompt is not None else _read(args.prompt_file)
@@ -76,23 +78,24 @@ def generate(args) -> int:
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
     drafts = [] if args.strategy == "baseline" else args.draft
-    stack = load_preset(args.preset or "offline", args.dtype, args.device, target=args.target, drafts=drafts)
+    preset = args.preset or ("offline" if args.target else default_preset(args.device))
+    stack = load_preset(preset, args.dtype, args.device, target=args.target, drafts=drafts)
     if args.compile:
         stack.compile()
     decoder = stack.decoder(stack.encode(prompt), args.strategy, tree, sampling, args.max_new_tokens)
     run = decoder.generate()
     if args.json:
-        print(json.dumps(cli_json(run, decoder)))
+        print(json.dumps(cli_json(run, decoder, stack.dtype)))
     else:
         print(run.text)
         s = run.stats
         print(f"\n[{run.strategy}] {s['new_tokens']} tokens in {s['wall_s']:.2f} s ({s['tokens_per_s']:.1f} tok/s), "
               f"{s['tokens_per_target_forward']:.2f} tokens per target forward, "
-              f"bytes read {s.get('bytes_relative_to_baseline', 1.0):.2f}x baseline", file=sys.stderr)
+              f"bytes read {s.get('bytes_relative_to_baseline', 1.0):.2f}x baseline, {stack.dtype}", file=sys.stderr)
     return 0
 
 
-def cli_json(run, decoder) -> dict:
+def cli_json(run, decoder, dtype: str) -> dict:
     s = run.stats
     return {
         "strategy": run.strategy,
@@ -113,6 +116,7 @@ def cli_json(run, decoder) -> dict:
         "tokens_per_target_forward": s["tokens_per_target_forward"],
         "phase_share": s["phase_share"],
         "finish_reason": decoder.finish_reason,
+        "dtype": dtype,
         "settings": run.settings,
     }
 

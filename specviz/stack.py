@@ -15,8 +15,8 @@ from .cache import KVModel
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafting import TreeSpec
 from .engine import STRATEGIES, Decoder
-from .models import (ASSETS, DEFAULT_TARGET, LoadedModel, ModelLoadError, check_tokenizers_match,
-                     compile_model, load_model)
+from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError,
+                     check_dtype, check_tokenizers_match, compile_model, load_model, resolve_dtype)
 from .sampling import Sampling
 
 DEFAULT_DRAFT = "assets/draft"
@@ -56,7 +56,9 @@ class Stack:
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
-             dtype: str = "float32", device: str = "cpu") -> "Stack":
+             dtype: str = AUTO_DTYPE, device: str = "cpu") -> "Stack":
+        check_dtype(dtype)
+        dtype = resolve_dtype(dtype, device)          # one dtype for every model of the stack
         stack = cls(load_model(target, dtype, device), default_drafts() if drafts is None else list(drafts))
         for spec in stack.drafts:
             if spec != "lookup":
@@ -84,6 +86,10 @@ class Stack:
         model = load_model(spec, dtype, device)
         check_tokenizers_match(self.target, model)
         return model
+
+    @property
+    def dtype(self) -> str:
+        return self.target.dtype
 
     @property
     def tokenizer(self):

@@ -14,12 +14,15 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "specviz", "generate", *args], capture_output=True,
+    """The offline preset unless a test names another: the default is chosen per machine."""
+    preset = [] if "--preset" in args else ["--preset", "offline"]
+    return subprocess.run([sys.executable, "-m", "specviz", "generate", *preset, *args], capture_output=True,
                           text=True, env=ENV, timeout=timeout)
 
 
 def generate_json(strategy, *extra):
-    result = cli("--prompt", PROMPT, "--strategy", strategy, "--max-new-tokens", "24", "--json", *extra)
+    result = cli("--prompt", PROMPT, "--strategy", strategy, "--max-new-tokens", "24", "--dtype", "float32",
+                 "--json", *extra)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
 
@@ -35,7 +38,7 @@ def test_staged_json_has_the_contract_fields_and_equals_baseline(baseline):
     for key in ["strategy", "prompt_tokens", "tokens", "text", "new_tokens", "target_forwards", "draft_forwards",
                 "wall_s", "tokens_per_s", "bytes_read", "accept_by_depth", "mean_accepted_per_target_forward"]:
         assert key in out, key
-    assert out["strategy"] == "staged" and out["new_tokens"] == 24 == len(out["tokens"])
+    assert out["strategy"] == "staged" and out["new_tokens"] == 24 == len(out["tokens"]) and out["dtype"] == "float32"
     assert out["tokens"] == baseline["tokens"]
     assert out["text"] == baseline["text"]
     assert out["target_forwards"] < baseline["target_forwards"]
@@ -51,7 +54,7 @@ def test_tree_with_lookup_drafter_only_equals_baseline(baseline):
 
 @pytest.mark.slow
 def test_human_readable_output(baseline):
-    result = cli("--prompt", PROMPT, "--strategy", "baseline", "--max-new-tokens", "24")
+    result = cli("--prompt", PROMPT, "--strategy", "baseline", "--max-new-tokens", "24", "--dtype", "float32")
     assert result.returncode == 0
     assert result.stdout.strip() == baseline["text"].strip()
     assert "tokens per target forward" in result.stderr

@@ -34,3 +34,32 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
     if not torch.cuda.is_available():
         with pytest.raises(ModelLoadError, match="no CUDA device"):
             load_model("smollm2-135m", device="cuda")
+
+
+def test_auto_dtype_follows_the_probe(monkeypatch):
+    import specviz.models as models
+    for faster, expected in (("bfloat16", "bfloat16"), ("float32", "float32")):
+        models.resolve_dtype.cache_clear()
+        monkeypatch.setattr(models, "_probe_layer", lambda dtype, f=faster: 1.0 if str(dtype).endswith(f) else 3.0)
+        assert models.resolve_dtype("auto") == expected
+    models.resolve_dtype.cache_clear()
+    monkeypatch.setattr(models, "_probe_layer", lambda dtype: 1.0)      # a tie is no reason for bf16
+    assert models.resolve_dtype("auto") == "float32"
+    assert models.resolve_dtype("float16") == "float16"                 # names pass through
+    models.resolve_dtype.cache_clear()
+
+
+def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):
+    import specviz.models as models
+    assert models._probe_layer(__import__("torch").float32, feeds=(1,), repeats=1) > 0
+    tiny_model("llama").save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path), dtype="auto")
+    assert loaded.dtype == models.resolve_dtype("auto") in ("float32", "bfloat16")
+
+
+def test_models_load_as_from_pretrained_leaves_them(tmp_path):
+    """HF peers in the bench share these models: requires_grad_(False) made transformers' generate()
+    1.6x slower in bf16, so loading must not change what a user's from_pretrained gives."""
+    tiny_model("llama").save_pretrained(tmp_path)
+    loaded = load_model(str(tmp_path), dtype="float32")
+    assert all(p.requires_grad for p in loaded.model.parameters()) and not loaded.model.training

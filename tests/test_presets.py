@@ -8,7 +8,7 @@ from specviz.stack import is_non_neural
 
 
 def test_preset_table_describes_loadable_cascades():
-    assert {"offline", "paper-gpt2", "smollm2-1.7b", "pythia-cascade", "qwen2.5-1.5b"} <= set(PRESETS)
+    assert {"offline", "qwen-coder", "paper-gpt2", "smollm2-1.7b", "pythia-cascade", "qwen2.5-1.5b"} <= set(PRESETS)
     for name, preset in PRESETS.items():
         assert preset.description and preset.target
         if preset.drafts is None:

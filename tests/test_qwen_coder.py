@@ -1,0 +1,34 @@
+"""The qwen-coder preset on the real Qwen2.5-Coder pair (installed by scripts/setup.sh from PyPI chunk
+packages): it loads offline, both models share one vocabulary, and every strategy's greedy output
+equals baseline's in float32, compared within this run (never against tokens remembered from one CPU)."""
+import pytest
+
+from specviz.chunked import CHUNKED, available
+from specviz.engine import STRATEGIES
+from specviz.presets import load_preset
+from specviz.prompts import load_prompts
+
+pytestmark = pytest.mark.slow
+NEW_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def stack():
+    missing = [key for key, file in CHUNKED.items() if not available(file)]
+    assert not missing, f"{missing} not installed: scripts/setup.sh installs the qwen-coder parts"
+    return load_preset("qwen-coder", dtype="float32")
+
+
+def test_the_pair_shares_a_vocabulary_and_staged_has_a_cascade(stack):
+    assert stack.dtype == "float32" and stack.drafts[0] == "qwen2.5-coder-0.5b"
+    assert [d.kind for d in stack.drafter_for("staged").stages()] == ["model", "ngram"]
+    assert stack.vocab_size == stack.loaded["qwen2.5-coder-0.5b"].model.get_output_embeddings().weight.shape[0]
+
+
+@pytest.mark.parametrize("prompt", [p.text for p in load_prompts(limit=12)[10:12]] + ["def fibonacci(n):\n"])
+def test_every_strategy_equals_baseline_on_the_real_pair(stack, prompt):
+    ids = stack.encode(prompt)
+    runs = {s: stack.decoder(ids, s, max_new_tokens=NEW_TOKENS, stop_at_eos=False).generate() for s in STRATEGIES}
+    for strategy, run in runs.items():
+        assert run.tokens == runs["baseline"].tokens, strategy
+    assert runs["staged"].stats["target_forwards"] <= runs["baseline"].stats["target_forwards"]
