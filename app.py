@@ -18,7 +18,8 @@ import gradio as gr
 
 from specviz import app_support as support
 from specviz import plots
-from specviz.app_support import Race, Session, UserError
+from specviz.app_support import Session, UserError
+from specviz.race import COMPARED, Race
 from specviz.drafting import SHAPES
 from specviz.engine import STRATEGIES
 from specviz.stack import STAGED_LOOKUP
@@ -63,10 +64,11 @@ large *n* are budget spent in vain: a smaller or narrower tree would do as well.
 COMPARE_HELP = """
 **The race.** The same prompt and settings run with plain decoding (*baseline*: one target pass per token),
 single-stage *speculative* decoding (one draft proposes a chain) and *staged* decoding (a tree, drafted by a
-model that is itself sped up by an n-gram model, plus a branch copied from earlier in the text). They take
-turns on the processor; at any moment each column shows how far its strategy got in the same amount of its
-own compute time. Under greedy decoding all three write the
-same text.
+model that is itself sped up by an n-gram model, plus a branch copied from earlier in the text), next to
+*hf_assisted*: what you would run instead, transformers' `generate()` with the same draft model
+(`assistant_model=`), timed once as it streams its tokens and replayed at the times they arrived. The lanes
+take turns on the processor; at any moment each column shows how far its strategy got in the same amount of
+its own compute time (reading the prompt included). Under greedy decoding every lane writes the same text.
 """
 
 CHARTS_HELP = """
@@ -149,7 +151,7 @@ def render_step(session: Session, status: str):
     last = dec.steps[-1]
     stats = support.stats_of(dec)
     return (session, status, plots.tree_figure(last), support.text_html(session.settings.prompt, dec.steps, dec.stages),
-            support.step_caption(last, dec.sampling.greedy), support.counters_md(stats, dec.max_new_tokens, dec.finished),
+            support.step_caption(last, dec.sampling.greedy), support.counters_md(stats, dec.max_new_tokens, dec.finished, dec.dtype),
             plots.acceptance_figure(dec.steps))
 
 
@@ -230,15 +232,19 @@ def on_stop(session: Session | None):
 
 # -- Compare ---------------------------------------------------------------------------------------
 
-COMPARE_OUTPUTS = 2 + len(support.COMPARED) + 4
+COMPARE_OUTPUTS = 2 + len(COMPARED) + 4
 
 
 def render_race(session: Session, status: str, charts: bool = True):
     race = session.race
     columns = []
-    for name in support.COMPARED:
+    table = race.table_stats() if race is not None else {}
+    for name in COMPARED:
         if race is not None and name in race.decoders:
-            columns.append(support.race_column_html(name, race.decoders[name]))
+            columns.append(support.race_column_html(name, race.decoders[name], table.get(name, {})))
+        elif race is not None and name in race.peers:
+            peer = race.peers[name]
+            columns.append(support.race_column_html(name, peer, table.get(name, {}), body=peer.text()))
         elif race is not None and name in race.skipped:
             columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b>: not in this race. '
                            f"{race.skipped[name]}</div>")
@@ -247,7 +253,7 @@ def render_race(session: Session, status: str, charts: bool = True):
     stats = race.stats() if race is not None else {}
     if not charts:
         return (session, status, *columns, *[gr.skip()] * 4)
-    return (session, status, *columns, support.compare_table_md(stats), plots.latency_figure(stats),
+    return (session, status, *columns, support.compare_table_md(table), plots.latency_figure(stats),
             plots.forwards_figure(stats), plots.memory_figure(stats))
 
 
@@ -259,6 +265,10 @@ def on_compare(session: Session, *values):
 
 
 def _race_loop(session: Session, settings, run_id: int):
+    if not support.stack_loaded(settings.stack_key()):
+        yield render_race(session, "Loading the models (first time only)…", charts=False)
+    yield render_race(session, "Timing HF assisted generation (transformers' generate with the same draft)…",
+                      charts=False)
     session.race = race = Race.start(settings)
     skipped = " ".join(race.skipped.values())
     started = perf_counter()
@@ -273,14 +283,15 @@ def _race_loop(session: Session, settings, run_id: int):
             return
         race.step()
         yield render_race(session, "Racing… press Stop to end early.")
-    outcome = "Race finished." + (" Outputs are identical." if race.same_text() else "")
+    outcome = "Race finished. " + support.sameness_note(race.differing(), settings.sampling.greedy)
     yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
 
 
 # -- the page --------------------------------------------------------------------------------------
 
 def build() -> gr.Blocks:
-    staged = support.staged_available()
+    preset_default = support.default_preset()
+    staged = support.staged_available(preset_default)
     default_strategy = "staged" if staged else "tree"
     # with a draft model, code as in the paper; with context lookup alone, text that repeats itself
     default_example = next((k for k in EXAMPLES if k.startswith("HumanEval")), None) if staged else None
@@ -302,10 +313,11 @@ def build() -> gr.Blocks:
                 max_new = gr.Slider(1, support.MAX_NEW_TOKENS, value=32, step=1, label="Max new tokens",
                                     elem_id="max-new-tokens")
                 with gr.Accordion("Models", open=False):
-                    preset = gr.Dropdown(support.preset_choices(), value=support.OFFLINE_DEFAULT,
+                    preset = gr.Dropdown(support.preset_choices(), value=preset_default,
                                          label="Model preset", elem_id="preset",
-                                         info="offline works without a network; the others download from the "
-                                              "Hugging Face Hub on first use")
+                                         info="offline and qwen-coder work without a network (the page opens "
+                                              "with the one this machine runs best); the others download from "
+                                              "the Hugging Face Hub on first use")
                     target = gr.Textbox("", label="Target model id", visible=False, elem_id="target-id",
                                         placeholder="hub id, local directory or .gguf file")
                     drafts = gr.Textbox("", label="Drafters, top stage first (comma-separated)", visible=False,
@@ -357,7 +369,7 @@ def build() -> gr.Blocks:
                         gr.HTML(support.legend_html(None), js_on_load=None)
                         with gr.Row(equal_height=False):
                             racers = [gr.HTML(f'<div class="race-col"><b>{name}</b></div>', js_on_load=None,
-                                              elem_id=f"race-{name}") for name in support.COMPARED]
+                                              elem_id=f"race-{name}") for name in COMPARED]
                         table = gr.Markdown("", elem_id="compare-table")
                         gr.Markdown(CHARTS_HELP)
                         latency_plot = gr.Plot(plots.latency_figure({}), label="Latency", elem_id="latency-plot")
@@ -394,9 +406,9 @@ def build() -> gr.Blocks:
 
 
 def warm_up() -> None:
-    """Load the offline default stack in the background so the first Step is quick."""
+    """Load the default stack in the background so the first Step is quick."""
     try:
-        support.get_stack((support.OFFLINE_DEFAULT,))
+        support.get_stack((support.default_preset(),))
     except Exception as exc:  # noqa: BLE001 - the Step that needs it will show the message
         log.warning("could not preload the offline default models: %s", support.one_line(exc))
 

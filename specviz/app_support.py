@@ -3,6 +3,7 @@ plain-words captions and the coloured text. Everything here is plain Python, tes
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from .drafting import SHAPES, TreeSpec
 from .engine import STRATEGIES
+from . import presets
 from .metrics import summarise
 from .models import ModelLoadError
 from .plots import KIND_COLOURS, KIND_WORDS, ROOT_COLOUR, bonus_token, stage_colours, stage_label
@@ -31,7 +33,6 @@ MAX_CACHED_STACKS = 3
 OFFLINE_DEFAULT = "offline"
 CUSTOM = "custom model ids"
 AUTO_SHAPE = "auto"
-COMPARED = ("baseline", "speculative", "staged")
 BENCHMARK_FILE = Path(os.environ.get("SPECVIZ_BENCHMARK")
                       or Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "latest.json")
 
@@ -154,8 +155,7 @@ def stack_loaded(key: tuple) -> bool:
 
 def preset_choices() -> list[tuple[str, str]]:
     """(label, value) pairs for the model menu: the named presets, then free model ids."""
-    from .presets import PRESETS
-    return [(f"{name}: {p.description}", name) for name, p in PRESETS.items()] + [
+    return [(f"{name}: {p.description}", name) for name, p in presets.PRESETS.items()] + [
         ("custom: type a target and drafters below", CUSTOM)]
 
 
@@ -163,9 +163,15 @@ def preset_names() -> list[str]:
     return [value for _, value in preset_choices()]
 
 
-def staged_available() -> bool:
-    """Whether the offline default has a draft model above a lower stage (staged needs both)."""
-    drafts = default_drafts()
+@functools.lru_cache(maxsize=1)
+def default_preset() -> str:
+    """The preset the page opens with, chosen by measurement on this machine (presets.default_preset)."""
+    return presets.default_preset(device())
+
+
+def staged_available(preset: str) -> bool:
+    """Whether a preset has a draft model above a lower stage (staged needs both)."""
+    drafts = presets.PRESETS[preset].drafts or default_drafts()
     return len(drafts) >= 2 and not any(is_non_neural(d) for d in drafts[:-1])
 
 
@@ -176,7 +182,6 @@ def device() -> str:
 
 def get_stack(key: tuple):
     """The loaded stack for a settings key, loading it on first use (one load per key at a time)."""
-    from .presets import load_preset
     with _STACKS_LOCK:
         if key in _STACKS:
             _STACKS.move_to_end(key)
@@ -190,7 +195,7 @@ def get_stack(key: tuple):
             if key[0] == CUSTOM:
                 stack = Stack.load(key[1], list(key[2]), device=device())
             else:
-                stack = load_preset(key[0], device=device())
+                stack = presets.load_preset(key[0], device=device())
         except (ModelLoadError, ValueError, OSError) as exc:
             reason = one_line(exc).replace("use --preset offline", "choose the offline preset")
             raise UserError(f"Could not load the models: {reason}") from exc
@@ -230,7 +235,7 @@ class Session:
     run took over, so it ends instead of waiting on anything."""
     decoder: object = None
     settings: Settings | None = None
-    race: "Race | None" = None
+    race: object = None                 # the Compare race (specviz.race.Race), if one ran
     run_id: int = 0
     stopped_run: int = -1               # the run that Stop ended, so its loop can say so
     looping: int = -1                   # the run whose Run/Compare loop is going on, if any
@@ -276,50 +281,6 @@ class Session:
 
 def stats_of(decoder) -> dict:
     return summarise(decoder.steps, decoder.model_costs(), len(decoder.prompt)) if decoder.steps else {}
-
-
-# -- the race: the same prompt with several strategies, stepped fairly -----------------------------
-
-@dataclass
-class Race:
-    decoders: dict[str, object]
-    skipped: dict[str, str]             # strategy -> why it is not in the race
-
-    @classmethod
-    def start(cls, settings: Settings, strategies=COMPARED) -> "Race":
-        stack = get_stack(settings.stack_key())
-        decoders, skipped = {}, {}
-        for strategy in strategies:
-            try:
-                decoders[strategy] = new_decoder(stack, settings, strategy)
-            except UserError as exc:
-                if strategy == "baseline":
-                    raise
-                skipped[strategy] = str(exc)
-                if strategy == "staged":
-                    skipped[strategy] = ("staged needs a draft model with a cheaper drafter below it; this model "
-                                         f"stack has: {', '.join(stack.drafts) or 'no drafters'}.")
-        return cls(decoders, skipped)
-
-    def elapsed(self, strategy: str) -> float:
-        return sum(s.wall_s for s in self.decoders[strategy].steps)
-
-    @property
-    def finished(self) -> bool:
-        return all(d.finished for d in self.decoders.values())
-
-    def step(self) -> str:
-        """Step the unfinished strategy that has used the least compute time so far, so at every
-        moment each column shows how far its strategy got in the same amount of its own time."""
-        name = min((s for s, d in self.decoders.items() if not d.finished), key=self.elapsed)
-        self.decoders[name].step()
-        return name
-
-    def same_text(self) -> bool:
-        return len({tuple(d.new_tokens) for d in self.decoders.values()}) == 1
-
-    def stats(self) -> dict[str, dict]:
-        return {name: stats_of(d) for name, d in self.decoders.items()}
 
 
 # -- words and coloured text -----------------------------------------------------------------------
@@ -418,7 +379,7 @@ def text_html(prompt: str, steps: list[StepRecord], stages: list[StageInfo] | No
     return (legend_html(stages) if legend else "") + '<div class="gen-text">' + "".join(parts) + "</div>"
 
 
-def counters_md(stats: dict, max_new_tokens: int, finished: bool = False) -> str:
+def counters_md(stats: dict, max_new_tokens: int, finished: bool = False, dtype: str | None = None) -> str:
     if not stats:
         return "No tokens yet."
     rel = stats.get("bytes_relative_to_baseline")
@@ -429,19 +390,36 @@ def counters_md(stats: dict, max_new_tokens: int, finished: bool = False) -> str
              f"**Time** {stats['wall_s']:.1f} s ({stats['tokens_per_s']:.1f} tokens/s)"]
     if rel:
         parts.append(f"**Memory traffic** {rel:.2f}× plain decoding")
+    if dtype:
+        parts.append(f"**Precision** {dtype}")
     return " · ".join(parts) + (" · finished ✓" if finished else "")
 
 
-def race_column_html(strategy: str, decoder) -> str:
-    stats = stats_of(decoder)
-    done = len(decoder.new_tokens)
-    share = done / decoder.max_new_tokens
-    head = (f'<div class="race-head"><b>{html.escape(strategy)}</b> · {done}/{decoder.max_new_tokens} tokens'
+def race_column_html(strategy: str, lane, stats: dict, body: str | None = None) -> str:
+    """One lane of the race: how far it got, in how much of its own time, and its text so far (our
+    decoders' tokens tinted by stage; `body` for a peer, whose text comes as plain text)."""
+    done = len(lane.new_tokens)
+    share = done / lane.max_new_tokens
+    head = (f'<div class="race-head"><b>{html.escape(strategy)}</b> · {done}/{lane.max_new_tokens} tokens'
             + (f" · {stats['wall_s']:.1f} s · {stats['target_forwards']} target passes" if stats else "")
-            + (" · done ✓" if decoder.finished else "") + "</div>"
+            + (" · done ✓" if lane.finished else "") + "</div>"
             f'<div class="race-bar"><div style="width:{100 * share:.0f}%"></div></div>')
-    body = text_html("", decoder.steps, decoder.stages, legend=False)
+    if body is None:
+        body = text_html("", lane.steps, lane.stages, legend=False)
+    else:
+        body = f'<div class="gen-text">{html.escape(body)}</div>'
     return f'<div class="race-col" data-strategy="{html.escape(strategy)}">{head}{body}</div>'
+
+
+def sameness_note(differing: list[str], greedy: bool) -> str:
+    """Whether the race's lanes wrote baseline's text: the promise under greedy decoding (in float32;
+    in bf16/fp16 a batched pass may round a near-tie differently), a matter of chance when sampling."""
+    if not differing:
+        return "Every lane wrote exactly baseline's text."
+    if not greedy:
+        return f"Sampled text differs between lanes ({', '.join(differing)}), as random draws do."
+    return (f"Differs from baseline's text: {', '.join(differing)} (in float32 that would be a bug; in "
+            "bfloat16 a batched pass can round a near-tie differently).")
 
 
 def compare_table_md(stats: dict[str, dict]) -> str:

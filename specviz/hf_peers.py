@@ -50,12 +50,35 @@ def sampling_kwargs(sampling: Sampling) -> dict:
             "top_p": sampling.top_p}
 
 
+class ArrivalClock:
+    """A `generate(streamer=...)` streamer that notes when each chunk of new tokens arrives (seconds
+    after `start`): assisted generation hands over every accepted run of tokens as one chunk."""
+
+    def __init__(self):
+        self.started = perf_counter()
+        self.chunks: list[tuple[float, list[int]]] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:           # generate() first hands over the prompt itself
+            self._prompt_seen = True
+            return
+        self.chunks.append((perf_counter() - self.started, value.reshape(-1).tolist()))
+
+    def end(self) -> None:
+        pass
+
+
 def hf_generate(model: torch.nn.Module, prompt_ids: list[int], sampling: Sampling, max_new_tokens: int,
-                assistant: torch.nn.Module | None = None, prompt_lookup_tokens: int | None = None) -> PeerRun:
-    """One `model.generate()` call; `assistant` = assisted generation, `prompt_lookup_tokens` = prompt lookup."""
+                assistant: torch.nn.Module | None = None, prompt_lookup_tokens: int | None = None,
+                stop_at_eos: bool = False, streamer: ArrivalClock | None = None) -> PeerRun:
+    """One `model.generate()` call; `assistant` = assisted generation, `prompt_lookup_tokens` = prompt
+    lookup. Without `stop_at_eos` it makes exactly max_new_tokens tokens (the bench's like-for-like)."""
     ids = torch.tensor([prompt_ids], device=next(model.parameters()).device)
     kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                  min_new_tokens=None, eos_token_id=None, **sampling_kwargs(sampling))
+                  min_new_tokens=None, streamer=streamer, **sampling_kwargs(sampling))
+    if not stop_at_eos:
+        kwargs["eos_token_id"] = None
     if assistant is not None:
         kwargs["assistant_model"] = assistant
     if prompt_lookup_tokens is not None:
@@ -64,6 +87,8 @@ def hf_generate(model: torch.nn.Module, prompt_ids: list[int], sampling: Samplin
         torch.manual_seed(sampling.seed)
     with count_forwards(model, assistant) as counts, torch.inference_mode():
         started = perf_counter()
+        if streamer is not None:
+            streamer.started = started
         out = model.generate(ids, **kwargs)
         if ids.device.type == "cuda":
             torch.cuda.synchronize(ids.device)

@@ -1,0 +1,137 @@
+"""The Compare race: the same prompt and settings with several strategies, stepped fairly by compute time.
+
+Our strategies are decoders stepped one round at a time. HF assisted generation (transformers'
+`generate(assistant_model=...)` with the same draft, in the same dtype) is what a user would run
+instead; it cannot be paused, so it runs once when the race starts with a streamer noting when each
+chunk of tokens arrived, and its lane replays those arrival times in turn with the others. Every
+lane's clock includes its own set-up (reading the prompt), as a user would time it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from .app_support import Settings, UserError, get_stack, new_decoder, stats_of
+from .hf_peers import ArrivalClock, hf_generate
+from .models import LoadedModel
+
+ENGINE_LANES = ("baseline", "speculative", "staged")
+PEER_LANE = "hf_assisted"
+COMPARED = ENGINE_LANES + (PEER_LANE,)
+
+
+@dataclass
+class PeerLane:
+    """A finished `generate()` call replayed chunk by chunk at the times its chunks arrived."""
+    chunks: list[tuple[float, list[int]]]
+    max_new_tokens: int
+    target_forwards: int
+    tokenizer: object = None
+    shown: int = 0                     # chunks revealed so far
+
+    @classmethod
+    def run(cls, stack, settings: Settings, prompt_ids: list[int]) -> "PeerLane":
+        draft = stack.loaded.get(stack.drafts[0]) if stack.drafts else None
+        if not isinstance(draft, LoadedModel):
+            raise UserError("HF assisted generation needs a draft model; this stack has "
+                            f"{', '.join(stack.drafts) or 'no drafters'}.")
+        clock = ArrivalClock()
+        run = hf_generate(stack.target.model, prompt_ids, settings.sampling, settings.max_new_tokens,
+                          assistant=draft.model, stop_at_eos=True, streamer=clock)
+        return cls(clock.chunks, settings.max_new_tokens, run.target_forwards, tokenizer=stack.tokenizer)
+
+    @property
+    def finished(self) -> bool:
+        return self.shown == len(self.chunks)
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return [t for _, chunk in self.chunks[: self.shown] for t in chunk]
+
+    @property
+    def elapsed(self) -> float:
+        return self.chunks[self.shown - 1][0] if self.shown else 0.0
+
+    def text(self) -> str:
+        return self.tokenizer.decode(self.new_tokens, skip_special_tokens=True)
+
+    def step(self) -> None:
+        self.shown += 1
+
+    def stats(self) -> dict:
+        """What the compare table shows for a peer (its forwards are counted for the whole run)."""
+        if not self.shown:
+            return {}
+        made = len(self.new_tokens)
+        forwards = max(1, round(self.target_forwards * self.shown / len(self.chunks)))
+        return {"new_tokens": made, "wall_s": self.elapsed, "tokens_per_s": made / max(self.elapsed, 1e-9),
+                "target_forwards": forwards, "tokens_per_target_forward": made / forwards}
+
+
+@dataclass
+class Race:
+    decoders: dict[str, object]                 # our strategies
+    skipped: dict[str, str]                     # lane -> why it is not in the race
+    peers: dict[str, PeerLane] = field(default_factory=dict)
+    setup_s: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, settings: Settings, lanes=COMPARED) -> "Race":
+        stack = get_stack(settings.stack_key())
+        race = cls({}, {})
+        for lane in lanes:
+            started = perf_counter()
+            try:
+                if lane == PEER_LANE:
+                    race.peers[lane] = PeerLane.run(stack, settings, stack.encode(settings.prompt))
+                else:
+                    race.decoders[lane] = new_decoder(stack, settings, lane)    # reads the prompt
+                    race.setup_s[lane] = perf_counter() - started
+            except UserError as exc:
+                if lane == "baseline":
+                    raise
+                race.skipped[lane] = str(exc)
+                if lane == "staged":
+                    race.skipped[lane] = ("staged needs a draft model with a cheaper drafter below it; this model "
+                                          f"stack has: {', '.join(stack.drafts) or 'no drafters'}.")
+        return race
+
+    def elapsed(self, lane: str) -> float:
+        if lane in self.peers:
+            return self.peers[lane].elapsed
+        return self.setup_s.get(lane, 0.0) + sum(s.wall_s for s in self.decoders[lane].steps)
+
+    def lanes(self) -> dict[str, object]:
+        return {**self.decoders, **self.peers}
+
+    @property
+    def finished(self) -> bool:
+        return all(lane.finished for lane in self.lanes().values())
+
+    def step(self) -> str:
+        """Step the unfinished lane that has used the least time so far, so at every moment each
+        column shows how far its strategy got in the same amount of its own time."""
+        name = min((n for n, lane in self.lanes().items() if not lane.finished), key=self.elapsed)
+        self.lanes()[name].step()
+        return name
+
+    def same_text(self) -> bool:
+        return len({tuple(d.new_tokens) for d in self.decoders.values()}) == 1
+
+    def differing(self) -> list[str]:
+        """Lanes whose output is not baseline's (only greedy output is expected to be identical)."""
+        base = self.decoders["baseline"].new_tokens
+        return [name for name, lane in self.lanes().items() if lane.new_tokens != base]
+
+    def stats(self) -> dict[str, dict]:
+        """Our strategies' statistics (from their traces), for the charts."""
+        return {name: stats_of(d) for name, d in self.decoders.items()}
+
+    def table_stats(self) -> dict[str, dict]:
+        """Every lane's speed and tokens per target pass, for the table; clocks include set-up."""
+        rows = {}
+        for name, s in self.stats().items():
+            if s:
+                wall = self.elapsed(name)
+                rows[name] = {**s, "wall_s": wall, "tokens_per_s": s["new_tokens"] / max(wall, 1e-9)}
+        return rows | {name: peer.stats() for name, peer in self.peers.items()}
