@@ -25,7 +25,7 @@ def test_the_pair_shares_a_vocabulary_and_staged_has_a_cascade(stack):
     assert stack.vocab_size == stack.loaded["qwen2.5-coder-0.5b"].model.get_output_embeddings().weight.shape[0]
 
 
-@pytest.mark.parametrize("prompt", [p.text for p in load_prompts(limit=12)[10:12]] + ["def fibonacci(n):\n"])
+@pytest.mark.parametrize("prompt", [load_prompts(limit=11)[10].text, "def fibonacci(n):\n"])
 def test_every_strategy_equals_baseline_on_the_real_pair(stack, prompt):
     ids = stack.encode(prompt)
     runs = {s: stack.decoder(ids, s, max_new_tokens=NEW_TOKENS, stop_at_eos=False).generate() for s in STRATEGIES}
