@@ -18,8 +18,9 @@ import gradio as gr
 
 from specviz import app_support as support
 from specviz import plots
-from specviz.app_support import Session, UserError
+from specviz.app_support import UserError
 from specviz.race import COMPARED, Race
+from specviz.sessions import LIVE, Session
 from specviz.drafting import SHAPES
 from specviz.engine import STRATEGIES
 from specviz.stack import STAGED_LOOKUP
@@ -269,6 +270,7 @@ def _race_loop(session: Session, settings, run_id: int):
         yield render_race(session, "Loading the models (first time only)…", charts=False)
     yield render_race(session, "Timing HF assisted generation (transformers' generate with the same draft)…",
                       charts=False)
+    LIVE.admit(session)
     session.race = race = Race.start(settings)
     skipped = " ".join(race.skipped.values())
     started = perf_counter()
@@ -297,6 +299,8 @@ def build() -> gr.Blocks:
     default_example = next((k for k in EXAMPLES if k.startswith("HumanEval")), None) if staged else None
     default_example = default_example or support.PATTERN_EXAMPLE
     with gr.Blocks(title="specviz: staged speculative decoding") as demo:
+        # no time_to_live or delete_callback: with either, the server answered new visitors seconds late
+        # after each run (measured with gradio_client); specviz.sessions bounds live sessions instead
         session = gr.State(None)
         gr.Markdown(INTRO)
         status = gr.Markdown("", elem_id="status")
@@ -415,6 +419,7 @@ def warm_up() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO)
+    log.info("default model stack for this machine: %s", support.default_preset())   # measured before any load
     if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
         threading.Thread(target=warm_up, daemon=True).start()
     demo = build()

@@ -10,7 +10,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .drafting import SHAPES, TreeSpec
@@ -20,16 +20,17 @@ from .metrics import summarise
 from .models import ModelLoadError
 from .plots import KIND_COLOURS, KIND_WORDS, ROOT_COLOUR, bonus_token, stage_colours, stage_label
 from .sampling import Sampling
+from .server_policy import PolicyError, check_custom, custom_models_allowed, env_number
 from .stack import DEFAULT_MIN_SCORE, Stack, default_drafts, is_non_neural
 from .trace import StageInfo, StepRecord
 
-MAX_PROMPT_CHARS = 6000
-MAX_PROMPT_TOKENS = 1024
-MAX_NEW_TOKENS = 256
+MAX_PROMPT_CHARS = int(env_number("SPECVIZ_MAX_PROMPT_CHARS", 6000))
+MAX_PROMPT_TOKENS = int(env_number("SPECVIZ_MAX_PROMPT_TOKENS", 1024))
+MAX_NEW_TOKENS = int(env_number("SPECVIZ_MAX_NEW_TOKENS", 256))
 MAX_BUDGET = 64
 MAX_LOOKUP = 32
-RUN_TIME_LIMIT_S = float(os.environ.get("SPECVIZ_RUN_LIMIT_S", "300"))
-MAX_CACHED_STACKS = 3
+RUN_TIME_LIMIT_S = env_number("SPECVIZ_RUN_LIMIT_S", 300)
+MAX_CACHED_STACKS = int(env_number("SPECVIZ_MAX_STACKS", 2))      # loaded model stacks held at once
 OFFLINE_DEFAULT = "offline"
 CUSTOM = "custom model ids"
 AUTO_SHAPE = "auto"
@@ -114,6 +115,8 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
         raise UserError(f"The prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS}).")
     if strategy not in STRATEGIES:
         raise UserError(f"Unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}.")
+    if preset == CUSTOM and not custom_models_allowed():       # checked before anything is read or loaded
+        raise UserError("Custom models are disabled on this server; pick a preset.")
     if preset not in preset_names():
         raise UserError(f"Unknown model preset {preset!r}.")
     if preset == CUSTOM and not (target or "").strip():
@@ -155,8 +158,8 @@ def stack_loaded(key: tuple) -> bool:
 
 def preset_choices() -> list[tuple[str, str]]:
     """(label, value) pairs for the model menu: the named presets, then free model ids."""
-    return [(f"{name}: {p.description}", name) for name, p in presets.PRESETS.items()] + [
-        ("custom: type a target and drafters below", CUSTOM)]
+    custom = [("custom: type a target and drafters below", CUSTOM)] if custom_models_allowed() else []
+    return [(f"{name}: {p.description}", name) for name, p in presets.PRESETS.items()] + custom
 
 
 def preset_names() -> list[str]:
@@ -193,9 +196,12 @@ def get_stack(key: tuple):
                 return _STACKS[key]
         try:
             if key[0] == CUSTOM:
+                check_custom(key[1], list(key[2]))
                 stack = Stack.load(key[1], list(key[2]), device=device())
             else:
                 stack = presets.load_preset(key[0], device=device())
+        except PolicyError as exc:
+            raise UserError(str(exc)) from exc
         except (ModelLoadError, ValueError, OSError) as exc:
             reason = one_line(exc).replace("use --preset offline", "choose the offline preset")
             raise UserError(f"Could not load the models: {reason}") from exc
@@ -224,59 +230,6 @@ def new_decoder(stack, settings: Settings, strategy: str | None = None):
                              max_new_tokens=settings.max_new_tokens)
     except (ValueError, ModelLoadError) as exc:
         raise UserError(f"{strategy}: {one_line(exc)}") from exc
-
-
-# -- one user's state ------------------------------------------------------------------------------
-
-@dataclass
-class Session:
-    """Kept in gr.State: one decoder per browser session. `lock` keeps two events of the same user
-    from stepping one decoder at once; `run_id` tells a running loop that Stop, Reset or a newer
-    run took over, so it ends instead of waiting on anything."""
-    decoder: object = None
-    settings: Settings | None = None
-    race: object = None                 # the Compare race (specviz.race.Race), if one ran
-    run_id: int = 0
-    stopped_run: int = -1               # the run that Stop ended, so its loop can say so
-    looping: int = -1                   # the run whose Run/Compare loop is going on, if any
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def reset(self) -> None:
-        self.decoder, self.settings, self.race = None, None, None
-        self.new_run()
-
-    def stop(self) -> None:
-        self.stopped_run = self.run_id
-        self.new_run()
-
-    def loop(self, body):
-        """Run a Run/Compare loop, body(run_id) (a generator), under a new run id, so that Stop
-        can tell that a loop is going on."""
-        run_id = self.looping = self.new_run()
-        try:
-            yield from body(run_id)
-        finally:
-            self.end_loop(run_id)
-
-    def end_loop(self, run_id: int) -> None:
-        if self.looping == run_id:
-            self.looping = -1
-
-    def new_run(self) -> int:
-        """A new Run/Compare loop takes over; older loops of this session see the change and stop."""
-        self.run_id += 1
-        return self.run_id
-
-    def decoder_for(self, settings: Settings) -> tuple[object, str]:
-        """The current decoder, or a fresh one when there is none or the settings changed."""
-        note = ""
-        if self.decoder is not None and settings != self.settings:
-            note = "Settings changed: started a new generation."
-            self.decoder = None
-        if self.decoder is None:
-            stack = get_stack(settings.stack_key())
-            self.decoder, self.settings = new_decoder(stack, settings), settings
-        return self.decoder, note
 
 
 def stats_of(decoder) -> dict:

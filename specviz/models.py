@@ -10,6 +10,7 @@ import copy
 import functools
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,8 +48,12 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
         return dtype
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
-    seconds = {name: _probe_layer(DTYPES[name]) for name in ("float32", "bfloat16")}
+    with _PROBE_LOCK:        # one probe at a time: threads would slow each other's timings
+        seconds = {name: _probe_layer(DTYPES[name]) for name in ("float32", "bfloat16")}
     return "bfloat16" if seconds["bfloat16"] < 0.9 * seconds["float32"] else "float32"
+
+
+_PROBE_LOCK = threading.Lock()
 
 
 def _probe_layer(dtype: torch.dtype, feeds=(1, 16), repeats: int = 3) -> float:

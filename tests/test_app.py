@@ -20,6 +20,7 @@ import pytest
 
 from specviz import app_support as support
 from specviz.race import COMPARED, Race
+from specviz.sessions import Session
 from specviz.stack import default_tree
 from specviz.trace import RunRecord
 
@@ -53,12 +54,14 @@ def greedy():
     (dict(preset=support.CUSTOM, target=""), "need a target model id"),
     (dict(preset="gpt-17"), "Unknown model preset"),
 ])
-def test_bad_settings_give_one_clear_message(change, message):
+def test_bad_settings_give_one_clear_message(change, message, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
     with pytest.raises(support.UserError, match=message):
         support.parse_settings(**{**SETTINGS, **change})
 
 
-def test_settings_turn_into_engine_settings():
+def test_settings_turn_into_engine_settings(monkeypatch):
+    monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
     s = support.parse_settings(**{**SETTINGS, "strategy": "speculative", "budget": 5})
     assert (s.tree.shape, s.tree.budget, s.tree.max_depth) == ("chain", 5, 5)
     s = support.parse_settings(**{**SETTINGS, "sampling_mode": "sample", "temperature": 0.7, "top_k": 50, "seed": 3})
@@ -80,9 +83,52 @@ def test_context_lookup_goes_to_staged_only(tiny_default):
     assert tree.spec.lookup == 0 and all(s.kind != "lookup" for s in tree.stages)
 
 
-def test_a_model_that_cannot_load_is_a_user_error(tmp_path):
+def test_a_model_that_cannot_load_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
+    monkeypatch.setenv("SPECVIZ_MODEL_DIRS", str(tmp_path))
     with pytest.raises(support.UserError, match="Could not load the models: .*not found"):
         support.get_stack((support.CUSTOM, str(tmp_path / "missing.gguf"), ()))
+
+
+def test_custom_models_are_off_unless_the_operator_turns_them_on(monkeypatch, tmp_path):
+    monkeypatch.delenv("SPECVIZ_ALLOW_CUSTOM_MODELS", raising=False)
+    read = []
+    monkeypatch.setattr(support.Stack, "load", lambda *a, **k: read.append(a))      # must never be reached
+    assert support.CUSTOM not in support.preset_names()
+    custom = {**SETTINGS, "preset": support.CUSTOM, "target": "/etc"}
+    with pytest.raises(support.UserError, match="^Custom models are disabled on this server; pick a preset.$"):
+        support.parse_settings(**custom)
+    with pytest.raises(support.UserError, match="disabled on this server"):
+        support.get_stack((support.CUSTOM, "/etc", ()))
+    monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
+    assert support.CUSTOM in support.preset_names() and support.parse_settings(**custom).target == "/etc"
+    with pytest.raises(support.UserError, match="Local model paths are disabled"):
+        support.get_stack((support.CUSTOM, "/etc", ()))
+    monkeypatch.setenv("SPECVIZ_MODEL_DIRS", str(tmp_path / "models"))
+    for outside in ("/etc", str(tmp_path / "models" / ".." / "secret.gguf"), "~/x.gguf"):
+        with pytest.raises(support.UserError, match="outside the model directories"):
+            support.get_stack((support.CUSTOM, outside, ()))
+    with pytest.raises(support.UserError, match="outside the model directories"):
+        support.get_stack((support.CUSTOM, str(tmp_path / "models" / "ok.gguf"), ("/etc/passwd.npz",)))
+    assert read == []
+
+
+def test_hub_models_are_size_checked_before_any_download(monkeypatch):
+    import specviz.server_policy as policy
+    monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
+    monkeypatch.setenv("SPECVIZ_MAX_MODEL_BYTES", "1e9")
+    monkeypatch.setattr(policy, "hub_weight_bytes", lambda repo: 7_000_000_000)
+    monkeypatch.setattr(support.Stack, "load", lambda *a, **k: pytest.fail("loaded a model over the limit"))
+    with pytest.raises(support.UserError, match=r"'big/model' has 7.0 GB of weights; .* at most 1.0 GB"):
+        support.get_stack((support.CUSTOM, "big/model", ("lookup",)))
+
+    def offline(repo):
+        raise OSError("no network")
+    monkeypatch.setattr(policy, "hub_weight_bytes", offline)
+    with pytest.raises(support.UserError, match="Could not check the size of 'org/model' on the hub"):
+        support.get_stack((support.CUSTOM, "org/model", ()))
+    with pytest.raises(support.UserError, match="neither a hub id"):
+        support.get_stack((support.CUSTOM, "not a model id!", ()))
 
 
 def test_captions_say_what_happened(greedy):
@@ -209,10 +255,10 @@ def test_the_race_explains_a_missing_staged_stack(tiny_default):
 def test_sessions_share_models_but_not_state(tiny_default):
     tiny_default()
     settings = support.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12})
-    alone = support.Session()
+    alone = Session()
     dec, _ = alone.decoder_for(settings)
     alone_tokens = dec.generate().tokens
-    first, second = support.Session(), support.Session()
+    first, second = Session(), Session()
     a, _ = first.decoder_for(settings)
     b, _ = second.decoder_for(support.parse_settings(**{**SETTINGS, "prompt": "x y z", "max_new_tokens": 12}))
     while not (a.finished and b.finished):          # interleaved, as two users' events would be
@@ -269,7 +315,15 @@ def server(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    assert_no_traceback_but_input_checks(log.read_text())
+
+
+def assert_no_traceback_but_input_checks(log: str) -> None:
+    """Our handlers turn every failure into a message; the only tracebacks allowed in the server log
+    are Gradio's own refusals of API values its components cannot take (e.g. a preset not offered)."""
+    assert not re.search(r"handler \w+ failed", log), log[-3000:]
+    for block in log.split("Traceback (most recent call last):")[1:]:
+        assert "gradio.exceptions." in block, block[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -427,13 +481,12 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.locator("#step-btn").click()
     expect(status).to_contain_text("prompt is empty", timeout=60_000)
     shoot(page, "bad-input")
-    page.locator("#prompt textarea").fill("The capital of France is")
+    # A public server offers no custom model ids by default: the presets only
     page.get_by_text("Models", exact=True).click()
     page.locator("#preset input").click()
-    page.get_by_role("option", name="custom: type a target and drafters below").click()
-    page.locator("#target-id textarea, #target-id input").first.fill("no-such-org/no-such-model")
-    page.locator("#step-btn").click()
-    expect(status).to_contain_text("Could not load the models", timeout=120_000)
+    expect(page.get_by_role("option", name=re.compile("^qwen-coder"))).to_be_visible()
+    assert page.get_by_role("option", name=re.compile("^custom")).count() == 0
+    page.keyboard.press("Escape")
     assert "Traceback" not in page.content()
 
 
@@ -441,7 +494,7 @@ def test_stop_leaves_the_status_to_the_loop_it_stops():
     """Stop must not write a status while a loop runs: its reply could reach the page after the
     loop's own "Stopped after …" and hide it (seen in the browser test)."""
     import app
-    session = support.Session()
+    session = Session()
     assert app.on_stop(session)[1] == "Nothing is running."
     loop = session.loop(lambda run_id: iter([run_id, run_id]))
     stopped_run = next(loop)                                         # the loop is going on
@@ -450,3 +503,88 @@ def test_stop_leaves_the_status_to_the_loop_it_stops():
     assert session.stopped_run == stopped_run and session.run_id != stopped_run
     loop.close()                                                     # the loop ends
     assert app.on_stop(session)[1] == "Nothing is running."
+
+
+def test_live_sessions_are_bounded_and_idle_ones_give_their_caches_back(tiny_default, monkeypatch):
+    from specviz import sessions
+    tiny_default()
+    live = sessions.LiveSessions(limit=2, idle_s=60)
+    monkeypatch.setattr(sessions, "LIVE", live)
+    clock = [1000.0]
+    monkeypatch.setattr(sessions, "monotonic", lambda: clock[0])
+    settings = support.parse_settings(**{**SETTINGS, "max_new_tokens": 4})
+    first, second, third = Session(), Session(), Session()
+    first.decoder_for(settings)
+    second.decoder_for(settings)
+    with pytest.raises(support.UserError, match="server is busy: 2 sessions are decoding"):
+        third.decoder_for(settings)
+    assert first.decoder is not None and second.decoder is not None      # the others go on
+    clock[0] += 61                                                      # the first two are idle now
+    second.decoder_for(settings)                                        # ...but the second comes back
+    dec, note = third.decoder_for(settings)
+    assert dec is not None and note == ""
+    assert first.decoder is None and first.released and second.decoder is not None
+    with pytest.raises(support.UserError, match="busy"):                 # the first visitor returns: no room
+        first.decoder_for(settings)
+    third.reset()
+    assert id(third) not in live.sessions
+    dec, note = first.decoder_for(settings)                               # room again: told what happened
+    assert dec is not None and "idle" in note and "released" in note and not first.released
+
+
+# -- the real server through its API (what any visitor's script can send) ---------------------------
+
+API_ARGS = dict(prompt="def add(a, b):\n", strategy="baseline", preset="offline", target="", drafts="",
+                mode="greedy", temperature=1.0, top_k=50, top_p=1.0, seed=0, budget=12, shape="auto",
+                max_depth=8, max_branch=4, lookup=10, max_new=12)
+
+
+def api_call(client, endpoint="/on_step", **change):
+    return client.predict(*{**API_ARGS, **change}.values(), api_name=endpoint)
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(600)
+def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gradio_client import Client
+
+    def client():
+        return Client(server, verbose=False)
+
+    def status_of(reply) -> str:
+        return reply[0] if isinstance(reply, (list, tuple)) else str(reply)
+
+    bad = [dict(prompt=""), dict(prompt="x" * (support.MAX_PROMPT_CHARS + 1)), dict(strategy="staged", budget=10**6),
+           dict(mode="sample", temperature=1e9), dict(max_new=10**9), dict(lookup=-5), dict(shape="spiral")]
+    visitor = client()
+    for change in bad:
+        try:
+            status = status_of(api_call(visitor, **change))
+        except Exception as exc:       # Gradio refused a value its component cannot take: one clear line
+            status = str(exc)
+        assert status.strip() and "Traceback" not in status and "\n" not in status.strip(), (change, status)
+    for preset, target in ((support.CUSTOM, "/etc"), ("no-such-preset", ""), (support.CUSTOM, "org/huge-model")):
+        with pytest.raises(Exception, match="not in the list of choices"):
+            api_call(visitor, preset=preset, target=target)
+
+    # eight users at once, each running a different strategy to the end, get what a lone user gets
+    alone = status_of(api_call(visitor, "/on_run", strategy="baseline"))
+    assert "Finished" in alone
+    lone_text = api_call(client(), "/on_run", strategy="baseline")[2]
+    strategies = ["baseline", "speculative", "tree", "staged"] * 2
+    users = [client() for _ in strategies]             # each Client is one session, as one browser tab
+    with ThreadPoolExecutor(len(users)) as pool:
+        replies = list(pool.map(lambda us: api_call(us[0], "/on_run", strategy=us[1]), zip(users, strategies)))
+    for strategy, reply in zip(strategies, replies):
+        assert "Finished" in status_of(reply), (strategy, reply[0])
+        assert plain_text(reply[2]) == plain_text(lone_text), strategy
+    assert "Finished" in status_of(api_call(visitor, "/on_run", strategy="tree"))     # the server is alive
+
+
+def plain_text(page_html: str) -> str:
+    """The generated text of the coloured-text HTML, without the tags and the stage tints."""
+    import html as html_lib
+    body = page_html.split('<div class="gen-text">', 1)[-1]
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", body))
