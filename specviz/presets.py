@@ -1,17 +1,13 @@
-"""Named model stacks. `offline` works with no network; the others load from the Hugging Face hub.
-
-A drafter spec "trigram:auto" is a Katz-backoff trigram built for the target's tokenizer on first
-use (from Python source that ships with Python, tokenised by that tokenizer) and cached under the
-user cache directory, so the paper's family gets its stage-2 drafter without a download.
+"""Named model stacks. `offline` and `qwen-coder` work with no network; the others load from the
+Hugging Face hub. Their stage-2 "trigram:auto" is built on first use (specviz/auto_trigram.py).
 """
 from __future__ import annotations
 
-import sysconfig
 from dataclasses import dataclass
-from pathlib import Path
 
 from .chunked import CHUNKED, available
-from .models import AUTO_DTYPE, DEFAULT_TARGET, ModelLoadError, cache_dir, resolve_dtype
+from .models import AUTO_DTYPE, DEFAULT_TARGET, ModelLoadError, resolve_dtype
+from .stack import Stack
 
 
 @dataclass(frozen=True)
@@ -56,8 +52,6 @@ def get_preset(name: str) -> Preset:
 def load_preset(name: str, dtype: str = AUTO_DTYPE, device: str = "cpu", *,
                 target: str | None = None, drafts: list[str] | None = None):
     """Load a preset's stack; `target` / `drafts` given here replace the preset's own."""
-    from .stack import Stack
-
     preset = get_preset(name)
     if drafts is None and preset.drafts is not None:
         drafts = list(preset.drafts)
@@ -68,37 +62,3 @@ def load_preset(name: str, dtype: str = AUTO_DTYPE, device: str = "cpu", *,
             raise
         raise ModelLoadError(f"preset {name!r} could not be loaded ({exc}); its models come from the Hugging Face "
                              "hub: connect to the network once (the hub caches them) or use --preset offline") from exc
-
-
-def python_source_files(limit_bytes: int = 8_000_000) -> list[Path]:
-    """Python's own standard library source: text every machine with Python has."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files, total = [], 0
-    for path in sorted(root.rglob("*.py")):
-        if "test" in path.parts or "site-packages" in path.parts:
-            continue
-        size = path.stat().st_size
-        if total + size > limit_bytes:
-            break
-        files.append(path)
-        total += size
-    return files
-
-
-def auto_trigram(tokenizer, name: str, limit_bytes: int = 8_000_000):
-    """A trigram for this tokenizer, built once from the standard library's source and cached."""
-    from .ngram_model import KatzTrigram
-
-    vocab = len(tokenizer)
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    path = cache_dir() / "trigrams" / f"{safe}-{vocab}-{limit_bytes}.npz"
-    if path.is_file():
-        return KatzTrigram.load(path)
-    texts = (p.read_text(encoding="utf-8", errors="replace") for p in python_source_files(limit_bytes))
-    sequences = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-    model = KatzTrigram.build(sequences, vocab)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.npz")
-    model.save(tmp)
-    tmp.replace(path)
-    return model

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from .auto_trigram import auto_trigram
 from .cache import KVModel
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafting import TreeSpec
@@ -79,7 +80,6 @@ class Stack:
     def _load_source(self, spec: str, dtype: str, device: str):
         """The model or n-gram table behind a drafter spec."""
         if spec == "trigram:auto":
-            from .presets import auto_trigram
             return auto_trigram(self.tokenizer, self.target_name)
         if is_ngram(spec):
             return load_trigram(spec)

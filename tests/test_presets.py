@@ -3,7 +3,8 @@ import pytest
 
 import specviz.models
 from specviz.models import ModelLoadError
-from specviz.presets import PRESETS, auto_trigram, get_preset, load_preset
+from specviz.auto_trigram import auto_trigram
+from specviz.presets import PRESETS, get_preset, load_preset
 from specviz.stack import is_non_neural
 
 

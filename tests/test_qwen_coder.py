@@ -31,4 +31,4 @@ def test_every_strategy_equals_baseline_on_the_real_pair(stack, prompt):
     runs = {s: stack.decoder(ids, s, max_new_tokens=NEW_TOKENS, stop_at_eos=False).generate() for s in STRATEGIES}
     for strategy, run in runs.items():
         assert run.tokens == runs["baseline"].tokens, strategy
-    assert runs["staged"].stats["target_forwards"] <= runs["baseline"].stats["target_forwards"]
+    assert runs["staged"].stats["target_forwards"] < runs["baseline"].stats["target_forwards"]   # over the run
