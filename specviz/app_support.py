@@ -21,7 +21,7 @@ from .models import ModelLoadError
 from .plots import KIND_COLOURS, KIND_WORDS, ROOT_COLOUR, bonus_token, stage_colours, stage_label
 from .sampling import Sampling
 from .server_policy import PolicyError, check_custom, custom_models_allowed, env_number
-from .stack import DEFAULT_MIN_SCORE, Stack, default_drafts, is_non_neural
+from .stack import DEFAULT_MIN_SCORE, Stack, default_drafts, default_tree, is_non_neural
 from .trace import StageInfo, StepRecord
 
 MAX_PROMPT_CHARS = int(env_number("SPECVIZ_MAX_PROMPT_CHARS", 6000))
@@ -222,7 +222,7 @@ def new_decoder(stack, settings: Settings, strategy: str | None = None):
         raise UserError(f"The prompt is too long ({len(ids)} tokens; at most {MAX_PROMPT_TOKENS}).")
     tree = settings.tree
     if strategy == "speculative" and tree.shape != "chain" and settings.strategy != "speculative":
-        tree = replace(tree, shape="chain", max_depth=tree.budget)     # the race's single-stage chain
+        tree = default_tree("speculative")     # the race's single-stage chain: the CLI's and the bench's
     if strategy != "staged":
         tree = replace(tree, lookup=0)      # context lookup is one of staged's n-gram stages
     try:
