@@ -151,8 +151,10 @@ def render_step(session: Session, status: str):
                 [], stages), "", "No tokens yet.", plots.acceptance_figure([]))
     last = dec.steps[-1]
     stats = support.stats_of(dec)
+    precision = support.get_stack(session.settings.stack_key()).precision()
     return (session, status, plots.tree_figure(last), support.text_html(session.settings.prompt, dec.steps, dec.stages),
-            support.step_caption(last, dec.sampling.greedy), support.counters_md(stats, dec.max_new_tokens, dec.finished, dec.dtype),
+            support.step_caption(last, dec.sampling.greedy),
+            support.counters_md(stats, dec.max_new_tokens, dec.finished, precision),
             plots.acceptance_figure(dec.steps))
 
 

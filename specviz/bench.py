@@ -221,6 +221,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                            "tree": tree or {}, "compiled": compile,
                            "static_cache_entries": stack.static_len if compile else None,
                            "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
+                           "precision": stack.precision(),
                            "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
                            "notes": notes},
               "results": summarise(per_prompt), "per_prompt": per_prompt}

@@ -85,17 +85,17 @@ def generate(args) -> int:
     decoder = stack.decoder(stack.encode(prompt), args.strategy, tree, sampling, args.max_new_tokens)
     run = decoder.generate()
     if args.json:
-        print(json.dumps(cli_json(run, decoder, stack.dtype)))
+        print(json.dumps(cli_json(run, decoder, stack.dtype, stack.precision())))
     else:
         print(run.text)
         s = run.stats
         print(f"\n[{run.strategy}] {s['new_tokens']} tokens in {s['wall_s']:.2f} s ({s['tokens_per_s']:.1f} tok/s), "
               f"{s['tokens_per_target_forward']:.2f} tokens per target forward, "
-              f"bytes read {s.get('bytes_relative_to_baseline', 1.0):.2f}x baseline, {stack.dtype}", file=sys.stderr)
+              f"bytes read {s.get('bytes_relative_to_baseline', 1.0):.2f}x baseline, {stack.precision()}", file=sys.stderr)
     return 0
 
 
-def cli_json(run, decoder, dtype: str) -> dict:
+def cli_json(run, decoder, dtype: str, precision: str) -> dict:
     s = run.stats
     return {
         "strategy": run.strategy,
@@ -117,6 +117,7 @@ def cli_json(run, decoder, dtype: str) -> dict:
         "phase_share": s["phase_share"],
         "finish_reason": decoder.finish_reason,
         "dtype": dtype,
+        "precision": precision,
         "settings": run.settings,
     }
 

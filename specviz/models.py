@@ -56,6 +56,23 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
 _PROBE_LOCK = threading.Lock()
 
 
+def one_token_seconds(model: torch.nn.Module, prefix: int = 32, repeats: int = 3) -> float:
+    """The fastest of `repeats` one-token forwards after a short prefix: what a draft's chain step costs."""
+    from time import perf_counter
+
+    from transformers import DynamicCache
+
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(torch.zeros(1, prefix, dtype=torch.long), past_key_values=cache, use_cache=True)
+        best = float("inf")
+        for i in range(repeats + 1):                        # the first call warms up
+            started = perf_counter()
+            model(torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True)
+            best = best if i == 0 else min(best, perf_counter() - started)
+    return best
+
+
 def _probe_layer(dtype: torch.dtype, feeds=(1, 16), repeats: int = 3) -> float:
     """Seconds for one Qwen2-1.5B-shaped decoder layer (random weights) to read a 128-token prefix's
     cache and `feeds` new tokens, fastest of `repeats` each, summed over feeds."""

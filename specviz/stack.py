@@ -17,7 +17,8 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafting import TreeSpec
 from .engine import STRATEGIES, Decoder
 from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError,
-                     check_dtype, check_tokenizers_match, compile_model, load_model, resolve_dtype)
+                     check_dtype, check_tokenizers_match, compile_model, load_model, one_token_seconds,
+                     resolve_dtype)
 from .sampling import Sampling
 
 DEFAULT_DRAFT = "assets/draft"
@@ -59,11 +60,12 @@ class Stack:
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
              dtype: str = AUTO_DTYPE, device: str = "cpu") -> "Stack":
         check_dtype(dtype)
-        dtype = resolve_dtype(dtype, device)          # one dtype for every model of the stack
+        auto = dtype == AUTO_DTYPE
+        dtype = resolve_dtype(dtype, device)
         stack = cls(load_model(target, dtype, device), default_drafts() if drafts is None else list(drafts))
         for spec in stack.drafts:
             if spec != "lookup":
-                stack.loaded[spec] = stack._load_source(spec, dtype, device)
+                stack.loaded[spec] = stack._load_source(spec, dtype, device, auto)
         return stack
 
     def compile(self, context: int | None = None) -> None:
@@ -77,19 +79,31 @@ class Stack:
             with torch.inference_mode():
                 KVModel(self.target.model, "compile", static_len=context, compiled=self.compiled).compile_buckets()
 
-    def _load_source(self, spec: str, dtype: str, device: str):
-        """The model or n-gram table behind a drafter spec."""
+    def _load_source(self, spec: str, dtype: str, device: str, auto: bool = False):
+        """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU whose
+        target runs in float32 is also tried in bfloat16, and the dtype whose one-token forward is
+        faster is kept: drafts mostly read one token at a time, which is memory-bound, and a draft's
+        precision only moves acceptance, never the output."""
         if spec == "trigram:auto":
             return auto_trigram(self.tokenizer, self.target_name)
         if is_ngram(spec):
             return load_trigram(spec)
         model = load_model(spec, dtype, device)
         check_tokenizers_match(self.target, model)
+        if auto and dtype == "float32" and device == "cpu":
+            half = load_model(spec, "bfloat16", device)
+            if one_token_seconds(half.model) < 0.9 * one_token_seconds(model.model):
+                return half
         return model
 
     @property
     def dtype(self) -> str:
         return self.target.dtype
+
+    def precision(self) -> str:
+        """The dtypes in use, e.g. `float32`, or `float32 target, bfloat16 draft` (see _load_source)."""
+        drafts = {m.dtype for m in self.loaded.values() if isinstance(m, LoadedModel)} - {self.dtype}
+        return self.dtype if not drafts else f"{self.dtype} target, {', '.join(sorted(drafts))} draft"
 
     @property
     def tokenizer(self):

@@ -1,5 +1,6 @@
 """Which drafters each strategy gets from a model stack."""
 import pytest
+import torch
 
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
 from specviz.models import LoadedModel
@@ -50,3 +51,29 @@ def test_default_trees():
     assert (default_tree("staged").lookup, default_tree("tree").lookup, default_tree("speculative").lookup) == (10, 0, 0)
     assert default_tree("staged", lookup=0).lookup == 0 and default_tree("tree", lookup=5).lookup == 5
     assert (default_tree("tree").min_score, default_tree("staged", min_score=0.25).min_score) == (0.2, 0.25)
+
+
+def test_auto_dtype_keeps_a_draft_in_bfloat16_where_its_one_token_forward_is_faster(tmp_path, monkeypatch):
+    """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 draft
+    still writes baseline's tokens."""
+    import specviz.stack as stack_module
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"w{i}": i for i in range(64)}
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w0")))
+    for name, noise in (("target", 0.0), ("draft", 0.2)):
+        tiny_model("llama", noise=noise).save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
+    monkeypatch.setattr(stack_module, "one_token_seconds",
+                        lambda model: 1.0 if next(model.parameters()).dtype == torch.bfloat16 else 3.0)
+    s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
+    assert s.dtype == "float32" and s.loaded[str(tmp_path / "draft")].dtype == "bfloat16"
+    assert s.precision() == "float32 target, bfloat16 draft"
+    base = s.decoder([1, 2, 3, 4], "baseline", max_new_tokens=12, stop_at_eos=False).generate().tokens
+    for strategy in ("speculative", "tree", "staged"):
+        assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base
+    monkeypatch.setattr(stack_module, "one_token_seconds", lambda model: 1.0)    # a tie keeps float32
+    assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto").precision() == "float32"
+    assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="float32").precision() == "float32"
