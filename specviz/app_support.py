@@ -332,7 +332,7 @@ def text_html(prompt: str, steps: list[StepRecord], stages: list[StageInfo] | No
     return (legend_html(stages) if legend else "") + '<div class="gen-text">' + "".join(parts) + "</div>"
 
 
-def counters_md(stats: dict, max_new_tokens: int, finished: bool = False, dtype: str | None = None) -> str:
+def counters_md(stats: dict, max_new_tokens: int, finished: bool = False, precision: str | None = None) -> str:
     if not stats:
         return "No tokens yet."
     rel = stats.get("bytes_relative_to_baseline")
@@ -343,8 +343,8 @@ def counters_md(stats: dict, max_new_tokens: int, finished: bool = False, dtype:
              f"**Time** {stats['wall_s']:.1f} s ({stats['tokens_per_s']:.1f} tokens/s)"]
     if rel:
         parts.append(f"**Memory traffic** {rel:.2f}× plain decoding")
-    if dtype:
-        parts.append(f"**Precision** {dtype}")
+    if precision:
+        parts.append(f"**Precision** {precision}")
     return " · ".join(parts) + (" · finished ✓" if finished else "")
 
 

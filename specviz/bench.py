@@ -73,18 +73,11 @@ def with_seed(sampling: Sampling, seed: int) -> Sampling:
     return Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed)
 
 
-def model_draft(stack) -> tuple[str, torch.nn.Module] | tuple[None, None]:
-    """The stack's top draft if it is a neural model (what HF assisted generation gets)."""
-    if stack.drafts and isinstance(stack.loaded.get(stack.drafts[0]), LoadedModel):
-        return stack.drafts[0], stack.loaded[stack.drafts[0]].model
-    return None, None
-
-
 def usable_strategies(stack, wanted: list[str]) -> tuple[list[str], list[str]]:
     """The strategies this stack can run, and one note per strategy it cannot."""
     usable, notes = [], []
     for strategy in wanted:
-        if strategy == "hf_assisted" and model_draft(stack)[0] is None:
+        if strategy == "hf_assisted" and stack.assistant()[0] is None:
             notes.append("hf_assisted skipped: the stack has no neural draft model (pass --draft MODEL)")
             continue
         if strategy in STRATEGIES:
@@ -161,7 +154,7 @@ def decisions(run) -> dict:
 
 
 def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
-    assistant = model_draft(stack)[1] if strategy == "hf_assisted" else None
+    assistant = stack.assistant()[1] if strategy == "hf_assisted" else None
     lookup = PROMPT_LOOKUP_TOKENS if strategy == "hf_prompt_lookup" else None
     clock = ForwardClock([m for m in (stack.target.model, assistant) if m is not None])
     try:
@@ -222,7 +215,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                            "static_cache_entries": stack.static_len if compile else None,
                            "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
                            "precision": stack.precision(),
-                           "assistant": model_draft(stack)[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
+                           "assistant": stack.assistant()[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
                            "notes": notes},
               "results": summarise(per_prompt), "per_prompt": per_prompt}
     if projection:

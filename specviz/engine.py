@@ -14,7 +14,6 @@ from .cache import BUCKETS, KVModel
 from .drafters.base import Drafter
 from .drafting import TreeSpec, build_tree
 from .metrics import bytes_read, summarise
-from .models import dtype_name
 from .sampling import Sampling, logits_to_probs
 from .timing import PhaseTimer
 from .trace import NodeRecord, RunRecord, StageInfo, StepRecord
@@ -78,10 +77,6 @@ class Decoder:
                 drafter.start(self.prompt[:-1])
         self.target.log.clear()
         self.timer.take()
-
-    @property
-    def dtype(self) -> str:
-        return dtype_name(self.target.model)
 
     @property
     def new_tokens(self) -> list[int]:

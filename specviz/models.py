@@ -6,7 +6,6 @@ takes ~30 s, so the first load saves a plain safetensors copy under the user cac
 """
 from __future__ import annotations
 
-import copy
 import functools
 import importlib.util
 import os
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .cost_curve import cost_curve
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
 from .paths import ASSETS, cache_dir
 
@@ -26,11 +26,6 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 AUTO_DTYPE = "auto"
-
-
-def dtype_name(model: torch.nn.Module) -> str:
-    """The dtype a model computes in, as a name (`float32`, `bfloat16`, ...)."""
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
 def check_dtype(dtype: str) -> None:
@@ -56,47 +51,16 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
 _PROBE_LOCK = threading.Lock()
 
 
-def one_token_seconds(model: torch.nn.Module, prefix: int = 32, repeats: int = 3) -> float:
-    """The fastest of `repeats` one-token forwards after a short prefix: what a draft's chain step costs."""
-    from time import perf_counter
-
-    from transformers import DynamicCache
-
-    with torch.inference_mode():
-        cache = DynamicCache(config=model.config)
-        model(torch.zeros(1, prefix, dtype=torch.long), past_key_values=cache, use_cache=True)
-        best = float("inf")
-        for i in range(repeats + 1):                        # the first call warms up
-            started = perf_counter()
-            model(torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True)
-            best = best if i == 0 else min(best, perf_counter() - started)
-    return best
-
-
 def _probe_layer(dtype: torch.dtype, feeds=(1, 16), repeats: int = 3) -> float:
     """Seconds for one Qwen2-1.5B-shaped decoder layer (random weights) to read a 128-token prefix's
-    cache and `feeds` new tokens, fastest of `repeats` each, summed over feeds."""
-    from time import perf_counter
-
-    from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
+    cache and `feeds` new tokens, fastest of `repeats` each (the cost curve's timing), summed over feeds."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(vocab_size=256, hidden_size=1536, intermediate_size=8960, num_hidden_layers=1,
                          num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=1024)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(dtype).eval()      # parameters keep requires_grad, as loaded
-    total = 0.0
-    with torch.inference_mode():
-        prefix = DynamicCache(config=config)
-        model(torch.zeros(1, 128, dtype=torch.long), past_key_values=prefix, use_cache=True)
-        for n in feeds:
-            best = float("inf")
-            for _ in range(repeats + 1):                    # the first call warms up
-                cache = copy.deepcopy(prefix)
-                started = perf_counter()
-                model(torch.zeros(1, n, dtype=torch.long), past_key_values=cache, use_cache=True)
-                best = min(best, perf_counter() - started)
-            total += best
-    return total
+    return sum(cost_curve(model, sizes=feeds, context=128, reps=repeats).values())
 
 
 class ModelLoadError(RuntimeError):
@@ -112,7 +76,8 @@ class LoadedModel:
 
     @property
     def dtype(self) -> str:
-        return dtype_name(self.model)
+        """The dtype it computes in, as a name (`float32`, `bfloat16`, ...)."""
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
     @property
     def weight_bytes(self) -> int:

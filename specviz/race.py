@@ -13,7 +13,6 @@ from time import perf_counter
 
 from .app_support import Settings, UserError, get_stack, new_decoder, stats_of
 from .hf_peers import ArrivalClock, hf_generate
-from .models import LoadedModel
 
 ENGINE_LANES = ("baseline", "speculative", "staged")
 PEER_LANE = "hf_assisted"
@@ -31,13 +30,13 @@ class PeerLane:
 
     @classmethod
     def run(cls, stack, settings: Settings, prompt_ids: list[int]) -> "PeerLane":
-        draft = stack.loaded.get(stack.drafts[0]) if stack.drafts else None
-        if not isinstance(draft, LoadedModel):
+        _, draft = stack.assistant()
+        if draft is None:
             raise UserError("HF assisted generation needs a draft model; this stack has "
                             f"{', '.join(stack.drafts) or 'no drafters'}.")
         clock = ArrivalClock()
         run = hf_generate(stack.target.model, prompt_ids, settings.sampling, settings.max_new_tokens,
-                          assistant=draft.model, stop_at_eos=True, streamer=clock)
+                          assistant=draft, stop_at_eos=True, streamer=clock)
         return cls(clock.chunks, settings.max_new_tokens, run.target_forwards, tokenizer=stack.tokenizer)
 
     @property

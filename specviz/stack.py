@@ -13,16 +13,21 @@ import torch
 
 from .auto_trigram import auto_trigram
 from .cache import KVModel
+from .cost_curve import cost_curve
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafting import TreeSpec
 from .engine import STRATEGIES, Decoder
 from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError,
-                     check_dtype, check_tokenizers_match, compile_model, load_model, one_token_seconds,
-                     resolve_dtype)
+                     check_dtype, check_tokenizers_match, compile_model, load_model, resolve_dtype)
 from .sampling import Sampling
 
 DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"
+
+
+def one_token_seconds(model: torch.nn.Module) -> float:
+    """What one step of a draft's chain costs: a one-token forward after a short prefix."""
+    return cost_curve(model, sizes=(1,), context=32, reps=3)[1]
 
 
 def is_ngram(spec: str) -> bool:
@@ -99,6 +104,12 @@ class Stack:
     @property
     def dtype(self) -> str:
         return self.target.dtype
+
+    def assistant(self) -> tuple[str, torch.nn.Module] | tuple[None, None]:
+        """The top draft if it is a neural model: what transformers' assisted generation gets."""
+        if self.drafts and isinstance(self.loaded.get(self.drafts[0]), LoadedModel):
+            return self.drafts[0], self.loaded[self.drafts[0]].model
+        return None, None
 
     def precision(self) -> str:
         """The dtypes in use, e.g. `float32`, or `float32 target, bfloat16 draft` (see _load_source)."""
