@@ -31,6 +31,7 @@ MAX_BUDGET = 64
 MAX_LOOKUP = 32
 RUN_TIME_LIMIT_S = env_number("SPECVIZ_RUN_LIMIT_S", 300)
 MAX_CACHED_STACKS = int(env_number("SPECVIZ_MAX_STACKS", 2))      # loaded model stacks held at once
+DTYPE = os.environ.get("SPECVIZ_DTYPE", "auto")      # the models' precision: auto (measured), float32, bfloat16
 OFFLINE_DEFAULT = "offline"
 CUSTOM = "custom model ids"
 AUTO_SHAPE = "auto"
@@ -197,9 +198,9 @@ def get_stack(key: tuple):
         try:
             if key[0] == CUSTOM:
                 check_custom(key[1], list(key[2]))
-                stack = Stack.load(key[1], list(key[2]), device=device())
+                stack = Stack.load(key[1], list(key[2]), DTYPE, device=device())
             else:
-                stack = presets.load_preset(key[0], device=device())
+                stack = presets.load_preset(key[0], DTYPE, device=device())
         except PolicyError as exc:
             raise UserError(str(exc)) from exc
         except (ModelLoadError, ValueError, OSError) as exc:

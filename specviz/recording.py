@@ -1,0 +1,388 @@
+"""Recorded runs: a whole Compare race (and the Step view's strategy) saved as one JSON file that
+replays with no model loaded.
+
+A recording holds the settings, where and when it was recorded, the models' names, sizes and
+precision, and every lane's trace records (specviz/trace.py) with their measured timings. Replay
+wraps each recorded lane in an object with the live decoder's interface (`steps`, `step()`,
+`finished`, ...), so the app draws recorded and live runs with the same code. Files from users are
+untrusted: `load()` checks size, format, version and every field's type, and refuses a bad file
+with one line.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import sys
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from time import perf_counter
+
+from . import __version__
+from .drafting import TreeSpec
+from .machine import describe
+from .sampling import Sampling
+from .server_policy import env_number
+from .trace import StageInfo, StepRecord
+
+FORMAT = "specviz-recording"
+VERSION = 1
+MAX_BYTES = int(env_number("SPECVIZ_MAX_RECORDING_BYTES", 8_000_000))
+RECORDINGS = Path(__file__).resolve().parent.parent / "assets" / "recordings"
+
+
+class RecordingError(ValueError):
+    """A file that is not a usable recording; the message is one line meant for the user."""
+
+
+# -- replay ------------------------------------------------------------------------------------------
+
+@dataclass
+class RecordedLane:
+    """One recorded generation, revealed a step at a time with the live decoder's interface."""
+    strategy: str
+    prompt: list[int]
+    stages: list[StageInfo]
+    costs: dict[str, list[int]]              # model name -> [weight bytes, KV bytes per cached token]
+    max_new_tokens: int
+    sampling: Sampling
+    recorded_steps: list[StepRecord]
+    setup_s: float = 0.0
+    shown: int = 0
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        return self.recorded_steps[: self.shown]
+
+    def step(self) -> StepRecord:
+        if self.finished:
+            raise RuntimeError("generation already finished")
+        self.shown += 1
+        return self.recorded_steps[self.shown - 1]
+
+    @property
+    def finished(self) -> bool:
+        return self.shown == len(self.recorded_steps)
+
+    @property
+    def finish_reason(self) -> str:
+        return self.steps[-1].finish_reason if self.steps else ""
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return [t for s in self.steps for t in s.committed_tokens]
+
+    def text(self) -> str:
+        return "".join(t for s in self.steps for t in s.committed_text)
+
+    def model_costs(self) -> dict[str, tuple[int, int]]:
+        return {name: tuple(cost) for name, cost in self.costs.items()}
+
+    @classmethod
+    def of(cls, decoder, setup_s: float = 0.0) -> "RecordedLane":
+        """A finished (or stopped) live decoder, as recorded."""
+        return cls(decoder.strategy, list(decoder.prompt), list(decoder.stages),
+                   {k: list(v) for k, v in decoder.model_costs().items()}, decoder.max_new_tokens,
+                   decoder.sampling, list(decoder.steps), setup_s, shown=len(decoder.steps))
+
+
+@dataclass
+class RecordedPeer:
+    """A recorded peer lane (HF assisted generation): chunks of tokens, when each arrived and the text
+    so far after each."""
+    arrivals: list[float]
+    chunks: list[list[int]]
+    texts: list[str]
+    max_new_tokens: int
+    target_forwards: int
+
+
+@dataclass
+class Recording:
+    settings: dict                 # prompt, strategy, preset, target, drafts, sampling, tree, max_new_tokens
+    recorded: dict                 # machine, device, date, precision, models {name: bytes}, specviz
+    lanes: dict[str, RecordedLane]
+    race: list[str]                # the lanes that raced, in order
+    peers: dict[str, RecordedPeer] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def label(self) -> str:
+        return f"recorded on {self.recorded['machine']}, {self.recorded['date'][:10]}"
+
+    def step_lane(self) -> RecordedLane:
+        """A fresh replay of the Step view's strategy."""
+        return _fresh(self.lanes[self.settings["strategy"]])
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "settings": self.settings, "recorded": self.recorded,
+                "race": self.race, "skipped": self.skipped,
+                "lanes": {name: _lane_dict(lane) for name, lane in self.lanes.items()},
+                "peers": {name: vars(peer) for name, peer in self.peers.items()}}
+
+
+def _fresh(lane: RecordedLane) -> RecordedLane:
+    return RecordedLane(**{**vars(lane), "shown": 0})
+
+
+def _lane_dict(lane: RecordedLane) -> dict:
+    data = {f.name: getattr(lane, f.name) for f in fields(lane) if f.name not in ("shown", "recorded_steps", "stages")}
+    data["sampling"] = vars(lane.sampling)
+    data["stages"] = [vars(s) for s in lane.stages]
+    data["steps"] = [s.to_dict() for s in lane.steps]
+    return data
+
+
+# -- checking untrusted files ------------------------------------------------------------------------
+
+def _check(value, hint, where: str):
+    """Raise RecordingError unless `value` (parsed JSON) has the type `hint`; return it, with
+    dataclasses built."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise RecordingError(f"{where} should be an object")
+        hints = typing.get_type_hints(hint)
+        names = {f.name for f in fields(hint) if f.init}
+        unknown = set(value) - names
+        if unknown:
+            raise RecordingError(f"{where} has unknown field {sorted(unknown)[0]!r}")
+        missing = [f.name for f in fields(hint) if f.init and f.name not in value
+                   and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise RecordingError(f"{where} lacks the field {missing[0]!r}")
+        return hint(**{k: _check(v, hints[k], f"{where}.{k}") for k, v in value.items()})
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            try:
+                return _check(value, option, where)
+            except RecordingError:
+                pass
+        raise RecordingError(f"{where} has the wrong type")
+    if origin is list:
+        if not isinstance(value, list):
+            raise RecordingError(f"{where} should be a list")
+        return [_check(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecordingError(f"{where} should be an object")
+        return {k: _check(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if origin is tuple:
+        return _check(list(value) if isinstance(value, list) else value, list[args[0]], where)
+    if hint is type(None):
+        if value is not None:
+            raise RecordingError(f"{where} should be null")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecordingError(f"{where} should be a number")
+        return float(value)
+    if hint in (int, str, bool):
+        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+            raise RecordingError(f"{where} should be {'a whole number' if hint is int else 'a ' + hint.__name__}")
+        return value
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise RecordingError(f"{where} should be an object")
+        return value
+    raise TypeError(f"no check for {hint!r}")
+
+
+@dataclass
+class _LaneFile:
+    strategy: str
+    prompt: list[int]
+    stages: list[StageInfo]
+    costs: dict[str, list[int]]
+    max_new_tokens: int
+    sampling: Sampling
+    steps: list[StepRecord]
+    setup_s: float = 0.0
+
+
+def _lane(data, where: str) -> RecordedLane:
+    lane = _check(data, _LaneFile, where)
+    try:
+        lane.sampling.validate()
+    except ValueError as exc:
+        raise RecordingError(f"{where}.sampling: {exc}") from None
+    if not lane.steps or any(len(c) != 2 for c in lane.costs.values()):
+        raise RecordingError(f"{where} has no steps or a malformed cost")
+    for i, s in enumerate(lane.steps):
+        if not s.nodes or len({len(s.committed_text), len(s.committed_tokens), len(s.committed_stage)}) != 1:
+            raise RecordingError(f"{where}.steps[{i}] is inconsistent")
+        if any(not 0 <= n.stage < len(s.stages) for n in s.nodes) or any(
+                not 0 <= st < len(s.stages) for st in s.committed_stage):
+            raise RecordingError(f"{where}.steps[{i}] names a stage it does not have")
+    return RecordedLane(lane.strategy, lane.prompt, lane.stages, lane.costs, lane.max_new_tokens,
+                        lane.sampling, lane.steps, lane.setup_s)
+
+
+def from_dict(data) -> Recording:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise RecordingError("This is not a specviz recording (its \"format\" is not specviz-recording).")
+    if data.get("version") != VERSION:
+        raise RecordingError(f"This recording has format version {data.get('version')!r}; this specviz reads "
+                             f"version {VERSION}.")
+    settings = _check(data.get("settings"), dict, "settings")
+    for key, kind in (("prompt", str), ("strategy", str), ("preset", str), ("max_new_tokens", int)):
+        _check(settings.get(key), kind, f"settings.{key}")
+    recorded = _check(data.get("recorded"), dict[str, typing.Union[str, dict]], "recorded")
+    for key in ("machine", "date", "device", "precision"):
+        _check(recorded.get(key), str, f"recorded.{key}")
+    lanes = {name: _lane(lane, f"lanes.{name}") for name, lane in _check(data.get("lanes"), dict, "lanes").items()}
+    race = _check(data.get("race"), list[str], "race")
+    peers = _check(data.get("peers", {}), dict[str, RecordedPeer], "peers")
+    skipped = _check(data.get("skipped", {}), dict[str, str], "skipped")
+    if settings["strategy"] not in lanes or any(name not in lanes and name not in peers and name not in skipped
+                                                for name in race):
+        raise RecordingError("This recording lacks a lane that its settings or race name.")
+    for name, peer in peers.items():
+        if not len(peer.arrivals) == len(peer.chunks) == len(peer.texts):
+            raise RecordingError(f"peers.{name} is inconsistent")
+    return Recording(settings, recorded, lanes, race, peers, skipped)
+
+
+def load(source: str | Path | bytes) -> Recording:
+    """A recording from a path or raw bytes (JSON, or gzipped JSON as shipped); RecordingError (one
+    line) for anything unusable."""
+    if isinstance(source, (str, Path)):
+        try:
+            with open(source, "rb") as file:
+                source = file.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise RecordingError(f"The file cannot be read: {exc.strerror or exc}") from None
+    if source[:2] == b"\x1f\x8b":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(source)) as file:
+                source = file.read(MAX_BYTES + 1)       # bounded: a small file may unpack to gigabytes
+        except (OSError, EOFError):
+            raise RecordingError("The file is a broken gzip archive.") from None
+    if len(source) > MAX_BYTES:
+        raise RecordingError(f"The file is too large (recordings are at most {MAX_BYTES / 1e6:.0f} MB).")
+    try:
+        data = json.loads(source.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise RecordingError("The file is not JSON: a recording is the JSON file that Save gives.") from None
+    return from_dict(data)
+
+
+def dump(recording: Recording, path: str | Path) -> Path:
+    """Write a recording as compact JSON, gzipped when the name ends in .gz (as shipped)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(recording.to_dict(), separators=(",", ":")).encode("utf-8")
+    path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
+    return path
+
+
+def shipped() -> dict[str, Path]:
+    """The recordings shipped under assets/recordings, by file stem."""
+    return {p.name.split(".")[0]: p for p in sorted(RECORDINGS.glob("*.json*"))}
+
+
+# -- recording -------------------------------------------------------------------------------------
+
+def settings_dict(settings) -> dict:
+    return {"prompt": settings.prompt, "strategy": settings.strategy, "preset": settings.preset,
+            "target": settings.target, "drafts": settings.drafts, "sampling": vars(settings.sampling),
+            "tree": vars(settings.tree), "max_new_tokens": settings.max_new_tokens}
+
+
+def settings_of(recording: Recording):
+    """The app's Settings object of a recording (for the controls and the captions)."""
+    from .app_support import Settings
+    s = recording.settings
+    try:
+        return Settings(prompt=s["prompt"], strategy=s["strategy"], preset=s["preset"], target=s.get("target", ""),
+                        drafts=s.get("drafts", ""), sampling=Sampling(**s["sampling"]), tree=TreeSpec(**s["tree"]),
+                        max_new_tokens=s["max_new_tokens"])
+    except (TypeError, KeyError) as exc:
+        raise RecordingError(f"settings are malformed ({exc})") from None
+
+
+def of_race(settings, race, stack, step_decoder=None) -> Recording:
+    """A Recording of a live race (and the Step view's decoder, where its strategy did not race)."""
+    lanes = {name: RecordedLane.of(d, race.setup_s.get(name, 0.0)) for name, d in race.decoders.items()}
+    if step_decoder is not None and step_decoder.steps:
+        lanes.setdefault(step_decoder.strategy, RecordedLane.of(step_decoder))
+    peers = {name: RecordedPeer([t for t, _ in p.chunks[: p.shown]], [c for _, c in p.chunks[: p.shown]],
+                                [stack.tokenizer.decode([t for _, c in p.chunks[: i + 1] for t in c],
+                                                        skip_special_tokens=True) for i in range(p.shown)],
+                                p.max_new_tokens, p.target_forwards)
+             for name, p in race.peers.items()}
+    return Recording(settings_dict(settings), recorded_meta(stack), lanes, list(race.lanes()) + list(race.skipped),
+                     peers, dict(race.skipped))
+
+
+def recorded_meta(stack) -> dict:
+    import torch
+    device = str(next(stack.target.model.parameters()).device)
+    models = {stack.target.name: stack.target.weight_bytes}
+    models |= {spec: m.weight_bytes for spec, m in stack.loaded.items() if hasattr(m, "weight_bytes")}
+    gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else ""
+    return {"machine": gpu or describe().split(", torch")[0], "device": device, "details": describe(),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "precision": stack.precision(),
+            "models": {k: str(v) for k, v in models.items()}, "specviz": __version__}
+
+
+def record(settings) -> Recording:
+    """Race the settings' strategy, our other strategies and HF assisted generation to the end."""
+    from .app_support import get_stack, new_decoder
+    from .race import COMPARED, Race
+    race = Race.start(settings)
+    while not race.finished:
+        race.step()
+    step_decoder = None
+    if settings.strategy not in race.decoders:
+        step_decoder = new_decoder(get_stack(settings.stack_key()), settings)
+        while not step_decoder.finished:
+            step_decoder.step()
+    recording = of_race(settings, race, get_stack(settings.stack_key()), step_decoder)
+    recording.race = [name for name in COMPARED if name in recording.race]
+    return recording
+
+
+def main(argv=None) -> int:
+    """`python -m specviz.recording`: record a race to a JSON file (e.g. on a GPU, to replay anywhere)."""
+    from .app_support import UserError, parse_settings
+    from .bench import BenchError, parse_sampling
+    from .prompts import PromptError, load_prompts
+    parser = argparse.ArgumentParser(prog="python -m specviz.recording", description=main.__doc__)
+    parser.add_argument("--preset", default="offline")
+    parser.add_argument("--prompt", default="HumanEval/0", help="a HumanEval task id (HumanEval/N) or the text itself")
+    parser.add_argument("--strategy", default="staged")
+    parser.add_argument("--sampling", default="greedy", help="greedy, or e.g. topk50 (see the bench)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        text = args.prompt
+        if text.startswith("HumanEval/"):
+            by_id = {p.id: p.text for p in load_prompts()}
+            if text not in by_id:
+                raise RecordingError(f"no prompt {text!r} in HumanEval")
+            text = by_id[text]
+        s = parse_sampling(args.sampling, args.seed)
+        mode = "greedy" if s.greedy else "sample"
+        settings = parse_settings(text, args.strategy, args.preset, "", "", mode, s.temperature or 1.0, s.top_k,
+                                  s.top_p, s.seed, 16, "auto", 8, 4, 10 if args.strategy == "staged" else 0,
+                                  args.max_new_tokens)
+        started = perf_counter()
+        recording = record(settings)
+    except (UserError, BenchError, PromptError, RecordingError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    dump(recording, args.out)
+    lanes = ", ".join(f"{n} {len(l.new_tokens)} tokens in {sum(s.wall_s for s in l.steps) + l.setup_s:.2f} s"
+                      for n, l in recording.lanes.items())
+    print(f"recorded in {perf_counter() - started:.0f} s on {recording.recorded['machine']}: {lanes} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
