@@ -31,6 +31,7 @@ MAX_BUDGET = 64
 MAX_LOOKUP = 32
 RUN_TIME_LIMIT_S = env_number("SPECVIZ_RUN_LIMIT_S", 300)
 MAX_CACHED_STACKS = int(env_number("SPECVIZ_MAX_STACKS", 2))      # loaded model stacks held at once
+MAX_STACK_BYTES = env_number("SPECVIZ_MAX_STACK_BYTES", 12e9)   # model weights held at once, all stacks together
 DTYPE = os.environ.get("SPECVIZ_DTYPE", "auto")      # the models' precision: auto (measured), float32, bfloat16
 OFFLINE_DEFAULT = "offline"
 CUSTOM = "custom model ids"
@@ -206,9 +207,13 @@ def get_stack(key: tuple):
         except (ModelLoadError, ValueError, OSError) as exc:
             reason = one_line(exc).replace("use --preset offline", "choose the offline preset")
             raise UserError(f"Could not load the models: {reason}") from exc
+        if stack.weight_bytes > MAX_STACK_BYTES:
+            raise UserError(f"These models need {stack.weight_bytes / 1e9:.1f} GB; this server holds at most "
+                            f"{MAX_STACK_BYTES / 1e9:.1f} GB of models. Pick a smaller preset.")
         with _STACKS_LOCK:
             _STACKS[key] = stack
-            while len(_STACKS) > MAX_CACHED_STACKS:
+            # sessions still decoding with a dropped stack keep their own reference until they finish
+            while len(_STACKS) > MAX_CACHED_STACKS or sum(s.weight_bytes for s in _STACKS.values()) > MAX_STACK_BYTES:
                 _STACKS.popitem(last=False)
         return stack
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .cpu_matmul import MAX_ROWS, engine_products, install, rows_product
+
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)     # static mode: feeds are padded to one of these sizes
 
 
@@ -52,8 +54,12 @@ class KVModel:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-        self.head = None
-        if output_vocab is not None:
+        self.fast = compiled is None and install(model)     # see specviz/cpu_matmul.py
+        self.head = None                 # an output layer computed here, not by the model
+        self.output_vocab = None
+        if self.fast and output_vocab is None:
+            self.head = model.get_output_embeddings().weight
+        elif output_vocab is not None:
             weight = model.get_output_embeddings().weight
             self.output_vocab = output_vocab.to(self.device)
             self.head = weight[self.output_vocab].contiguous()
@@ -92,8 +98,9 @@ class KVModel:
             return self._static_forward(tokens, positions, visible)
         ids = torch.tensor([tokens], device=self.device)
         pos = torch.tensor([positions], device=self.device)
-        out = self._body(input_ids=ids, position_ids=pos, attention_mask=self._mask(visible),
-                         past_key_values=self.cache, use_cache=True)
+        with engine_products(self.fast):
+            out = self._body(input_ids=ids, position_ids=pos, attention_mask=self._mask(visible),
+                             past_key_values=self.cache, use_cache=True)
         self._logged(n)
         return self._logits(out, n)
 
@@ -109,8 +116,12 @@ class KVModel:
     def _logits(self, out, n: int) -> torch.Tensor:
         if self.head is None:
             return out.logits[0, :n]
+        hidden = out.last_hidden_state[0, :n]
+        scores = rows_product(self.head, hidden) if self.fast and n <= MAX_ROWS else hidden @ self.head.T
+        if self.output_vocab is None:
+            return scores
         logits = torch.full((n, self.model.config.vocab_size), float("-inf"), dtype=self.dtype, device=self.device)
-        logits[:, self.output_vocab] = out.last_hidden_state[0, :n] @ self.head.T
+        logits[:, self.output_vocab] = scores
         return logits
 
     def _static_forward(self, tokens: list[int], positions: list[int], visible: torch.Tensor) -> torch.Tensor:

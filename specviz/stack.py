@@ -111,6 +111,11 @@ class Stack:
             return self.drafts[0], self.loaded[self.drafts[0]].model
         return None, None
 
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of model weights this stack holds (the target and its draft models)."""
+        return self.target.weight_bytes + sum(m.weight_bytes for m in self.loaded.values() if isinstance(m, LoadedModel))
+
     def precision(self) -> str:
         """The dtypes in use, e.g. `float32`, or `float32 target, bfloat16 draft` (see _load_source)."""
         drafts = {m.dtype for m in self.loaded.values() if isinstance(m, LoadedModel)} - {self.dtype}
@@ -168,7 +173,8 @@ class Stack:
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
 
-STAGED_LOOKUP = 10     # context-lookup tokens staged verifies by default
+STAGED_LOOKUP = 3      # context-lookup tokens staged verifies by default: feeds of up to ~4-8 tokens cost
+                       # little more than one on a CPU (cost curve), longer ones do (docs/BENCHMARKS.md)
 DEFAULT_MIN_SCORE = 0.2   # measured on the 2-core CPU (docs/BENCHMARKS.md); 0.1 until session 4
 
 
@@ -179,7 +185,7 @@ def default_tree(strategy: str, budget: int | None = None, lookup: int | None = 
     if lookup is None:
         lookup = STAGED_LOOKUP if strategy == "staged" else 0
     if strategy == "speculative":
-        return TreeSpec(shape="chain", budget=budget or 4, max_depth=budget or 4, lookup=lookup)
+        return TreeSpec(shape="chain", budget=budget or 3, max_depth=budget or 3, lookup=lookup)
     # min_score: stop growing where the draft is unsure. On a CPU each verified token costs 5-20% of
     # a one-token forward (bench --cost-curve), more than an unlikely node's chance of acceptance.
     return TreeSpec(shape="dynamic", budget=budget or 16, min_score=DEFAULT_MIN_SCORE if min_score is None else min_score,

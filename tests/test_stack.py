@@ -4,7 +4,7 @@ import torch
 
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
 from specviz.models import LoadedModel
-from specviz.stack import Stack, default_tree
+from specviz.stack import STAGED_LOOKUP, Stack, default_tree
 from tiny import TinyTokenizer, tiny_model
 from toy_ngram import ToyBigram
 
@@ -48,7 +48,8 @@ def test_default_trees():
     assert default_tree("speculative").shape == "chain"
     assert default_tree("staged").shape == "dynamic"
     assert default_tree("tree", 24).budget == 24
-    assert (default_tree("staged").lookup, default_tree("tree").lookup, default_tree("speculative").lookup) == (10, 0, 0)
+    assert (default_tree("staged").lookup, default_tree("tree").lookup, default_tree("speculative").lookup) == (STAGED_LOOKUP, 0, 0)
+    assert STAGED_LOOKUP > 0
     assert default_tree("staged", lookup=0).lookup == 0 and default_tree("tree", lookup=5).lookup == 5
     assert (default_tree("tree").min_score, default_tree("staged", min_score=0.25).min_score) == (0.2, 0.25)
 

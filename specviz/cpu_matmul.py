@@ -1,0 +1,73 @@
+"""Matrix products for a few tokens at a time on a CPU, at the speed of the memory.
+
+Decoding and verifying feed 1-16 tokens, so each linear layer is a product of a wide weight matrix
+with a few rows. nn.Linear computes rows @ W.T; on the 2-core AVX2 machines we run on, MKL streams
+the weights of that product at ~10 GB/s (one row: its matrix-vector kernel), while W @ rows.T with
+2-8 rows streams them at ~17 GB/s (all of a SmolLM2-135M's linear layers, float32: 48 ms for one
+row with nn.Linear, 30 ms for two to four rows this way; `python -m specviz.bench --cost-curve`).
+So the engine computes its linear layers as W @ rows.T and feeds a single row as two (the row
+twice): plain decoding gets the same kernel as verification, and a comparison between them
+measures speculation, not a kernel.
+
+Only the engine's own forwards take this path (a thread-local switch set by `cache.KVModel`):
+transformers' generate() on the same model objects, as HF peers run, keeps nn.Linear's product.
+"""
+from __future__ import annotations
+
+import threading
+import types
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+
+MAX_ROWS = 16            # more rows (a prompt) go to nn.Linear's own product
+_ACTIVE = threading.local()
+_INSTALL_LOCK = threading.Lock()
+
+
+def rows_product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """rows @ weight.T for a few rows [n, in] -> [n, out], computed as weight @ rows.T (a single row
+    goes in twice, see the module's docstring)."""
+    n = rows.shape[0]
+    rows = rows.repeat(2, 1) if n == 1 else rows.contiguous()    # a [in, n] layout of rows is 3x slower
+    return (weight @ rows.T).T[:n]
+
+
+def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    if not getattr(_ACTIVE, "on", False) or x.dim() != 3 or x.shape[0] != 1 or x.shape[1] > MAX_ROWS:
+        return F.linear(x, self.weight, self.bias)
+    out = rows_product(self.weight, x[0])
+    if self.bias is not None:
+        out = out + self.bias
+    return out.unsqueeze(0)
+
+
+def applies(model: torch.nn.Module) -> bool:
+    """Float32 on a CPU: where the measurement above was made (bfloat16 and GPUs keep nn.Linear)."""
+    weight = next(model.parameters())
+    return weight.device.type == "cpu" and weight.dtype == torch.float32
+
+
+def install(model: torch.nn.Module) -> bool:
+    """Give the model's linear layers the switchable forward (once per model); False where it does not apply."""
+    if not applies(model):
+        return False
+    with _INSTALL_LOCK:
+        if not getattr(model, "_specviz_rows_product", False):
+            for module in model.modules():
+                if type(module) is torch.nn.Linear:
+                    module.forward = types.MethodType(_forward, module)
+            model._specviz_rows_product = True
+    return True
+
+
+@contextmanager
+def engine_products(on: bool = True):
+    """Within this block, on this thread, installed linear layers use rows_product."""
+    before = getattr(_ACTIVE, "on", False)
+    _ACTIVE.on = on
+    try:
+        yield
+    finally:
+        _ACTIVE.on = before
