@@ -16,10 +16,12 @@ from time import perf_counter
 
 import gradio as gr
 
+from specviz import app_replay as replay
 from specviz import app_support as support
 from specviz import plots
 from specviz.app_support import UserError
 from specviz.race import COMPARED, Race
+from specviz.recording import MAX_BYTES
 from specviz.sessions import LIVE, Session
 from specviz.drafting import SHAPES
 from specviz.engine import STRATEGIES
@@ -151,7 +153,10 @@ def render_step(session: Session, status: str):
                 [], stages), "", "No tokens yet.", plots.acceptance_figure([]))
     last = dec.steps[-1]
     stats = support.stats_of(dec)
-    precision = support.get_stack(session.settings.stack_key()).precision()
+    if session.recording is not None:
+        precision = f"{session.recording.recorded['precision']} · {replay.label(session.recording)}"
+    else:
+        precision = support.get_stack(session.settings.stack_key()).precision()
     return (session, status, plots.tree_figure(last), support.text_html(session.settings.prompt, dec.steps, dec.stages),
             support.step_caption(last, dec.sampling.greedy),
             support.counters_md(stats, dec.max_new_tokens, dec.finished, precision),
@@ -190,7 +195,7 @@ def on_step(session: Session, *values):
 @guarded(STEP_OUTPUTS)
 def on_run(session: Session, *values):
     settings = support.parse_settings(*values)
-    loaded = support.stack_loaded(settings.stack_key())
+    loaded = session.recording is not None or support.stack_loaded(settings.stack_key())
     yield render_step(session, "Starting…" if loaded else "Loading the models (first time only)…")
     dec, note = session.decoder_for(settings)
     yield from session.loop(lambda run_id: _run_loop(session, dec, note, run_id))
@@ -212,6 +217,7 @@ def _run_loop(session: Session, dec, note: str, run_id: int):
             if dec is not session.decoder:
                 yield render_step(session, "This run ended: Reset or new settings started a new generation.")
             break
+        replay.pace(dec)
         yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
                                    "Press Stop to pause.")
     if dec.finished and dec is session.decoder:
@@ -256,24 +262,31 @@ def render_race(session: Session, status: str, charts: bool = True):
     stats = race.stats() if race is not None else {}
     if not charts:
         return (session, status, *columns, *[gr.skip()] * 4)
-    return (session, status, *columns, support.compare_table_md(table), plots.latency_figure(stats),
+    caption = f"\n\n*Replay: {replay.label(session.recording)}; timings as recorded.*" if session.recording else ""
+    return (session, status, *columns, support.compare_table_md(table) + caption, plots.latency_figure(stats),
             plots.forwards_figure(stats), plots.memory_figure(stats))
 
 
 @guarded(COMPARE_OUTPUTS)
 def on_compare(session: Session, *values):
     settings = support.parse_settings(*values)
-    yield render_race(session, "Loading models and preparing the race…", charts=False)
+    yield render_race(session, "Replaying the recorded race…" if session.recording else
+                      "Loading models and preparing the race…", charts=False)
     yield from session.loop(lambda run_id: _race_loop(session, settings, run_id))
 
 
 def _race_loop(session: Session, settings, run_id: int):
-    if not support.stack_loaded(settings.stack_key()):
-        yield render_race(session, "Loading the models (first time only)…", charts=False)
-    yield render_race(session, "Timing HF assisted generation (transformers' generate with the same draft)…",
-                      charts=False)
-    LIVE.admit(session)
-    session.race = race = Race.start(settings)
+    if session.recording is not None:
+        session.race = race = session.recording.race_replay()
+        if race is None:
+            raise UserError("This recording holds no race: open one saved from Compare, or go back to live.")
+    else:
+        if not support.stack_loaded(settings.stack_key()):
+            yield render_race(session, "Loading the models (first time only)…", charts=False)
+        yield render_race(session, "Timing HF assisted generation (transformers' generate with the same draft)…",
+                          charts=False)
+        LIVE.admit(session)
+        session.race = race = Race.start(settings)
     skipped = " ".join(race.skipped.values())
     started = perf_counter()
     yield render_race(session, "Racing…")
@@ -285,10 +298,39 @@ def _race_loop(session: Session, settings, run_id: int):
         if perf_counter() - started > support.RUN_TIME_LIMIT_S:
             yield render_race(session, f"Stopped: races are limited to {support.RUN_TIME_LIMIT_S:.0f} s.")
             return
-        race.step()
+        replay.pace(race.lanes()[race.step()])
         yield render_race(session, "Racing… press Stop to end early.")
     outcome = "Race finished. " + support.sameness_note(race.differing(), settings.sampling.greedy)
     yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
+
+
+# -- recordings ------------------------------------------------------------------------------------
+
+N_CONTROLS = 16      # the settings controls, in parse_settings' order
+OPEN_OUTPUTS = STEP_OUTPUTS + N_CONTROLS
+
+
+@guarded(OPEN_OUTPUTS)
+def on_open(session: Session, source):
+    """Open a shipped recording (its name) or an uploaded file (bytes) for replay."""
+    if source is None or source == "":
+        raise UserError("Pick a recording or upload a file first.")
+    recording = replay.open_into(session, source)
+    step = render_step(session, f"Opened a recording ({replay.label(recording)}). Step, Run and Compare replay "
+                                "it with no model loaded; the times shown are the recorded ones.")
+    return (*step[:2], *replay.control_values(recording), *step[2:])
+
+
+@guarded(STEP_OUTPUTS)
+def on_live(session: Session):
+    replay.close(session)
+    return render_step(session, "Back to live decoding: the next Step runs the models.")
+
+
+@guarded(3)
+def on_save(session: Session):
+    path = replay.save(session)
+    return session, f"Saved: {path.name} (open it under **Recordings** to replay it).", str(path)
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -346,6 +388,15 @@ def build() -> gr.Blocks:
                                        label="Context lookup (staged): tokens copied from the text so far",
                                        info="staged also verifies what followed the last repeat of the latest "
                                             "tokens; 0 = the paper's staged")
+                with gr.Accordion("Recordings: replay a saved run, no model needed", open=False,
+                                  elem_id="recordings-box"):
+                    shipped = gr.Dropdown(replay.shipped_choices(), value=None, label="Shipped recordings",
+                                          elem_id="recordings")
+                    open_btn = gr.Button("Open", elem_id="open-btn")
+                    upload = gr.File(label="Or open a saved run (.json)", file_types=[".json", ".gz"], type="binary",
+                                     elem_id="upload-recording")
+                    live_btn = gr.Button("Back to live decoding", elem_id="live-btn")
+                    saved = gr.File(label="Saved run (Save in Step or Compare)", interactive=False, elem_id="saved-run")
             with gr.Column(scale=3):
                 with gr.Tabs():
                     with gr.Tab("Step through", id="step"):
@@ -354,6 +405,7 @@ def build() -> gr.Blocks:
                             run_btn = gr.Button("Run", variant="secondary", elem_id="run-btn")
                             stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                             reset_btn = gr.Button("Reset", elem_id="reset-btn")
+                            save_btn = gr.Button("Save run", elem_id="save-btn")
                         with gr.Row():
                             with gr.Column(scale=3):
                                 tree_plot = gr.Plot(plots.tree_figure(None), label="Speculative tree",
@@ -372,6 +424,7 @@ def build() -> gr.Blocks:
                         with gr.Row():
                             compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
                             stop2_btn = gr.Button("Stop", variant="stop", elem_id="stop2-btn")
+                            save2_btn = gr.Button("Save run", elem_id="save2-btn")
                         gr.HTML(support.legend_html(None), js_on_load=None)
                         with gr.Row(equal_height=False):
                             racers = [gr.HTML(f'<div class="race-col"><b>{name}</b></div>', js_on_load=None,
@@ -403,6 +456,12 @@ def build() -> gr.Blocks:
         for button in (stop_btn, stop2_btn):
             # no `cancels`: a cancelled loop could not report; the loop sees Stop and ends after its step
             button.click(on_stop, [session], [session, status], queue=False)
+        open_outputs = [session, status, *settings, *step_outputs[2:]]
+        open_btn.click(on_open, [session, shipped], open_outputs, show_progress="hidden")
+        upload.upload(on_open, [session, upload], open_outputs, show_progress="hidden")
+        live_btn.click(on_live, [session], step_outputs, show_progress="hidden")
+        for button in (save_btn, save2_btn):
+            button.click(on_save, [session], [session, status, saved], show_progress="hidden")
         example.change(lambda name: EXAMPLES.get(name, gr.skip()), [example], [prompt], queue=False)
         preset.change(lambda p: [gr.update(visible=p == support.CUSTOM)] * 2, [preset], [target, drafts], queue=False)
         mode.change(lambda m: [gr.update(visible=m == "sample")] * 4, [mode], [temperature, top_k, top_p, seed],
@@ -428,7 +487,7 @@ def main() -> None:
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
                 server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-                theme=gr.themes.Soft(), css=CSS, show_error=False, footer_links=["api", "gradio"])
+                theme=gr.themes.Soft(), css=CSS, show_error=False, max_file_size=MAX_BYTES, footer_links=["api", "gradio"])
 
 
 if __name__ == "__main__":

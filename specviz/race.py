@@ -27,6 +27,7 @@ class PeerLane:
     target_forwards: int
     tokenizer: object = None
     shown: int = 0                     # chunks revealed so far
+    texts: list[str] | None = None     # a recorded lane: the text after each chunk (no tokenizer)
 
     @classmethod
     def run(cls, stack, settings: Settings, prompt_ids: list[int]) -> "PeerLane":
@@ -52,6 +53,8 @@ class PeerLane:
         return self.chunks[self.shown - 1][0] if self.shown else 0.0
 
     def text(self) -> str:
+        if self.texts is not None:
+            return self.texts[self.shown - 1] if self.shown else ""
         return self.tokenizer.decode(self.new_tokens, skip_special_tokens=True)
 
     def step(self) -> None:

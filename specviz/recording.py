@@ -117,6 +117,16 @@ class Recording:
         """A fresh replay of the Step view's strategy."""
         return _fresh(self.lanes[self.settings["strategy"]])
 
+    def race_replay(self):
+        """A fresh replay of the recorded race (a specviz.race.Race of recorded lanes), or None."""
+        from .race import PeerLane, Race
+        if not self.race:
+            return None
+        decoders = {n: _fresh(self.lanes[n]) for n in self.race if n in self.lanes}
+        peers = {n: PeerLane(list(zip(p.arrivals, p.chunks)), p.max_new_tokens, p.target_forwards, texts=p.texts)
+                 for n, p in self.peers.items() if n in self.race}
+        return Race(decoders, dict(self.skipped), peers, {n: lane.setup_s for n, lane in decoders.items()})
+
     def to_dict(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "settings": self.settings, "recorded": self.recorded,
                 "race": self.race, "skipped": self.skipped,
@@ -304,18 +314,23 @@ def settings_of(recording: Recording):
         raise RecordingError(f"settings are malformed ({exc})") from None
 
 
-def of_race(settings, race, stack, step_decoder=None) -> Recording:
-    """A Recording of a live race (and the Step view's decoder, where its strategy did not race)."""
-    lanes = {name: RecordedLane.of(d, race.setup_s.get(name, 0.0)) for name, d in race.decoders.items()}
+def of_session(settings, race, stack, step_decoder=None) -> Recording:
+    """A Recording of a live race (or None) and the Step view's decoder, as far as each got."""
+    lanes, peers, order, skipped = {}, {}, [], {}
+    if race is not None:
+        lanes = {name: RecordedLane.of(d, race.setup_s.get(name, 0.0)) for name, d in race.decoders.items() if d.steps}
+        peers = {name: RecordedPeer([t for t, _ in p.chunks[: p.shown]], [c for _, c in p.chunks[: p.shown]],
+                                    [stack.tokenizer.decode([t for _, c in p.chunks[: i + 1] for t in c],
+                                                            skip_special_tokens=True) for i in range(p.shown)],
+                                    p.max_new_tokens, p.target_forwards)
+                 for name, p in race.peers.items() if p.shown}
+        skipped = dict(race.skipped)
+        order = [name for name in race.lanes() if name in lanes or name in peers] + list(skipped)
     if step_decoder is not None and step_decoder.steps:
-        lanes.setdefault(step_decoder.strategy, RecordedLane.of(step_decoder))
-    peers = {name: RecordedPeer([t for t, _ in p.chunks[: p.shown]], [c for _, c in p.chunks[: p.shown]],
-                                [stack.tokenizer.decode([t for _, c in p.chunks[: i + 1] for t in c],
-                                                        skip_special_tokens=True) for i in range(p.shown)],
-                                p.max_new_tokens, p.target_forwards)
-             for name, p in race.peers.items()}
-    return Recording(settings_dict(settings), recorded_meta(stack), lanes, list(race.lanes()) + list(race.skipped),
-                     peers, dict(race.skipped))
+        lanes[step_decoder.strategy] = RecordedLane.of(step_decoder)
+    if settings.strategy not in lanes:
+        raise RecordingError(f"Nothing to save yet: run {settings.strategy} with Step, Run or Compare first.")
+    return Recording(settings_dict(settings), recorded_meta(stack), lanes, order, peers, skipped)
 
 
 def recorded_meta(stack) -> dict:
@@ -332,7 +347,7 @@ def recorded_meta(stack) -> dict:
 def record(settings) -> Recording:
     """Race the settings' strategy, our other strategies and HF assisted generation to the end."""
     from .app_support import get_stack, new_decoder
-    from .race import COMPARED, Race
+    from .race import Race
     race = Race.start(settings)
     while not race.finished:
         race.step()
@@ -341,9 +356,7 @@ def record(settings) -> Recording:
         step_decoder = new_decoder(get_stack(settings.stack_key()), settings)
         while not step_decoder.finished:
             step_decoder.step()
-    recording = of_race(settings, race, get_stack(settings.stack_key()), step_decoder)
-    recording.race = [name for name in COMPARED if name in recording.race]
-    return recording
+    return of_session(settings, race, get_stack(settings.stack_key()), step_decoder)
 
 
 def main(argv=None) -> int:

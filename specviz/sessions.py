@@ -26,6 +26,7 @@ class Session:
     decoder: object = None
     settings: Settings | None = None
     race: object = None                 # the Compare race (specviz.race.Race), if one ran
+    recording: object = None            # an open recording (specviz.recording.Recording): views replay it
     run_id: int = 0
     stopped_run: int = -1               # the run that Stop ended, so its loop can say so
     looping: int = -1                   # the run whose Run/Compare loop is going on, if any
@@ -34,7 +35,11 @@ class Session:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def reset(self) -> None:
+        """Start over: a new generation next Step, or an open recording from its first step."""
         self.decoder, self.settings, self.race = None, None, None
+        if self.recording is not None:
+            from .recording import settings_of
+            self.decoder, self.settings = self.recording.step_lane(), settings_of(self.recording)
         LIVE.forget(self)
         self.new_run()
 
@@ -63,6 +68,8 @@ class Session:
     def decoder_for(self, settings: Settings) -> tuple[object, str]:
         """The current decoder, or a fresh one when there is none or the settings changed."""
         note = ""
+        if self.recording is not None:          # a replay: no model, the recorded settings
+            return self.decoder, note
         LIVE.admit(self)
         if self.released:
             note, self.released = "This session was idle, so its generation was released: started a new one.", False

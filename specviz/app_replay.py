@@ -1,0 +1,94 @@
+"""Recorded runs in the app: open one (shipped, or uploaded by a visitor) into a session, replay it
+with the live views and no model, and save a session's run as a file.
+
+An uploaded file is untrusted: recording.load checks it, and its settings go through the same checks
+as the UI's values; a bad file gives one line and leaves the session as it was.
+"""
+from __future__ import annotations
+
+import html
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from time import sleep
+
+from . import recording as rec
+from .app_support import OFFLINE_DEFAULT, UserError, get_stack, parse_settings, preset_names
+from .recording import Recording, RecordingError
+
+MAX_PACE_S = 0.4        # Run and Compare replay a step in its recorded time, at most this long
+
+
+def shipped_choices() -> list[tuple[str, str]]:
+    """(label, name) of each shipped recording, for the menu."""
+    choices = []
+    for name, path in rec.shipped().items():
+        try:
+            choices.append((f"{name} ({rec.load(path).label()})", name))
+        except RecordingError:
+            continue
+    return choices
+
+
+def label(recording: Recording) -> str:
+    return html.escape(recording.label())
+
+
+def control_values(recording: Recording) -> list:
+    """The recording's settings in the order of app.py's settings controls (checked like the UI's own:
+    a file cannot set a control to a value the UI could not hold)."""
+    s = recording.settings
+    sampling, tree = s.get("sampling") or {}, s.get("tree") or {}
+    greedy = sampling.get("temperature", 0) == 0
+    preset = s["preset"] if s["preset"] in preset_names() else OFFLINE_DEFAULT
+    values = [s["prompt"], s["strategy"], preset, "", "", "greedy" if greedy else "sample",
+              1.0 if greedy else sampling.get("temperature"), sampling.get("top_k", 0), sampling.get("top_p", 1.0),
+              sampling.get("seed", 0), tree.get("budget"), tree.get("shape"), tree.get("max_depth"),
+              tree.get("max_branch"), tree.get("lookup"), s["max_new_tokens"]]
+    try:
+        parse_settings(*values)
+    except UserError as exc:
+        raise RecordingError(f"Its settings are not valid here: {exc}") from None
+    return values
+
+
+def open_into(session, source) -> Recording:
+    """Load a recording (a shipped name, a path or bytes) into the session, ready to step from the start."""
+    if isinstance(source, str) and source in rec.shipped():
+        source = rec.shipped()[source]
+    elif isinstance(source, str):
+        raise UserError(f"No shipped recording is called {source!r}.")
+    try:
+        recording = rec.load(source)
+        control_values(recording)          # refuse settings the UI could not hold before anything changes
+    except RecordingError as exc:
+        raise UserError(f"This file cannot be replayed: {exc}") from None
+    session.reset()
+    session.recording = recording
+    session.decoder, session.settings = recording.step_lane(), rec.settings_of(recording)
+    return recording
+
+
+def close(session) -> None:
+    session.recording = None
+    session.reset()
+
+
+def save(session, folder: str | None = None) -> Path:
+    """The session's run (its race and its Step generation, or the open recording) as a JSON file."""
+    recording = session.recording
+    if recording is None:
+        if session.race is None and (session.decoder is None or not session.decoder.steps):
+            raise UserError("Nothing to save yet: press Step, Run or Compare first.")
+        stack = get_stack(session.settings.stack_key())
+        recording = rec.of_session(session.settings, session.race, stack, session.decoder)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    folder = Path(folder or tempfile.mkdtemp(prefix="specviz-"))
+    return rec.dump(recording, folder / f"specviz-run-{stamp}.json")
+
+
+def pace(lane) -> None:
+    """In a replay, wait the recorded time of the step just shown (capped), so Run and Compare unfold
+    as they did when recorded instead of all at once."""
+    if isinstance(lane, rec.RecordedLane) and lane.steps:
+        sleep(min(lane.steps[-1].wall_s, MAX_PACE_S))

@@ -1,0 +1,149 @@
+"""Recorded runs: save -> open -> the same figures as live, with no model; bad and hostile files refused
+or escaped with one line, leaving the session as it was."""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+
+import pytest
+
+from specviz import app_replay, plots
+from specviz import app_support as support
+from specviz import recording as rec
+from specviz.race import Race
+from specviz.sessions import Session
+from test_app import SETTINGS, tiny_default  # noqa: F401 - the fixture
+
+HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
+
+
+def live_session(**change) -> Session:
+    """A session that raced every lane and ran its Step strategy to the end on the tiny stack."""
+    settings = support.parse_settings(**{**SETTINGS, "max_new_tokens": 8, **change})
+    session = Session(settings=settings)
+    session.race = Race.start(settings)
+    while not session.race.finished:
+        session.race.step()
+    session.decoder = support.new_decoder(support.get_stack(settings.stack_key()), settings)
+    while not session.decoder.finished:
+        session.decoder.step()
+    return session
+
+
+def figure(fig) -> str:
+    return fig.to_json()
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_a_saved_run_replays_to_the_same_figures_without_models(tiny_default, tmp_path, mode):
+    tiny_default()
+    live = live_session(sampling_mode=mode, top_k=5)
+    path = app_replay.save(live, tmp_path)
+    support._STACKS.clear()                  # no model from here on
+    session = Session()
+    recording = app_replay.open_into(session, path.read_bytes())
+    assert recording.recorded["machine"] and recording.label().startswith("recorded on ")
+    lane, steps = session.decoder, live.decoder.steps
+    assert lane.steps == [] and not lane.finished
+    for live_step in steps:
+        lane.step()
+        assert figure(plots.tree_figure(lane.steps[-1])) == figure(plots.tree_figure(live_step))
+    assert lane.finished and lane.new_tokens == live.decoder.new_tokens
+    assert support.text_html(SETTINGS["prompt"], lane.steps, lane.stages) == \
+        support.text_html(SETTINGS["prompt"], steps, live.decoder.stages)
+    assert figure(plots.acceptance_figure(lane.steps)) == figure(plots.acceptance_figure(steps))
+    assert support.stats_of(lane) == support.stats_of(live.decoder)
+    race = recording.race_replay()
+    while not race.finished:
+        race.step()
+    assert race.table_stats() == live.race.table_stats()
+    for draw in (plots.latency_figure, plots.forwards_figure, plots.memory_figure):
+        assert figure(draw(race.stats())) == figure(draw(live.race.stats()))
+    assert race.peers["hf_assisted"].text() == live.race.peers["hf_assisted"].text()
+    session.reset()                                            # Reset replays from the first step
+    assert session.recording is recording and session.decoder.steps == []
+
+
+def test_shipped_recordings_open_and_replay_to_the_end():
+    assert rec.shipped(), "assets/recordings holds the shipped runs"
+    for name in rec.shipped():
+        session = Session()
+        recording = app_replay.open_into(session, name)
+        while not session.decoder.finished:
+            session.decoder.step()
+        assert session.decoder.new_tokens and recording.race_replay() is not None
+        assert app_replay.control_values(recording)[0] == recording.settings["prompt"]
+
+
+def _saved(tiny_default, tmp_path) -> dict:
+    tiny_default()
+    return json.loads(app_replay.save(live_session(), tmp_path).read_text())
+
+
+def _edit(data: dict, change) -> bytes:
+    data = copy.deepcopy(data)
+    change(data)
+    return json.dumps(data).encode()
+
+
+def _first_node(data: dict) -> dict:
+    return data["lanes"]["tree"]["steps"][0]["nodes"][0]
+
+
+BAD = {
+    "not JSON": lambda d: b"<html>hello</html>",
+    "another format": lambda d: _edit(d, lambda x: x.update(format="something-else")),
+    "a newer version": lambda d: _edit(d, lambda x: x.update(version=99)),
+    "a token that is text": lambda d: _edit(d, lambda x: _first_node(x).update(token="7")),
+    "an unknown field": lambda d: _edit(d, lambda x: _first_node(x).update(script="alert(1)")),
+    "a missing field": lambda d: _edit(d, lambda x: _first_node(x).pop("depth")),
+    "texts that do not match tokens": lambda d: _edit(
+        d, lambda x: x["lanes"]["tree"]["steps"][0]["committed_text"].append("extra")),
+    "a stage it does not have": lambda d: _edit(d, lambda x: _first_node(x).update(stage=9)),
+    "settings out of range": lambda d: _edit(d, lambda x: x["settings"]["tree"].update(budget=10**6)),
+    "a lane the race names but lacks": lambda d: _edit(d, lambda x: x["race"].append("phantom")),
+    "a broken gzip": lambda d: b"\x1f\x8b\x08\x00broken",
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_files_are_refused_with_one_line_and_change_nothing(tiny_default, tmp_path, case):
+    payload = BAD[case](_saved(tiny_default, tmp_path))
+    session = live_session()
+    before = (session.decoder, session.race, session.settings)
+    with pytest.raises(support.UserError) as refused:
+        app_replay.open_into(session, payload)
+    message = str(refused.value)
+    assert message.startswith("This file cannot be replayed: ") and "\n" not in message, message
+    assert (session.decoder, session.race, session.settings) == before and session.recording is None
+
+
+def test_large_files_and_gzip_bombs_are_refused_before_parsing(monkeypatch):
+    monkeypatch.setattr(rec, "MAX_BYTES", 10_000)
+    for payload in (b" " * 10_001, gzip.compress(b" " * 10_000_000)):       # the bomb is ~10 kB packed
+        with pytest.raises(rec.RecordingError, match="too large"):
+            rec.load(payload)
+
+
+def test_token_texts_from_a_file_are_drawn_as_text(tiny_default, tmp_path):
+    def hostile(data):
+        for lane in data["lanes"].values():
+            for step in lane["steps"]:
+                step["committed_text"] = [HOSTILE] * len(step["committed_text"])
+                for node in step["nodes"]:
+                    node["text"] = HOSTILE
+                for stage in step["stages"]:
+                    stage["name"] = HOSTILE
+        data["recorded"]["machine"] = HOSTILE
+    session = Session()
+    recording = app_replay.open_into(session, _edit(_saved(tiny_default, tmp_path), hostile))
+    lane = session.decoder
+    lane.step()
+    drawn = [support.text_html("p", lane.steps, lane.stages), support.legend_html(lane.stages),
+             app_replay.label(recording), figure(plots.tree_figure(lane.steps[-1]))]
+    for html_text in drawn:
+        assert "<img" not in html_text, html_text[:300]
+    assert "&lt;img" in drawn[0] and "&lt;img" in drawn[2]
+    caption = support.step_caption(lane.steps[-1])        # Markdown: tokens sit in code spans, shown as text
+    assert caption.count("<img") == caption.count("`<img") > 0
