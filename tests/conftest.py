@@ -53,3 +53,32 @@ def pytest_runtest_makereport(item, call):
     except Exception as exc:        # the browser itself may be what failed
         saved = f"could not save the page to {folder}: {exc}"
     report.sections.append(("browser page", saved))
+
+
+# -- the app's offline preset on tiny random models (test_app, test_recording) ----------------------
+
+class WordTokenizer:
+    """Each whitespace-separated word becomes one id; enough for the app's helpers."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [(len(word) * 7 + ord(word[0])) % 64 for word in text.split()]}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(f"<{i}>" for i in ids)
+
+
+@pytest.fixture
+def tiny_default(monkeypatch):
+    """The 'offline' preset replaced by tiny random models: a target, a noisy copy as draft, lookup."""
+    from specviz import app_support as support
+    from specviz.models import LoadedModel
+    from specviz.stack import Stack
+    from tiny import tiny_model
+
+    def install(drafts=("draft", "lookup")):
+        tok = WordTokenizer()
+        stack = Stack(LoadedModel("tiny-target", tiny_model("llama", 0), tok), list(drafts),
+                      {"draft": LoadedModel("draft", tiny_model("llama", 0, noise=0.3), tok)})
+        monkeypatch.setitem(support._STACKS, ("offline",), stack)
+        return stack
+    return install

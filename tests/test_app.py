@@ -189,32 +189,6 @@ def test_example_prompts_include_humaneval_and_plain_language():
 
 # -- sessions and the race on tiny random models -------------------------------------------------------
 
-class WordTokenizer:
-    """Each whitespace-separated word becomes one id; enough for the app's helpers."""
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [(len(word) * 7 + ord(word[0])) % 64 for word in text.split()]}
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(f"<{i}>" for i in ids)
-
-
-@pytest.fixture
-def tiny_default(monkeypatch):
-    """The 'offline' preset replaced by tiny random models: a target, a noisy copy as draft, lookup."""
-    from specviz.models import LoadedModel
-    from specviz.stack import Stack
-    from tiny import tiny_model
-
-    def install(drafts=("draft", "lookup")):
-        tok = WordTokenizer()
-        stack = Stack(LoadedModel("tiny-target", tiny_model("llama", 0), tok), list(drafts),
-                      {"draft": LoadedModel("draft", tiny_model("llama", 0, noise=0.3), tok)})
-        monkeypatch.setitem(support._STACKS, ("offline",), stack)
-        return stack
-    return install
-
-
 def test_the_race_runs_every_lane_to_the_same_text(tiny_default):
     tiny_default()
     race = Race.start(support.parse_settings(**{**SETTINGS, "max_new_tokens": 10}))

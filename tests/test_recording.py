@@ -13,7 +13,7 @@ from specviz import app_support as support
 from specviz import recording as rec
 from specviz.race import Race
 from specviz.sessions import Session
-from test_app import SETTINGS, tiny_default  # noqa: F401 - the fixture
+from test_app import SETTINGS
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
 
