@@ -104,6 +104,32 @@ def warning(message: str) -> str:
     return f'<div class="status-warn">⚠ {message}</div>'
 
 
+# -- numeric controls that refuse a wrong type with one line ------------------------------------------
+
+def _checked_number(component, payload):
+    """The API may send anything: Gradio's own bounds check fails on text with a TypeError, which
+    the visitor sees as a bare 'Error'. Refuse it by name instead."""
+    if payload is not None and (isinstance(payload, bool) or not isinstance(payload, (int, float))):
+        raise gr.Error(f"{component.label} must be a number, got {str(payload)[:40]!r}.")
+    return payload
+
+
+class Slider(gr.Slider):
+    def preprocess(self, payload):
+        return super().preprocess(_checked_number(self, payload))
+
+    def get_block_name(self) -> str:
+        return "slider"
+
+
+class Number(gr.Number):
+    def preprocess(self, payload):
+        return super().preprocess(_checked_number(self, payload))
+
+    def get_block_name(self) -> str:
+        return "number"
+
+
 # -- error handling: every handler returns (session, status, ...); failures become a message -------
 
 def guarded(n_outputs: int):
@@ -358,7 +384,7 @@ def build() -> gr.Blocks:
                                     info="baseline: no guessing · speculative: one draft, a chain · tree: one draft, "
                                          "a tree · staged: a tree, with the draft itself sped up by an n-gram, plus "
                                          "a branch copied from earlier in the text")
-                max_new = gr.Slider(1, support.MAX_NEW_TOKENS, value=32, step=1, label="Max new tokens",
+                max_new = Slider(1, support.MAX_NEW_TOKENS, value=32, step=1, label="Max new tokens",
                                     elem_id="max-new-tokens")
                 with gr.Accordion("Models", open=False):
                     preset = gr.Dropdown(support.preset_choices(), value=preset_default,
@@ -373,18 +399,18 @@ def build() -> gr.Blocks:
                 with gr.Accordion("Sampling", open=False):
                     mode = gr.Radio(["greedy", "sample"], value="greedy", label="Decoding",
                                     info="greedy: always the most likely token · sample: draw at random")
-                    temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", visible=False)
-                    top_k = gr.Slider(0, 200, value=50, step=1, label="Top-k (0 = off)", visible=False)
-                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
-                    seed = gr.Number(0, label="Seed", precision=0, visible=False)
+                    temperature = Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", visible=False)
+                    top_k = Slider(0, 200, value=50, step=1, label="Top-k (0 = off)", visible=False)
+                    top_p = Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
+                    seed = Number(0, label="Seed", precision=0, visible=False)
                 with gr.Accordion("Tree", open=False):
-                    budget = gr.Slider(1, support.MAX_BUDGET, value=12, step=1, label="Tree budget (guessed tokens per step)")
+                    budget = Slider(1, support.MAX_BUDGET, value=12, step=1, label="Tree budget (guessed tokens per step)")
                     shape = gr.Dropdown([support.AUTO_SHAPE, *SHAPES], value=support.AUTO_SHAPE, label="Tree shape",
                                         info="auto: chain for speculative, dynamic (grown where the draft is "
                                              "confident) otherwise")
-                    max_depth = gr.Slider(1, 32, value=8, step=1, label="Max depth")
-                    max_branch = gr.Slider(1, 8, value=4, step=1, label="Max branches per node")
-                    lookup = gr.Slider(0, support.MAX_LOOKUP, value=STAGED_LOOKUP, step=1,
+                    max_depth = Slider(1, 32, value=8, step=1, label="Max depth")
+                    max_branch = Slider(1, 8, value=4, step=1, label="Max branches per node")
+                    lookup = Slider(0, support.MAX_LOOKUP, value=STAGED_LOOKUP, step=1,
                                        label="Context lookup (staged): tokens copied from the text so far",
                                        info="staged also verifies what followed the last repeat of the latest "
                                             "tokens; 0 = the paper's staged")

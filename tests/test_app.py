@@ -464,6 +464,61 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     assert "Traceback" not in page.content()
 
 
+@pytest.mark.browser
+def test_recordings_replay_in_a_browser_and_hostile_files_show_as_text(page, tmp_path):
+    """A shipped recording replays (Step, Compare) with no model needed; an uploaded file whose tokens
+    are HTML shows them as text; a broken file gives one line and changes nothing."""
+    from playwright.sync_api import expect
+
+    from specviz import recording as rec
+
+    status = page.locator("#status")
+    page.locator("#recordings-box").click()
+    page.locator("#recordings input").click()
+    name = next(iter(rec.shipped()))
+    page.get_by_role("option", name=re.compile(re.escape(name))).click()
+    page.locator("#open-btn").click()
+    expect(status).to_contain_text("Opened a recording (recorded on ")
+    recording = rec.load(rec.shipped()[name])
+    expect(page.locator("#prompt textarea")).to_have_value(recording.settings["prompt"])
+    page.locator("#step-btn").click()
+    expect(page.locator("#counters")).to_contain_text("recorded on ")
+    expect(page.locator("#tree-plot .js-plotly-plot")).to_be_visible()
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-btn").click()
+    expect(status).to_contain_text("Race finished", timeout=120_000)
+    expect(page.locator("#compare-table")).to_contain_text("timings as recorded")
+    for lane in recording.race:
+        expect(page.locator(f"#race-{lane}")).to_contain_text("done ✓")
+    shoot(page, "replay-compare")
+    page.get_by_role("tab", name="Step through").click()
+
+    data = recording.to_dict()
+    hostile = '<img src=x onerror="document.title=1">'
+    for lane in data["lanes"].values():
+        for step in lane["steps"]:
+            step["committed_text"] = [hostile] * len(step["committed_text"])
+            for node in step["nodes"]:
+                node["text"] = hostile
+    bad_file = tmp_path / "hostile.json"
+    bad_file.write_text(json.dumps(data))
+    page.locator("#upload-recording input[type=file]").set_input_files(str(bad_file))
+    expect(status).to_contain_text("Opened a recording")
+    page.locator("#step-btn").click()
+    expect(page.locator("#gen-text")).to_contain_text(hostile)           # shown as text ...
+    assert page.locator("#gen-text img, #caption img, #tree-plot img").count() == 0     # ... never as HTML
+    assert page.title() != "1"
+
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "specviz-recording", "version": 1}')
+    page.locator("#upload-recording button[aria-label='Clear']").first.click()
+    page.locator("#upload-recording input[type=file]").set_input_files(str(broken))
+    expect(status).to_contain_text("This file cannot be replayed")
+    expect(page.locator("#gen-text")).to_contain_text(hostile)           # the open replay is untouched
+    page.locator("#live-btn").click()
+    expect(status).to_contain_text("Back to live decoding")
+
+
 def test_stop_leaves_the_status_to_the_loop_it_stops():
     """Stop must not write a status while a loop runs: its reply could reach the page after the
     loop's own "Stopped after …" and hide it (seen in the browser test)."""
@@ -539,6 +594,9 @@ def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(
         except Exception as exc:       # Gradio refused a value its component cannot take: one clear line
             status = str(exc)
         assert status.strip() and "Traceback" not in status and "\n" not in status.strip(), (change, status)
+    for change in (dict(budget="many"), dict(seed="x"), dict(max_new=[1])):       # wrong types: named, one line
+        with pytest.raises(Exception, match="must be a number"):
+            api_call(visitor, **change)
     for preset, target in ((support.CUSTOM, "/etc"), ("no-such-preset", ""), (support.CUSTOM, "org/huge-model")):
         with pytest.raises(Exception, match="not in the list of choices"):
             api_call(visitor, preset=preset, target=target)
@@ -547,6 +605,19 @@ def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(
     alone = status_of(api_call(visitor, "/on_run", strategy="baseline"))
     assert "Finished" in alone
     lone_text = api_call(client(), "/on_run", strategy="baseline")[2]
+
+    # one visitor pressing Step, Run, Step, Reset and Stop at once: each gets an answer, and the session
+    # still runs to baseline's text afterwards
+    same = client()
+    jobs = [same.submit(*{**API_ARGS, "strategy": "staged"}.values(), api_name=name)
+            for name in ("/on_step", "/on_run", "/on_step")]
+    jobs += [same.submit(api_name="/on_reset"), same.submit(api_name="/on_stop")]
+    for job, name in zip(jobs, ("step", "run", "step", "reset", "stop")):
+        reply = job.result(timeout=300)
+        assert "Traceback" not in str(reply) and "went wrong" not in str(reply), (name, reply)
+        assert name == "stop" or status_of(reply).strip(), (name, reply)     # Stop may leave the status to Run
+    final = api_call(same, "/on_run", strategy="staged")
+    assert "Finished" in status_of(final) and plain_text(final[2]) == plain_text(lone_text)
     strategies = ["baseline", "speculative", "tree", "staged"] * 2
     users = [client() for _ in strategies]             # each Client is one session, as one browser tab
     with ThreadPoolExecutor(len(users)) as pool:
