@@ -23,6 +23,7 @@ from specviz.race import COMPARED, Race
 from specviz.sessions import Session
 from specviz.stack import default_tree
 from specviz.trace import RunRecord
+from conftest import WordTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -532,6 +533,29 @@ def test_stop_leaves_the_status_to_the_loop_it_stops():
     assert session.stopped_run == stopped_run and session.run_id != stopped_run
     loop.close()                                                     # the loop ends
     assert app.on_stop(session)[1] == "Nothing is running."
+
+
+def test_the_model_bytes_a_server_holds_are_bounded(monkeypatch):
+    from collections import OrderedDict
+
+    from specviz import presets
+    from specviz.models import LoadedModel
+    from specviz.stack import Stack
+    from tiny import tiny_model
+
+    def load(name, dtype, device):
+        return Stack(LoadedModel(name, tiny_model("llama", seed=len(name)), WordTokenizer()), [], {})
+    monkeypatch.setattr(presets, "load_preset", load)
+    monkeypatch.setattr(support, "_STACKS", OrderedDict())
+    size = load("a", None, None).weight_bytes
+    monkeypatch.setattr(support, "MAX_STACK_BYTES", 1.5 * size)
+    support.get_stack(("a",))
+    support.get_stack(("b",))                  # two would exceed the bound: the older one is dropped
+    assert list(support._STACKS) == [("b",)]
+    monkeypatch.setattr(support, "MAX_STACK_BYTES", 0.5 * size)
+    with pytest.raises(support.UserError, match="this server holds at most"):
+        support.get_stack(("cc",))
+    assert ("cc",) not in support._STACKS and ("b",) in support._STACKS
 
 
 def test_live_sessions_are_bounded_and_idle_ones_give_their_caches_back(tiny_default, monkeypatch):
