@@ -404,7 +404,7 @@ def build() -> gr.Blocks:
                     top_p = Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
                     seed = Number(0, label="Seed", precision=0, visible=False)
                 with gr.Accordion("Tree", open=False):
-                    budget = Slider(1, support.MAX_BUDGET, value=12, step=1, label="Tree budget (guessed tokens per step)")
+                    budget = Slider(1, support.MAX_BUDGET, value=support.DEFAULT_BUDGET, step=1, label="Tree budget (guessed tokens per step)")
                     shape = gr.Dropdown([support.AUTO_SHAPE, *SHAPES], value=support.AUTO_SHAPE, label="Tree shape",
                                         info="auto: chain for speculative, dynamic (grown where the draft is "
                                              "confident) otherwise")

@@ -28,6 +28,7 @@ MAX_PROMPT_CHARS = int(env_number("SPECVIZ_MAX_PROMPT_CHARS", 6000))
 MAX_PROMPT_TOKENS = int(env_number("SPECVIZ_MAX_PROMPT_TOKENS", 1024))
 MAX_NEW_TOKENS = int(env_number("SPECVIZ_MAX_NEW_TOKENS", 256))
 MAX_BUDGET = 64
+DEFAULT_BUDGET = 12         # the app's tree budget (recordings use it too)
 MAX_LOOKUP = 32
 RUN_TIME_LIMIT_S = env_number("SPECVIZ_RUN_LIMIT_S", 300)
 MAX_CACHED_STACKS = int(env_number("SPECVIZ_MAX_STACKS", 2))      # loaded model stacks held at once

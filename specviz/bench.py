@@ -36,6 +36,7 @@ from .models import AUTO_DTYPE, DTYPES, LoadedModel, ModelLoadError, load_model
 from .presets import PRESETS, get_preset, load_preset
 from .prompts import HUMANEVAL, Prompt, PromptError, load_prompts
 from .sampling import Sampling
+from .stack import STAGED_LOOKUP
 
 ALL_STRATEGIES = PEERS + STRATEGIES
 DEFAULT_SAMPLINGS = ("greedy", "topk50")
@@ -552,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a drafter, top stage first; repeat for a cascade (default: the preset's)")
     parser.add_argument("--tree-budget", type=int, default=None, help="drafted nodes per round")
     parser.add_argument("--lookup", type=int, default=None, metavar="N",
-                        help="context-lookup tokens verified per round (default: 10 for staged, else 0; "
+                        help=f"context-lookup tokens verified per round (default: {STAGED_LOOKUP} for staged, else 0; "
                              "0 = the paper's staged)")
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
                         help="tree and staged: grow only paths the draft gives at least this probability (default 0.2)")

@@ -11,6 +11,7 @@ from .engine import STRATEGIES
 from .models import AUTO_DTYPE, DEFAULT_TARGET, DTYPES, ModelLoadError
 from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling
+from .stack import STAGED_LOOKUP
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--tree-budget", type=int, default=None, help="drafted nodes per round")
     gen.add_argument("--tree-shape", choices=SHAPES, default=None)
     gen.add_argument("--lookup", type=int, default=None, metavar="N",
-                     help="also verify up to N tokens copied from the context (default: 10 for staged, else 0)")
+                     help=f"also verify up to N tokens copied from the context (default: {STAGED_LOOKUP} for staged, else 0)")
     gen.add_argument("--min-score", type=float, default=None, metavar="P",
                      help="dynamic trees: grow only paths the draft gives at least this probability (default 0.2)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")

@@ -361,9 +361,10 @@ def record(settings) -> Recording:
 
 def main(argv=None) -> int:
     """`python -m specviz.recording`: record a race to a JSON file (e.g. on a GPU, to replay anywhere)."""
-    from .app_support import UserError, parse_settings
+    from .app_support import DEFAULT_BUDGET, UserError, parse_settings
     from .bench import BenchError, parse_sampling
     from .prompts import PromptError, load_prompts
+    from .stack import STAGED_LOOKUP
     parser = argparse.ArgumentParser(prog="python -m specviz.recording", description=main.__doc__)
     parser.add_argument("--preset", default="offline")
     parser.add_argument("--prompt", default="HumanEval/0", help="a HumanEval task id (HumanEval/N) or the text itself")
@@ -383,8 +384,7 @@ def main(argv=None) -> int:
         s = parse_sampling(args.sampling, args.seed)
         mode = "greedy" if s.greedy else "sample"
         settings = parse_settings(text, args.strategy, args.preset, "", "", mode, s.temperature or 1.0, s.top_k,
-                                  s.top_p, s.seed, 16, "auto", 8, 4, 10 if args.strategy == "staged" else 0,
-                                  args.max_new_tokens)
+                                  s.top_p, s.seed, DEFAULT_BUDGET, "auto", 8, 4, STAGED_LOOKUP, args.max_new_tokens)
         started = perf_counter()
         recording = record(settings)
     except (UserError, BenchError, PromptError, RecordingError, ValueError) as exc:
