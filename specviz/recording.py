@@ -142,7 +142,7 @@ def _lane_dict(lane: RecordedLane) -> dict:
     data = {f.name: getattr(lane, f.name) for f in fields(lane) if f.name not in ("shown", "recorded_steps", "stages")}
     data["sampling"] = vars(lane.sampling)
     data["stages"] = [vars(s) for s in lane.stages]
-    data["steps"] = [s.to_dict() for s in lane.steps]
+    data["steps"] = [s.to_dict() for s in lane.recorded_steps]      # all of them, however far a replay got
     return data
 
 

@@ -666,6 +666,17 @@ def target_weight_bytes() -> int:
     return load_model(TARGET).weight_bytes
 
 
+RECORDING_COMMAND = ("python -m specviz.recording --preset PRESET --prompt HumanEval/N --sampling greedy|topk50 "
+                     "--max-new-tokens 64 (qwen-coder: 32) --out assets/recordings/NAME.json.gz")
+
+
+def recordings_artifact() -> dict:
+    """The shipped recorded runs (the app replays them with no model; specviz/recording.py)."""
+    files = sorted(str(p.relative_to(ASSETS)) for p in (ASSETS / "recordings").glob("*.json*"))
+    return {"files": files, "command": RECORDING_COMMAND,
+            "note": "gpu-h100-*: recorded on a lent NVIDIA H100 with SPECVIZ_DTYPE=float32; cpu-*: on the 2-core CPU"}
+
+
 def cmd_manifest(args) -> None:
     """Write assets/manifest.json and assets/MANIFEST.md from the recorded runs (data/*.json)."""
     draft = read_json(DATA / "draft_train_draft.json")
@@ -678,6 +689,7 @@ def cmd_manifest(args) -> None:
                   "fp32_weight_bytes": draft.get("parameters", 0) * 4,
                   "target_fp32_weight_bytes": target_weight_bytes()},
         "trigram": {"files": ["trigram.npz"], **trigram},
+        "recordings": recordings_artifact(),
     }
     datasets = {"target_labelled": read_json(DATA / "target" / "info.json"),
                 "teacher_labelled": read_json(DATA / "teacher" / "info.json"),

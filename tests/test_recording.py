@@ -63,6 +63,8 @@ def test_a_saved_run_replays_to_the_same_figures_without_models(tiny_default, tm
     assert race.peers["hf_assisted"].text() == live.race.peers["hf_assisted"].text()
     session.reset()                                            # Reset replays from the first step
     assert session.recording is recording and session.decoder.steps == []
+    again = rec.load(app_replay.save(session, tmp_path / "again").read_bytes())    # saving an open replay
+    assert again.to_dict()["lanes"] == recording.to_dict()["lanes"] == json.loads(path.read_text())["lanes"]
 
 
 def test_shipped_recordings_open_and_replay_to_the_end():
