@@ -106,28 +106,18 @@ def warning(message: str) -> str:
 
 # -- numeric controls that refuse a wrong type with one line ------------------------------------------
 
-def _checked_number(component, payload):
-    """The API may send anything: Gradio's own bounds check fails on text with a TypeError, which
-    the visitor sees as a bare 'Error'. Refuse it by name instead."""
-    if payload is not None and (isinstance(payload, bool) or not isinstance(payload, (int, float))):
-        raise gr.Error(f"{component.label} must be a number, got {str(payload)[:40]!r}.")
-    return payload
+def numbers_only(component):
+    """The API may send anything: Gradio's own bounds check fails on text with a TypeError, which the
+    visitor sees as a bare 'Error'. Refuse it by name instead. (Wrapping the instance's preprocess,
+    not subclassing: Gradio writes a .pyi stub next to any module that defines a component class.)"""
+    check = component.preprocess
 
-
-class Slider(gr.Slider):
-    def preprocess(self, payload):
-        return super().preprocess(_checked_number(self, payload))
-
-    def get_block_name(self) -> str:
-        return "slider"
-
-
-class Number(gr.Number):
-    def preprocess(self, payload):
-        return super().preprocess(_checked_number(self, payload))
-
-    def get_block_name(self) -> str:
-        return "number"
+    def preprocess(payload):
+        if payload is not None and (isinstance(payload, bool) or not isinstance(payload, (int, float))):
+            raise gr.Error(f"{component.label} must be a number, got {str(payload)[:40]!r}.")
+        return check(payload)
+    component.preprocess = preprocess
+    return component
 
 
 # -- error handling: every handler returns (session, status, ...); failures become a message -------
@@ -384,7 +374,7 @@ def build() -> gr.Blocks:
                                     info="baseline: no guessing · speculative: one draft, a chain · tree: one draft, "
                                          "a tree · staged: a tree, with the draft itself sped up by an n-gram, plus "
                                          "a branch copied from earlier in the text")
-                max_new = Slider(1, support.MAX_NEW_TOKENS, value=32, step=1, label="Max new tokens",
+                max_new = gr.Slider(1, support.MAX_NEW_TOKENS, value=32, step=1, label="Max new tokens",
                                     elem_id="max-new-tokens")
                 with gr.Accordion("Models", open=False):
                     preset = gr.Dropdown(support.preset_choices(), value=preset_default,
@@ -399,18 +389,18 @@ def build() -> gr.Blocks:
                 with gr.Accordion("Sampling", open=False):
                     mode = gr.Radio(["greedy", "sample"], value="greedy", label="Decoding",
                                     info="greedy: always the most likely token · sample: draw at random")
-                    temperature = Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", visible=False)
-                    top_k = Slider(0, 200, value=50, step=1, label="Top-k (0 = off)", visible=False)
-                    top_p = Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
-                    seed = Number(0, label="Seed", precision=0, visible=False)
+                    temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", visible=False)
+                    top_k = gr.Slider(0, 200, value=50, step=1, label="Top-k (0 = off)", visible=False)
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
+                    seed = gr.Number(0, label="Seed", precision=0, visible=False)
                 with gr.Accordion("Tree", open=False):
-                    budget = Slider(1, support.MAX_BUDGET, value=support.DEFAULT_BUDGET, step=1, label="Tree budget (guessed tokens per step)")
+                    budget = gr.Slider(1, support.MAX_BUDGET, value=support.DEFAULT_BUDGET, step=1, label="Tree budget (guessed tokens per step)")
                     shape = gr.Dropdown([support.AUTO_SHAPE, *SHAPES], value=support.AUTO_SHAPE, label="Tree shape",
                                         info="auto: chain for speculative, dynamic (grown where the draft is "
                                              "confident) otherwise")
-                    max_depth = Slider(1, 32, value=8, step=1, label="Max depth")
-                    max_branch = Slider(1, 8, value=4, step=1, label="Max branches per node")
-                    lookup = Slider(0, support.MAX_LOOKUP, value=STAGED_LOOKUP, step=1,
+                    max_depth = gr.Slider(1, 32, value=8, step=1, label="Max depth")
+                    max_branch = gr.Slider(1, 8, value=4, step=1, label="Max branches per node")
+                    lookup = gr.Slider(0, support.MAX_LOOKUP, value=STAGED_LOOKUP, step=1,
                                        label="Context lookup (staged): tokens copied from the text so far",
                                        info="staged also verifies what followed the last repeat of the latest "
                                             "tokens; 0 = the paper's staged")
@@ -471,6 +461,8 @@ def build() -> gr.Blocks:
 
         settings = [prompt, strategy, preset, target, drafts, mode, temperature, top_k, top_p, seed,
                     budget, shape, max_depth, max_branch, lookup, max_new]
+        for control in (temperature, top_k, top_p, seed, budget, max_depth, max_branch, lookup, max_new):
+            numbers_only(control)
         step_outputs = [session, status, tree_plot, text, caption, counters, accept_plot]
         engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
         step_btn.click(on_step, [session, *settings], step_outputs, show_progress="minimal", **engine)

@@ -177,17 +177,13 @@ class KatzTrigram:
         Any word outside the context's rows gets (product of backoff weights) * P1(w), so the
         candidates are the rows' words plus the k + (number of row words) best unigrams: among
         those are at least k words outside the rows, so the result is exact."""
-        if not hasattr(self, "_unigram_top"):
-            self._unigram_top = np.argsort(-self.unigram, kind="stable")
-            self._mark = np.zeros(self.vocab_size, dtype=bool)
+        unigram_top = getattr(self, "_unigram_top", None)
+        if unigram_top is None:          # computed once; threads that race here compute the same array
+            unigram_top = self._unigram_top = np.argsort(-self.unigram, kind="stable")
         rows = self._rows(context)
         row_words = sum(len(r[0]) for r in rows)      # row words may take unigram slots
-        mark = self._mark                             # a set of candidates, sorted by flatnonzero
-        mark[self._unigram_top[:k + row_words]] = True
-        for nexts, *_ in rows:
-            mark[nexts] = True
-        candidates = np.flatnonzero(mark)
-        mark[candidates] = False
+        # sorted and unique, and no scratch buffer: app sessions share one model across threads
+        candidates = np.unique(np.concatenate([unigram_top[:k + row_words], *(r[0] for r in rows)]))
         p = self.unigram[candidates]
         for nexts, counts, total, d in rows:
             self._back_off(p, np.searchsorted(candidates, nexts), counts, total, d)

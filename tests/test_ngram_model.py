@@ -104,3 +104,17 @@ def test_property_random_corpora_normalise_and_top_is_exact(corpus, context, min
     assert abs(float(p.sum()) - 1.0) < 1e-5
     top = m.top(context, 3)
     assert [q for _, q in top] == pytest.approx([float(v) for v in p.topk(3).values], rel=1e-5)
+
+
+def test_top_gives_the_same_answers_from_many_threads_at_once():
+    """App sessions share one model across threads: top() must keep no scratch state between calls
+    (a shared buffer once gave another thread's candidates, and out-of-range indices)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(0)
+    big = KatzTrigram.build([list(rng.integers(0, 200, 20000))], vocab_size=50000, min_trigram_count=1)
+    contexts = [list(rng.integers(0, 200, 2)) for _ in range(400)]      # a real vocabulary's size
+    alone = [big.top(c, 5) for c in contexts]
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(3):
+            assert list(pool.map(lambda c: big.top(c, 5), contexts)) == alone
