@@ -32,7 +32,7 @@ import torch
 from .engine import STRATEGIES
 from .machine import describe
 from .hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
-from .models import AUTO_DTYPE, DTYPES, LoadedModel, ModelLoadError, load_model
+from .models import AUTO_DTYPE, DTYPES, ModelLoadError, load_model
 from .presets import PRESETS, get_preset, load_preset
 from .prompts import HUMANEVAL, Prompt, PromptError, load_prompts
 from .sampling import Sampling
@@ -125,7 +125,7 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None)
     """tree: overrides of the strategy's default tree (budget, lookup, min_score)."""
     from .stack import default_tree
 
-    models = [stack.target.model] + [m.model for m in stack.loaded.values() if isinstance(m, LoadedModel)]
+    models = [stack.target.model] + [m.model for m in stack.draft_models().values()]
     clock = ForwardClock(models)
     try:
         started = perf_counter()

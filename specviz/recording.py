@@ -180,8 +180,6 @@ def _check(value, hint, where: str):
         if not isinstance(value, dict):
             raise RecordingError(f"{where} should be an object")
         return {k: _check(v, args[1], f"{where}.{k}") for k, v in value.items()}
-    if origin is tuple:
-        return _check(list(value) if isinstance(value, list) else value, list[args[0]], where)
     if hint is type(None):
         if value is not None:
             raise RecordingError(f"{where} should be null")
@@ -337,7 +335,7 @@ def recorded_meta(stack) -> dict:
     import torch
     device = str(next(stack.target.model.parameters()).device)
     models = {stack.target.name: stack.target.weight_bytes}
-    models |= {spec: m.weight_bytes for spec, m in stack.loaded.items() if hasattr(m, "weight_bytes")}
+    models |= {spec: m.weight_bytes for spec, m in stack.draft_models().items()}
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else ""
     return {"machine": gpu or describe().split(", torch")[0], "device": device, "details": describe(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "precision": stack.precision(),

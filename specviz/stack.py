@@ -111,14 +111,18 @@ class Stack:
             return self.drafts[0], self.loaded[self.drafts[0]].model
         return None, None
 
+    def draft_models(self) -> dict[str, LoadedModel]:
+        """The loaded draft models by spec (n-gram tables and lookup left out)."""
+        return {spec: m for spec, m in self.loaded.items() if isinstance(m, LoadedModel)}
+
     @property
     def weight_bytes(self) -> int:
         """Bytes of model weights this stack holds (the target and its draft models)."""
-        return self.target.weight_bytes + sum(m.weight_bytes for m in self.loaded.values() if isinstance(m, LoadedModel))
+        return self.target.weight_bytes + sum(m.weight_bytes for m in self.draft_models().values())
 
     def precision(self) -> str:
         """The dtypes in use, e.g. `float32`, or `float32 target, bfloat16 draft` (see _load_source)."""
-        drafts = {m.dtype for m in self.loaded.values() if isinstance(m, LoadedModel)} - {self.dtype}
+        drafts = {m.dtype for m in self.draft_models().values()} - {self.dtype}
         return self.dtype if not drafts else f"{self.dtype} target, {', '.join(sorted(drafts))} draft"
 
     @property
