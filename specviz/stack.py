@@ -25,9 +25,16 @@ DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"
 
 
-def one_token_seconds(model: torch.nn.Module) -> float:
-    """What one step of a draft's chain costs: a one-token forward after a short prefix."""
-    return cost_curve(model, sizes=(1,), context=32, reps=3)[1]
+STAGED_LEVEL_TOKENS = 16    # a staged level: up to 4 nodes fed at once, each with the lower stage's 4-token guess
+
+
+def draft_probe_seconds(model: torch.nn.Module, under_lower_stage: bool) -> float:
+    """What a draft's forwards cost as it will run them, after a short prefix: one token per step of
+    a chain; under a lower stage (staged) also a level of its tree, fed with the lower stage's guesses.
+    On a CPU without bf16 units a bfloat16 0.5B reads one token 2.6x faster than in float32 but
+    16 tokens 2x slower (docs/BENCHMARKS.md), so the answer depends on the feed."""
+    sizes = (1, STAGED_LEVEL_TOKENS) if under_lower_stage else (1,)
+    return sum(cost_curve(model, sizes=sizes, context=32, reps=3).values())
 
 
 def is_ngram(spec: str) -> bool:
@@ -86,9 +93,9 @@ class Stack:
 
     def _load_source(self, spec: str, dtype: str, device: str, auto: bool = False):
         """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU whose
-        target runs in float32 is also tried in bfloat16, and the dtype whose one-token forward is
-        faster is kept: drafts mostly read one token at a time, which is memory-bound, and a draft's
-        precision only moves acceptance, never the output."""
+        target runs in float32 is also tried in bfloat16, and the dtype whose forwards are faster
+        as the stack will feed them is kept (draft_probe_seconds); a draft's precision only moves
+        acceptance, never the output."""
         if spec == "trigram:auto":
             return auto_trigram(self.tokenizer, self.target_name)
         if is_ngram(spec):
@@ -97,7 +104,8 @@ class Stack:
         check_tokenizers_match(self.target, model)
         if auto and dtype == "float32" and device == "cpu":
             half = load_model(spec, "bfloat16", device)
-            if one_token_seconds(half.model) < 0.9 * one_token_seconds(model.model):
+            lower = self.drafts.index(spec) < len(self.drafts) - 1
+            if draft_probe_seconds(half.model, lower) < 0.9 * draft_probe_seconds(model.model, lower):
                 return half
         return model
 

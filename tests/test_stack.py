@@ -5,7 +5,7 @@ import torch
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
 from specviz.models import LoadedModel
 from specviz.stack import STAGED_LOOKUP, Stack, default_tree
-from tiny import TinyTokenizer, tiny_model
+from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
 from toy_ngram import ToyBigram
 
 
@@ -54,27 +54,48 @@ def test_default_trees():
     assert (default_tree("tree").min_score, default_tree("staged", min_score=0.25).min_score) == (0.2, 0.25)
 
 
+def _save_target_and_draft(folder):
+    """A tiny target and a perturbed draft, saved as model folders that share a word tokenizer."""
+    for name, noise in (("target", 0.0), ("draft", 0.2)):
+        save_with_word_tokenizer(tiny_model("llama", noise=noise), folder / name)
+
+
+def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(tmp_path, monkeypatch):
+    """Staged feeds its draft levels of ~16 tokens; a chain feeds it one at a time. The dtype probe
+    must time what the stack will run: a bfloat16 draft that is fast per token but slow per batch
+    (an AVX2 CPU) stays float32 under a lower stage."""
+    import specviz.stack as stack_module
+    seen = []
+
+    def fake_curve(model, sizes, context, reps):       # seconds by tokens fed, as on an AVX2 CPU
+        seen.append(tuple(sizes))
+        bf16 = next(model.parameters()).dtype == torch.bfloat16
+        return {n: (0.3 if bf16 else 1.0) if n == 1 else (3.0 if bf16 else 1.2) for n in sizes}
+
+    monkeypatch.setattr(stack_module, "cost_curve", fake_curve)
+    monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
+    _save_target_and_draft(tmp_path)
+    chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto")
+    assert seen == [(1,), (1,)] and chain.precision() == "float32 target, bfloat16 draft"
+    seen.clear()
+    staged = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
+    assert seen == [(1, stack_module.STAGED_LEVEL_TOKENS)] * 2 and staged.precision() == "float32"
+
+
 def test_auto_dtype_keeps_a_draft_in_bfloat16_where_its_one_token_forward_is_faster(tmp_path, monkeypatch):
     """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 draft
     still writes baseline's tokens."""
     import specviz.stack as stack_module
-    from transformers import PreTrainedTokenizerFast
-    from tokenizers import Tokenizer, models
-
-    vocab = {f"w{i}": i for i in range(64)}
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w0")))
-    for name, noise in (("target", 0.0), ("draft", 0.2)):
-        tiny_model("llama", noise=noise).save_pretrained(tmp_path / name)
-        tok.save_pretrained(tmp_path / name)
+    _save_target_and_draft(tmp_path)
     monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
-    monkeypatch.setattr(stack_module, "one_token_seconds",
-                        lambda model: 1.0 if next(model.parameters()).dtype == torch.bfloat16 else 3.0)
+    monkeypatch.setattr(stack_module, "draft_probe_seconds",
+                        lambda model, lower: 1.0 if next(model.parameters()).dtype == torch.bfloat16 else 3.0)
     s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
     assert s.dtype == "float32" and s.loaded[str(tmp_path / "draft")].dtype == "bfloat16"
     assert s.precision() == "float32 target, bfloat16 draft"
     base = s.decoder([1, 2, 3, 4], "baseline", max_new_tokens=12, stop_at_eos=False).generate().tokens
     for strategy in ("speculative", "tree", "staged"):
         assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base
-    monkeypatch.setattr(stack_module, "one_token_seconds", lambda model: 1.0)    # a tie keeps float32
+    monkeypatch.setattr(stack_module, "draft_probe_seconds", lambda model, lower: 1.0)    # a tie keeps float32
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto").precision() == "float32"
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="float32").precision() == "float32"
