@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import Counter
+from dataclasses import replace
 from functools import wraps
 from inspect import isgeneratorfunction
 from time import perf_counter
@@ -17,8 +19,9 @@ from time import perf_counter
 import gradio as gr
 
 from specviz import app_replay as replay
+from specviz import lossless
 from specviz import app_support as support
-from specviz import plots
+from specviz import panels, plots
 from specviz.app_support import UserError
 from specviz.race import COMPARED, Race
 from specviz.recording import MAX_BYTES
@@ -79,6 +82,15 @@ CHARTS_HELP = """
 passes and overhead. *Tokens per target pass*: how many tokens each expensive pass produced (baseline is 1).
 *Memory traffic*: bytes read from memory per generated token compared with plain decoding, as in the paper's
 Table 1. On a big GPU decoding is limited by memory traffic, so fewer bytes per token means more speed.
+"""
+
+LOSSLESS_HELP = """
+**Is it lossless?** Speculation promises text *distributed exactly* as the target alone would write it. Press
+**Sample** to start many generations with different seeds (the prompt and settings on the left, *sample* under
+Sampling), with plain decoding and with the chosen strategy, and keep the first token each one writes. The bars show
+how often each token came out, beside the target's exact probability. A chi-square test then asks whether the
+samples could come from one distribution: a p-value below 0.001 would mean a bug. Under greedy decoding it compares
+the race's lanes token by token instead.
 """
 
 CSS = """
@@ -257,7 +269,7 @@ def on_stop(session: Session | None):
 
 # -- Compare ---------------------------------------------------------------------------------------
 
-COMPARE_OUTPUTS = 2 + len(COMPARED) + 4
+COMPARE_OUTPUTS = 2 + len(COMPARED) + 6
 
 
 def render_race(session: Session, status: str, charts: bool = True):
@@ -277,10 +289,13 @@ def render_race(session: Session, status: str, charts: bool = True):
             columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b></div>')
     stats = race.stats() if race is not None else {}
     if not charts:
-        return (session, status, *columns, *[gr.skip()] * 4)
+        return (session, status, *columns, *[gr.skip()] * 6)
     caption = f"\n\n*Replay: {replay.label(session.recording)}; timings as recorded.*" if session.recording else ""
-    return (session, status, *columns, support.compare_table_md(table) + caption, plots.latency_figure(stats),
-            plots.forwards_figure(stats), plots.memory_figure(stats))
+    speed = panels.speed_view({name: lane.steps for name, lane in race.decoders.items()}) if race else None
+    stages = {name: lane.stages for name, lane in race.decoders.items()} if race else {}
+    return (session, status, *columns, support.compare_table_md(table) + caption, plots.latency_figure(stats, stages),
+            plots.forwards_figure(stats), plots.memory_figure(stats, stages), panels.speed_figure(speed),
+            panels.speed_md(speed))
 
 
 @guarded(COMPARE_OUTPUTS)
@@ -320,6 +335,71 @@ def _race_loop(session: Session, settings, run_id: int):
     yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
 
 
+# -- Is it lossless? --------------------------------------------------------------------------------
+
+LOSSLESS_OUTPUTS = 4     # session, status, figure, summary
+
+
+@guarded(LOSSLESS_OUTPUTS)
+def on_lossless(session: Session, samples, *values):
+    settings = support.parse_settings(*values)
+    n = support.parse_number(samples, "samples", 10, support.MAX_LOSSLESS_SAMPLES)
+    if session.recording is not None:
+        raise UserError("The lossless check samples with the models: press Back to live decoding first.")
+    if settings.sampling.greedy:
+        yield session, "Greedy decoding is deterministic: the check is that every lane writes baseline's tokens.", \
+            gr.skip(), _greedy_diff_md(session.race)
+        return
+    LIVE.admit(session)
+    yield from session.loop(lambda run_id: _lossless_loop(session, settings, n, run_id))
+
+
+def _greedy_diff_md(race) -> str:
+    if race is None or "baseline" not in race.decoders:
+        return ("Greedy: run **Compare**, then press Sample again for a token-by-token comparison of the lanes; "
+                "choose *sample* under Sampling to test the distribution.")
+    diff = lossless.greedy_diff({name: lane.new_tokens for name, lane in race.lanes().items()})
+    return "Greedy, against baseline's tokens in the last race:\n" + "\n".join(
+        f"- **{name}**: {words}" for name, words in diff.items())
+
+
+def _lossless_loop(session: Session, settings, n: int, run_id: int):
+    stack = support.get_stack(settings.stack_key())
+    strategy = settings.strategy if settings.strategy != "baseline" else "staged"
+    decoders = {lane: lambda seed, lane=lane: support.new_decoder(
+        stack, replace(settings, sampling=replace(settings.sampling, seed=seed)), lane) for lane in ("baseline", strategy)}
+    exact = lossless.next_token_distribution(stack.target.model, stack.encode(settings.prompt), settings.sampling)
+    plain, spec = Counter(), Counter()
+    text_of = lambda token: stack.tokenizer.decode([token])
+
+    def render(status: str):
+        tests = {} if len(plain) + len(spec) == 0 else {
+            f"plain vs {strategy} (one distribution?)": lossless.homogeneity(plain, spec),
+            f"{strategy} vs the target's exact probabilities": lossless.goodness_of_fit(spec, exact),
+            "plain vs the target's exact probabilities": lossless.goodness_of_fit(plain, exact)}
+        done = (sum(plain.values()), sum(spec.values()))
+        return (session, status, panels.lossless_figure(exact, plain, spec, strategy, text_of),
+                panels.lossless_md(strategy, tests, done, n))
+
+    seed = settings.sampling.seed
+    started = shown = perf_counter()
+    yield render("Sampling the next token…")
+    pairs = zip(lossless.first_tokens(decoders["baseline"], n, seed), lossless.first_tokens(decoders[strategy], n, seed + n))
+    for a, b in pairs:
+        plain[a] += 1
+        spec[b] += 1
+        if session.run_id != run_id:
+            yield render("Sampling stopped; the test uses the samples so far.")
+            return
+        if perf_counter() - started > support.RUN_TIME_LIMIT_S:
+            yield render(f"Stopped: sampling is limited to {support.RUN_TIME_LIMIT_S:.0f} s; the test uses the samples so far.")
+            return
+        if perf_counter() - shown > 1.0:
+            shown = perf_counter()
+            yield render(f"Sampling… {sum(spec.values())}/{n} per lane. Press Stop to end early.")
+    yield render(f"Sampled {n} next tokens per lane.")
+
+
 # -- recordings ------------------------------------------------------------------------------------
 
 N_CONTROLS = 16      # the settings controls, in parse_settings' order
@@ -347,6 +427,33 @@ def on_live(session: Session):
 def on_save(session: Session):
     path = replay.save(session)
     return session, f"Saved: {path.name} (open it under **Recordings** to replay it).", str(path)
+
+
+# -- a page that opens on a recording (a Space shows one before any model loads) -------------------
+
+SPACE_RECORDING = "cpu-offline-humaneval0-greedy"
+START_RECORDING = os.environ.get("SPECVIZ_OPEN_RECORDING", SPACE_RECORDING if os.environ.get("SPACE_ID") else "")
+
+
+def on_start(n_outputs: int):
+    """A new visitor's session; with START_RECORDING, already showing that recording's first step and
+    its finished race, so the page has something to show while (or instead of) loading models."""
+    session = Session()
+    if not START_RECORDING:
+        return session, *[gr.skip()] * (n_outputs - 1)
+    try:
+        recording = replay.open_into(session, START_RECORDING)
+    except UserError as exc:
+        log.warning("cannot open %s at start: %s", START_RECORDING, exc)
+        return session, *[gr.skip()] * (n_outputs - 1)
+    session.decoder.step()
+    session.race = race = recording.race_replay()
+    while race is not None and not race.finished:
+        race.step()
+    step = render_step(session, f"Showing a recorded run ({replay.label(recording)}): press **Step**, **Run** or "
+                                "**Compare** to replay it, or **Back to live decoding** (under Recordings) to run "
+                                "the models yourself.")
+    return (*step[:2], *replay.control_values(recording), *step[2:], *render_race(session, "")[2:])
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -387,7 +494,7 @@ def build() -> gr.Blocks:
                     drafts = gr.Textbox("", label="Drafters, top stage first (comma-separated)", visible=False,
                                         placeholder="e.g. HuggingFaceTB/SmolLM2-135M, trigram")
                 with gr.Accordion("Sampling", open=False):
-                    mode = gr.Radio(["greedy", "sample"], value="greedy", label="Decoding",
+                    mode = gr.Radio(["greedy", "sample"], value="greedy", label="Decoding", elem_id="mode",
                                     info="greedy: always the most likely token · sample: draw at random")
                     temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", visible=False)
                     top_k = gr.Slider(0, 200, value=50, step=1, label="Top-k (0 = off)", visible=False)
@@ -453,6 +560,19 @@ def build() -> gr.Blocks:
                                                     elem_id="forwards-plot")
                             memory_plot = gr.Plot(plots.memory_figure({}), label="Memory traffic",
                                                   elem_id="memory-plot")
+                        with gr.Accordion("Why it is fast, in numbers", open=True, elem_id="speed-box"):
+                            speed_plot = gr.Plot(panels.speed_figure(None), label="Why it is fast", elem_id="speed-plot")
+                            speed_md = gr.Markdown(panels.speed_md(None), elem_id="speed-md")
+                        with gr.Accordion("Is it lossless? Sample the next token many times", open=False,
+                                          elem_id="lossless-box"):
+                            gr.Markdown(LOSSLESS_HELP)
+                            with gr.Row():
+                                samples = gr.Slider(10, support.MAX_LOSSLESS_SAMPLES, value=100, step=10,
+                                                    label="Samples per lane", elem_id="lossless-n")
+                                lossless_btn = gr.Button("Sample", elem_id="lossless-btn")
+                            lossless_plot = gr.Plot(panels.lossless_figure(None, Counter(), Counter(), "staged", str),
+                                                    label="Next-token distribution", elem_id="lossless-plot")
+                            lossless_md = gr.Markdown("", elem_id="lossless-md")
                         bench = support.load_benchmark()
                         with gr.Accordion("Benchmark results (python -m specviz.bench)", open=bench is not None):
                             gr.Markdown(support.benchmark_md(bench), elem_id="bench-table")
@@ -461,16 +581,19 @@ def build() -> gr.Blocks:
 
         settings = [prompt, strategy, preset, target, drafts, mode, temperature, top_k, top_p, seed,
                     budget, shape, max_depth, max_branch, lookup, max_new]
-        for control in (temperature, top_k, top_p, seed, budget, max_depth, max_branch, lookup, max_new):
+        for control in (temperature, top_k, top_p, seed, budget, max_depth, max_branch, lookup, max_new, samples):
             numbers_only(control)
         step_outputs = [session, status, tree_plot, text, caption, counters, accept_plot]
         engine = dict(concurrency_id="engine", concurrency_limit=CONCURRENCY)
         step_btn.click(on_step, [session, *settings], step_outputs, show_progress="minimal", **engine)
         run_btn.click(on_run, [session, *settings], step_outputs, show_progress="hidden", **engine)
         reset_btn.click(on_reset, [session], step_outputs, show_progress="hidden")
-        compare_outputs = [session, status, *racers, table, latency_plot, forwards_plot, memory_plot]
+        compare_outputs = [session, status, *racers, table, latency_plot, forwards_plot, memory_plot, speed_plot,
+                           speed_md]
         compare_btn.click(on_compare, [session, *settings], compare_outputs, show_progress="hidden",
                                         **engine)
+        lossless_btn.click(on_lossless, [session, samples, *settings], [session, status, lossless_plot, lossless_md],
+                           show_progress="hidden", **engine)
         for button in (stop_btn, stop2_btn):
             # no `cancels`: a cancelled loop could not report; the loop sees Stop and ends after its step
             button.click(on_stop, [session], [session, status], queue=False)
@@ -484,7 +607,8 @@ def build() -> gr.Blocks:
         preset.change(lambda p: [gr.update(visible=p == support.CUSTOM)] * 2, [preset], [target, drafts], queue=False)
         mode.change(lambda m: [gr.update(visible=m == "sample")] * 4, [mode], [temperature, top_k, top_p, seed],
                     queue=False)
-        demo.load(lambda: Session(), None, [session], queue=False)
+        start_outputs = [*open_outputs, *compare_outputs[2:]]
+        demo.load(lambda: on_start(len(start_outputs)), None, start_outputs, queue=False)
     return demo
 
 

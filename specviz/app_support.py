@@ -18,7 +18,8 @@ from .engine import STRATEGIES
 from . import presets
 from .metrics import summarise
 from .models import ModelLoadError
-from .plots import KIND_COLOURS, KIND_WORDS, ROOT_COLOUR, bonus_token, stage_colours, stage_label
+from .palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
+from .plots import KIND_WORDS, bonus_token, stage_colours, stage_label
 from .sampling import Sampling
 from .server_policy import PolicyError, check_custom, custom_models_allowed, env_number
 from .stack import DEFAULT_MIN_SCORE, Stack, default_drafts, default_tree, is_non_neural
@@ -31,6 +32,7 @@ MAX_BUDGET = 64
 DEFAULT_BUDGET = 12         # the app's tree budget (recordings use it too)
 MAX_LOOKUP = 32
 RUN_TIME_LIMIT_S = env_number("SPECVIZ_RUN_LIMIT_S", 300)
+MAX_LOSSLESS_SAMPLES = 2000    # per lane, in the lossless panel
 MAX_CACHED_STACKS = int(env_number("SPECVIZ_MAX_STACKS", 2))      # loaded model stacks held at once
 MAX_STACK_BYTES = env_number("SPECVIZ_MAX_STACK_BYTES", 12e9)   # model weights held at once, all stacks together
 DTYPE = os.environ.get("SPECVIZ_DTYPE", "auto")      # the models' precision: auto (measured), float32, bfloat16
@@ -94,7 +96,7 @@ class Settings:
         return (CUSTOM, self.target.strip(), tuple(d.strip() for d in self.drafts.split(",") if d.strip()))
 
 
-def _number(value, name: str, low: float, high: float, integer: bool = True):
+def parse_number(value, name: str, low: float, high: float, integer: bool = True):
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -125,15 +127,15 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
     if preset == CUSTOM and not (target or "").strip():
         raise UserError("Custom models need a target model id (a hub id, a local directory or a .gguf file).")
     if sampling_mode == "greedy":
-        sampling = Sampling(seed=_number(seed, "seed", 0, 2**31 - 1))
+        sampling = Sampling(seed=parse_number(seed, "seed", 0, 2**31 - 1))
     else:
-        sampling = Sampling(temperature=_number(temperature, "temperature", 0.05, 5.0, integer=False),
-                            top_k=_number(top_k, "top-k", 0, 100000), top_p=_number(top_p, "top-p", 0.01, 1.0, False),
-                            seed=_number(seed, "seed", 0, 2**31 - 1))
-    budget = _number(budget, "tree budget", 1, MAX_BUDGET)
-    depth = _number(max_depth, "max depth", 1, 32)
-    branch = _number(max_branch, "max branching", 1, 8)
-    lookup = _number(lookup, "context lookup tokens", 0, MAX_LOOKUP)
+        sampling = Sampling(temperature=parse_number(temperature, "temperature", 0.05, 5.0, integer=False),
+                            top_k=parse_number(top_k, "top-k", 0, 100000), top_p=parse_number(top_p, "top-p", 0.01, 1.0, False),
+                            seed=parse_number(seed, "seed", 0, 2**31 - 1))
+    budget = parse_number(budget, "tree budget", 1, MAX_BUDGET)
+    depth = parse_number(max_depth, "max depth", 1, 32)
+    branch = parse_number(max_branch, "max branching", 1, 8)
+    lookup = parse_number(lookup, "context lookup tokens", 0, MAX_LOOKUP)
     if shape not in (AUTO_SHAPE, *SHAPES):
         raise UserError(f"Unknown tree shape {shape!r}; choose auto, {', '.join(SHAPES)}.")
     if shape == AUTO_SHAPE:
@@ -142,7 +144,7 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
         depth = budget
     tree = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, lookup=lookup,
                     min_score=DEFAULT_MIN_SCORE)    # the CLI's dynamic trees, so the race times the same
-    new = _number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
+    new = parse_number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
     return Settings(prompt=prompt, strategy=strategy, preset=preset, target=(target or "").strip(),
                     drafts=drafts or "", sampling=sampling, tree=tree, max_new_tokens=new)
 
@@ -256,10 +258,6 @@ def _drafted_by(step: StepRecord) -> str:
     parts = [f"{count} by the {KIND_WORDS.get(step.stages[s].kind, step.stages[s].kind)} "
              f"({_colour_name(step.stages, s)})" for s, count in sorted(counts.items())]
     return ", ".join(parts)
-
-
-COLOUR_NAMES = {"#D55E00": "red", "#0072B2": "blue", "#009E73": "green", "#CC79A7": "purple",
-                "#56B4E9": "light blue", "#E69F00": "orange", "#F0E442": "yellow", "#000000": "black"}
 
 
 def _colour_name(stages: list[StageInfo], index: int) -> str:

@@ -1,8 +1,7 @@
 """Plotly figures built from trace records alone (no model calls), so they are testable offline.
 
-Colours follow the paper's convention (target red, stage-1 draft blue, stage-2 n-gram green) in
-the colour-blind-safe Okabe-Ito palette: vermillion, blue, bluish green; context lookup gets
-reddish purple. Every chart carries a legend (or a colour bar).
+Colours come from specviz.palette: one colour per stage, the same in every chart and in the text.
+Every chart carries a legend (or a colour bar).
 """
 from __future__ import annotations
 
@@ -13,28 +12,17 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .metrics import accept_by_position
+from .palette import KIND_COLOURS, LINE_COLOUR, OVERHEAD_COLOUR, ROOT_COLOUR, STRATEGY_COLOURS, blend
+from .palette import stage_colours as kind_colours
 from .trace import StageInfo, StepRecord
 
-KIND_COLOURS = {"target": "#D55E00", "model": "#0072B2", "ngram": "#009E73", "lookup": "#CC79A7"}
-SPARE_COLOURS = ["#56B4E9", "#E69F00", "#F0E442", "#000000"]     # a second stage of a kind already used
-ROOT_COLOUR = "#4D4D4D"
 REJECTED_TINT = 0.3           # rejected nodes: their colour mixed with white
 KIND_WORDS = {"target": "target", "model": "draft model", "ngram": "n-gram", "lookup": "context lookup"}
-PHASE_COLOURS = {"verify": KIND_COLOURS["target"], "overhead": "#999999"}
-STRATEGY_COLOURS = {"baseline": "#999999", "speculative": "#56B4E9", "tree": "#0072B2", "staged": "#009E73"}
 FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=15)
 
 
 def stage_colours(stages: list[StageInfo]) -> list[str]:
-    """One colour per stage: by kind, with a spare colour when a kind appears a second time."""
-    colours, used, spare = [], set(), iter(SPARE_COLOURS)
-    for stage in stages:
-        colour = KIND_COLOURS.get(stage.kind, "#000000")
-        if colour in used:
-            colour = next(spare, "#000000")
-        used.add(colour)
-        colours.append(colour)
-    return colours
+    return kind_colours([stage.kind for stage in stages])
 
 
 def stage_label(stages: list[StageInfo], index: int) -> str:
@@ -155,12 +143,6 @@ def _token_box(at: tuple[float, float], text: str, colour: str, accepted: bool, 
                 font=dict(color="white" if accepted else "#333333", size=size, family="DejaVu Sans Mono, monospace"))
 
 
-def blend(colour: str, amount: float) -> str:
-    """`colour` mixed with white: amount 1 = the colour, 0 = white (an opaque 'faded' colour)."""
-    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
-    return "#" + "".join(f"{round(255 - (255 - c) * amount):02X}" for c in rgb)
-
-
 def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure:
     """The speculative tree of one step: nodes labelled with their tokens and coloured by the stage
     that proposed them, the accepted path bold, rejected branches dimmed, hover = q, p, acceptance."""
@@ -193,7 +175,7 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
                              meta="rejected-edges"))
     xs, ys = edges(kept)
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="accepted path",
-                             line=dict(color="#222222", width=5), hoverinfo="skip", meta="accepted-path",
+                             line=dict(color=LINE_COLOUR, width=5), hoverinfo="skip", meta="accepted-path",
                              customdata=list(step.accepted_path)))
     notes = []
     groups: dict[str, list] = {}
@@ -213,7 +195,7 @@ def tree_figure(step: StepRecord | None, height: int | None = None) -> go.Figure
         last = step.accepted_path[-1]
         x, y = place[last]
         bx = place[BONUS_ID][0]
-        fig.add_trace(go.Scatter(x=[x, bx], y=[y, y], mode="lines", line=dict(color="#222222", width=5),
+        fig.add_trace(go.Scatter(x=[x, bx], y=[y, y], mode="lines", line=dict(color=LINE_COLOUR, width=5),
                                  hoverinfo="skip", showlegend=False))
         fig.add_trace(go.Scatter(
             x=[bx], y=[y], mode="markers", meta="bonus", name=f"target's own next token ({step.stages[0].name})",
@@ -275,21 +257,36 @@ def phase_split(stats: dict) -> dict[str, float]:
     return split
 
 
-def _phase_name(key: str) -> str:
+def _stage_of(key: str) -> int:
+    return int(key[len("stage"):-len("_draft")])
+
+
+def _phase_name(key: str, kinds: dict[int, str]) -> str:
     if key.endswith("_draft"):
-        return f"drafting, stage {key[len('stage'):-len('_draft')]}"
+        stage = _stage_of(key)
+        return f"drafting: {KIND_WORDS.get(kinds.get(stage), 'stage')} (stage {stage})"
     return {"verify": "verification (target forward)", "overhead": "overhead (bookkeeping, Python)"}[key]
 
 
-def _phase_colour(key: str) -> str:
+def _phase_colour(key: str, colours: dict[int, str]) -> str:
     if key.endswith("_draft"):
-        stage = int(key[len("stage"):-len("_draft")])
-        return [KIND_COLOURS["model"], KIND_COLOURS["ngram"], *SPARE_COLOURS][min(stage - 1, 5)]
-    return PHASE_COLOURS[key]
+        return colours.get(_stage_of(key), "#000000")
+    return {"verify": KIND_COLOURS["target"], "overhead": OVERHEAD_COLOUR}[key]
 
 
-def latency_figure(stats: dict[str, dict]) -> go.Figure:
-    """Stacked bars per strategy: time per generated token and in total, split by phase."""
+def _stage_kinds(stages: dict[str, list[StageInfo]]) -> tuple[dict[int, str], dict[int, str]]:
+    """Per stage index: its kind and colour, from the first strategy that has that stage."""
+    kinds, colours = {}, {}
+    for lane in stages.values():
+        for index, (stage, colour) in enumerate(zip(lane, stage_colours(lane))):
+            kinds.setdefault(index, stage.kind)
+            colours.setdefault(index, colour)
+    return kinds, colours
+
+
+def latency_figure(stats: dict[str, dict], stages: dict[str, list[StageInfo]] | None = None) -> go.Figure:
+    """Stacked bars per strategy: time per generated token and in total, split by phase (drafting
+    coloured by the stage's kind, as in the tree)."""
     title = "Latency, split into drafting, verification and overhead"
     stats = {k: v for k, v in stats.items() if v}
     if not stats:
@@ -299,14 +296,16 @@ def latency_figure(stats: dict[str, dict]) -> go.Figure:
     keys = sorted({k for split in splits.values() for k in split},
                   key=lambda k: (k == "overhead", k == "verify", k))
     names = list(stats)
+    kinds, colours = _stage_kinds(stages or {})
     for key in keys:
         per_token = [1000 * splits[s].get(key, 0.0) / max(stats[s]["new_tokens"], 1) for s in names]
         total = [splits[s].get(key, 0.0) for s in names]
-        common = dict(name=_phase_name(key), legendgroup=key, marker_color=_phase_colour(key), x=names)
-        fig.add_trace(go.Bar(y=per_token, hovertemplate="%{x}: %{y:.1f} ms per token<extra>" + _phase_name(key)
+        label = _phase_name(key, kinds)
+        common = dict(name=label, legendgroup=key, marker_color=_phase_colour(key, colours), x=names)
+        fig.add_trace(go.Bar(y=per_token, hovertemplate="%{x}: %{y:.1f} ms per token<extra>" + label
                              + "</extra>", **common), row=1, col=1)
         fig.add_trace(go.Bar(y=total, showlegend=False, hovertemplate="%{x}: %{y:.2f} s<extra>"
-                             + _phase_name(key) + "</extra>", **common), row=1, col=2)
+                             + label + "</extra>", **common), row=1, col=2)
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title="ms per token", row=1, col=1)
     fig.update_yaxes(title="seconds", row=1, col=2)
@@ -332,8 +331,9 @@ def forwards_figure(stats: dict[str, dict]) -> go.Figure:
     return _base_layout(fig, title, 380)
 
 
-def memory_figure(stats: dict[str, dict]) -> go.Figure:
-    """Bytes read per generated token relative to plain decoding, stacked by model (paper's Table 1)."""
+def memory_figure(stats: dict[str, dict], stages: dict[str, list[StageInfo]] | None = None) -> go.Figure:
+    """Bytes read per generated token relative to plain decoding, stacked by model (paper's Table 1),
+    each model in its stage's colour."""
     title = "Memory traffic per token vs baseline (lower is better)"
     stats = {k: v for k, v in stats.items() if v and v.get("bytes_relative_to_baseline")}
     if not stats:
@@ -343,14 +343,14 @@ def memory_figure(stats: dict[str, dict]) -> go.Figure:
         models += [m for m in s.get("bytes_read", {}) if m not in models]
     fig = go.Figure()
     names = list(stats)
+    by_name = {st.name: c for lane in (stages or {}).values() for st, c in zip(lane, stage_colours(lane))}
     for i, model in enumerate(models):
         shares = []
         for s in stats.values():
             total = sum(s["bytes_read"].values())
             baseline = total / s["bytes_relative_to_baseline"]
             shares.append(s["bytes_read"].get(model, 0.0) / baseline)
-        colour = KIND_COLOURS["target"] if i == 0 else [KIND_COLOURS["model"], KIND_COLOURS["ngram"],
-                                                         *SPARE_COLOURS][min(i - 1, 5)]
+        colour = KIND_COLOURS["target"] if i == 0 else by_name.get(model, KIND_COLOURS["model"])
         role = "target" if i == 0 else "draft"
         fig.add_trace(go.Bar(x=names, y=shares, name=f"{role}: {model}", marker_color=colour,
                              hovertemplate="%{x}: %{y:.2f}× baseline bytes per token<extra>" + model + "</extra>"))
@@ -358,7 +358,7 @@ def memory_figure(stats: dict[str, dict]) -> go.Figure:
     fig.add_trace(go.Scatter(x=names, y=totals, mode="text", text=[f"{t:.2f}×" for t in totals],
                              textposition="top center", showlegend=False, hoverinfo="skip"))
     fig.add_trace(go.Scatter(x=names, y=[1.0] * len(names), mode="lines", name="plain decoding = 1.0",
-                             line=dict(color="#222222", dash="dash", width=2), hoverinfo="skip"))
+                             line=dict(color=LINE_COLOUR, dash="dash", width=2), hoverinfo="skip"))
     fig.update_layout(barmode="stack", legend_traceorder="normal")
     fig.update_yaxes(title="bytes read per token ÷ baseline", range=[0, 1.2 * max(*totals, 1.0)])
     return _base_layout(fig, title, 400)

@@ -214,6 +214,51 @@ def test_the_race_runs_every_lane_to_the_same_text(tiny_default):
     assert "| hf_assisted |" in support.compare_table_md(table)
 
 
+def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
+    """Why it is fast: measured and predicted tokens per pass for each speculating lane, from the race's
+    traces. Is it lossless: plain and staged samples of the next token with their chi-square tests, or
+    under greedy the race's lanes compared token by token."""
+    import app
+    from specviz import panels
+
+    tiny_default()
+    session = Session()
+    list(app.on_compare(session, *{**SETTINGS, "max_new_tokens": 12}.values()))
+    view = panels.speed_view({name: lane.steps for name, lane in session.race.decoders.items()})
+    assert set(view["explained"]) == {"speculative", "staged"}
+    for e in view["explained"].values():
+        assert e.tokens_measured >= 1.0 and e.tokens_predicted >= 1.0 and e.speedup_measured > 0
+    assert "| speculative | 3.0 |" in panels.speed_md(view)
+    *_, figure, summary = app.render_race(session, "")
+    assert "tokens per pass" in summary and len(figure.data) >= 3
+
+    greedy = list(app.on_lossless(session, 20, *SETTINGS.values()))
+    assert "all 12 tokens identical" in greedy[-1][-1] and "baseline" not in greedy[-1][-1].split("\n", 1)[1]
+    sampled = {**SETTINGS, "strategy": "staged", "sampling_mode": "sample", "max_new_tokens": 4}
+    updates = list(app.on_lossless(session, 40, *sampled.values()))
+    session_, status, figure, summary = updates[-1]
+    assert status == "Sampled 40 next tokens per lane." and "plain 40/40, staged 40/40" in summary
+    assert summary.count("p = ") == 3 and [t.name for t in figure.data][0] == "target's exact probability"
+    errors = list(app.on_lossless(session, "many", *sampled.values()))
+    assert "samples must be a number" in errors[-1][1]
+
+
+def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
+    import app
+
+    monkeypatch.setattr(app, "START_RECORDING", "")
+    assert len(app.on_start(5)) == 5 and isinstance(app.on_start(5)[0], Session)
+    monkeypatch.setattr(app, "START_RECORDING", app.SPACE_RECORDING)
+    outputs = app.on_start(app.OPEN_OUTPUTS + app.COMPARE_OUTPUTS - 2)
+    session, status = outputs[:2]
+    assert session.recording is not None and len(session.decoder.steps) == 1 and session.race.finished
+    assert "Showing a recorded run (recorded on " in status
+    counters = outputs[2 + app.N_CONTROLS + 3]
+    assert "recorded on " in counters
+    assert all("done ✓" in column for column in outputs[app.OPEN_OUTPUTS:app.OPEN_OUTPUTS + len(COMPARED)])
+    assert "tokens per pass" in outputs[-1]
+
+
 def test_the_race_says_when_lanes_differ():
     assert "Every lane wrote exactly" in support.sameness_note([], greedy=True)
     assert "bug" in support.sameness_note(["staged"], greedy=True)
@@ -263,7 +308,8 @@ def server(tmp_path_factory):
     bench = log.parent / "latest.json"
     bench.write_text(json.dumps(BENCH))
     env = {**os.environ, "SPECVIZ_BENCHMARK": str(bench), "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+           "SPECVIZ_OPEN_RECORDING": "cpu-offline-humaneval0-greedy"}     # as on a Space
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
@@ -311,8 +357,27 @@ def page(server):
         page.set_default_timeout(30_000)
         page.goto(server)
         page.locator("#step-btn").wait_for()
+        page.opened_with = opened_with(page)
+        page.locator("#recordings-box").click()
+        page.locator("#live-btn").click()
+        page.locator("#status", has_text="Back to live decoding").wait_for()
         yield page
         browser.close()
+
+
+def opened_with(page) -> dict:
+    """What a new visitor sees before pressing anything (a Space opens on a recording)."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#status")).to_contain_text("Showing a recorded run", timeout=60_000)
+    page.get_by_role("tab", name="Compare").click()
+    expect(page.locator("#speed-plot .js-plotly-plot")).to_be_visible()
+    shoot(page, "space-start-compare")
+    seen = {"counters": page.locator("#counters").inner_text(), "speed": page.locator("#speed-md").inner_text(),
+            "race": [page.locator(f"#race-{name}").inner_text() for name in COMPARED]}
+    page.get_by_role("tab", name="Step through").click()
+    seen["tree"] = page.locator("#tree-plot .annotation-text").count()
+    return seen
 
 
 def shots() -> Path:
@@ -355,6 +420,13 @@ TREE_NODES_JS = """() => {
 
 def tree_nodes(page) -> list[dict]:
     return page.evaluate(TREE_NODES_JS)
+
+
+@pytest.mark.browser
+def test_a_space_opens_on_a_recording_before_any_model_is_asked_for(page):
+    seen = page.opened_with
+    assert "recorded on " in seen["counters"] and seen["tree"] >= 2
+    assert all("done ✓" in column for column in seen["race"]) and "tokens per pass" in seen["speed"]
 
 
 @pytest.mark.browser
@@ -423,9 +495,26 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     expect(page.locator("#compare-table")).to_contain_text("tokens per target pass")
     expect(page.locator("#bench-plot .js-plotly-plot")).to_be_visible()         # benchmark results shown
     expect(page.locator("#bench-table")).to_contain_text("12.5")
+    expect(page.locator("#speed-md")).to_contain_text("tokens per pass")      # why it is fast, for this race
+    expect(page.locator("#speed-plot .legend")).to_be_visible()
     page.get_by_text("Benchmark results (python -m specviz.bench)").click()    # fold the test's made-up results
     expect(page.locator("#bench-plot")).to_be_hidden()
     shoot(page, "compare")
+    page.locator("#speed-box").screenshot(path=str(shots() / "why-fast.png"))
+
+    # Is it lossless: under greedy the lanes token by token; sampled, the next token's distribution
+    page.locator("#lossless-box").click()
+    page.locator("#lossless-btn").click()
+    expect(page.locator("#lossless-md")).to_contain_text("Greedy, against baseline's tokens")
+    page.get_by_text("Sampling", exact=True).click()
+    page.locator("#mode label", has_text="sample").first.click()
+    set_number(page, "lossless-n", 30)
+    page.locator("#lossless-btn").click()
+    expect(status).to_contain_text("Sampled 30 next tokens per lane", timeout=300_000)
+    expect(page.locator("#lossless-md")).to_contain_text("p = ")
+    expect(page.locator("#lossless-plot .legend")).to_be_visible()
+    page.locator("#lossless-box").screenshot(path=str(shots() / "lossless.png"))
+    page.locator("#mode label", has_text="greedy").first.click()
 
     # Stop ends a long run; meanwhile another user's session steps on its own. The pattern prompt keeps
     # any model listing days for 200 tokens, so the run is still going when Stop comes.

@@ -196,9 +196,10 @@ def has_legend(fig) -> bool:
 
 def test_compare_charts_have_legends_and_consistent_numbers(greedy):
     stats = {name: greedy[name].stats for name in ("baseline", "speculative", "staged")}
-    latency = plots.latency_figure(stats)
+    stages = {name: greedy[name].steps[0].stages for name in stats}
+    latency = plots.latency_figure(stats, stages)
     forwards = plots.forwards_figure(stats)
-    memory = plots.memory_figure(stats)
+    memory = plots.memory_figure(stats, stages)
     for fig in (latency, forwards, memory, plots.acceptance_figure(greedy["tree"].steps)):
         assert has_legend(fig)
         json.loads(fig.to_json())
@@ -208,7 +209,15 @@ def test_compare_charts_have_legends_and_consistent_numbers(greedy):
         total = sum(t.y[i] for t in per_token)
         assert total == pytest.approx(1000 * stats[name]["wall_s"] / stats[name]["new_tokens"], rel=1e-6)
     assert {t.name for t in per_token} >= {"verification (target forward)", "overhead (bookkeeping, Python)",
-                                           "drafting, stage 1"}
+                                           "drafting: draft model (stage 1)"}
+    # one colour per stage everywhere: each drafting bar has its stage's colour in the tree
+    staged = stages["staged"]
+    tree_colours = plots.stage_colours(staged)
+    for trace in per_token:
+        for index, stage in enumerate(staged):
+            if trace.name == f"drafting: {plots.KIND_WORDS[stage.kind]} (stage {index})":
+                assert trace.marker.color == tree_colours[index]
+    assert any("context lookup" in t.name for t in per_token) and "#CC79A7" in tree_colours
     assert [t.y[0] for t in forwards.data] == [pytest.approx(stats[n]["tokens_per_target_forward"]) for n in stats]
     bars = [t for t in memory.data if t.type == "bar"]
     for i, name in enumerate(stats):
