@@ -360,7 +360,7 @@ def record(settings) -> Recording:
 def main(argv=None) -> int:
     """`python -m specviz.recording`: record a race to a JSON file (e.g. on a GPU, to replay anywhere)."""
     from .app_support import DEFAULT_BUDGET, UserError, parse_settings
-    from .bench import BenchError, parse_sampling
+    from .bench.settings import BenchError, parse_sampling
     from .prompts import PromptError, load_prompts
     from .stack import STAGED_LOOKUP
     parser = argparse.ArgumentParser(prog="python -m specviz.recording", description=main.__doc__)

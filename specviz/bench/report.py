@@ -1,0 +1,209 @@
+"""Per-prompt comparisons and their summary (medians of ratios), the printed table, the JSON report
+and its charts."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from ..engine import STRATEGIES
+from .settings import ALL_STRATEGIES
+
+
+def compare_rows(rows: list[dict]) -> list[dict]:
+    """Add per-prompt comparisons with our baseline and HF generate; drop the token lists."""
+    by_key = {(r["prompt"], r["sampling"], r["strategy"]): r for r in rows}
+    out = []
+    for r in rows:
+        base = by_key.get((r["prompt"], r["sampling"], "baseline"))
+        hf = by_key.get((r["prompt"], r["sampling"], "hf_generate"))
+        n = len(r["tokens"])
+        rate = n / r["wall_s"] if r["wall_s"] > 0 else 0.0
+        row = {k: v for k, v in r.items() if k != "tokens" and not k.startswith("_")}
+        row.update(new_tokens=n, tokens_per_s=rate,
+                   tokens_per_target_forward=n / r["target_forwards"] if r["target_forwards"] else None,
+                   baseline_bytes_per_token=base and base["bytes_per_token"],
+                   bytes_relative_to_baseline=ratio(r["bytes_per_token"], base and base["bytes_per_token"]),
+                   speedup_vs_baseline=ratio(rate, base and _rate(base)),
+                   speedup_vs_hf_generate=ratio(rate, hf and _rate(hf)),
+                   exact=(r["tokens"] == base["tokens"]) if base is not None and r["sampling"] == "greedy" else None)
+        out.append(row)
+    return out
+
+
+def _rate(row: dict) -> float:
+    return len(row["tokens"]) / row["wall_s"] if row["wall_s"] > 0 else 0.0
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def summarise(per_prompt: list[dict]) -> list[dict]:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for row in per_prompt:
+        groups[(row["sampling"], row["strategy"])].append(row)
+    results = []
+    for (sampling, strategy), rows in groups.items():
+        rates = [r["tokens_per_s"] for r in rows]
+        tokens = sum(r["new_tokens"] for r in rows)
+        forwards = sum(r["target_forwards"] for r in rows)
+        engine = strategy in STRATEGIES
+        results.append({
+            "strategy": strategy, "sampling": sampling,
+            "tokens_per_s_median": float(np.median(rates)),
+            "tokens_per_s_p25": float(np.percentile(rates, 25)),
+            "tokens_per_s_p75": float(np.percentile(rates, 75)),
+            "speedup_vs_hf_generate": median(r["speedup_vs_hf_generate"] for r in rows),
+            "speedup_vs_baseline": median(r["speedup_vs_baseline"] for r in rows),
+            "tokens_per_target_forward": tokens / forwards if forwards else None,
+            "mean_accepted_per_target_forward": (
+                sum(r["mean_accepted_per_target_forward"] * r["steps"] for r in rows) / sum(r["steps"] for r in rows)
+                if engine else None),
+            "bytes_relative_to_baseline": _bytes_relative(rows) if engine else None,
+            "phase_share": _phase_share(rows) if engine else None,
+            "forward_share": sum(r["forward_s"] for r in rows) / sum(r["wall_s"] for r in rows),
+            "exact_match": sum(bool(r["exact"]) for r in rows) if rows[0]["exact"] is not None else None,
+            "prompts": len(rows),
+        })
+    order = {s: i for i, s in enumerate(ALL_STRATEGIES)}
+    return sorted(results, key=lambda r: (r["sampling"] != "greedy", r["sampling"], order[r["strategy"]]))
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def _bytes_relative(rows: list[dict]) -> float | None:
+    """Bytes read over all prompts / what our baseline read for the same number of tokens."""
+    rows = [r for r in rows if r["bytes_relative_to_baseline"] is not None]
+    read = sum(r["bytes_per_token"] * r["new_tokens"] for r in rows)
+    base = sum(r["baseline_bytes_per_token"] * r["new_tokens"] for r in rows)
+    return read / base if base else None
+
+
+def _phase_share(rows: list[dict]) -> dict[str, float]:
+    """Shares of decode time (after prefill) per engine phase; "other" is time no phase claimed."""
+    totals: dict[str, float] = defaultdict(float)
+    for r in rows:
+        for name, seconds in r["phase_s"].items():
+            totals[name] += seconds
+    wall = sum(r["decode_wall_s"] for r in rows)
+    if wall <= 0:
+        return {}
+    order = lambda name: (not name.endswith("_draft"), name != "tree", name != "verify", name)
+    shares = {name: totals[name] / wall for name in sorted(totals, key=order)}
+    shares["other"] = max(0.0, 1.0 - sum(shares.values()))
+    return shares
+
+
+
+def format_table(results: list[dict], markdown: bool = False) -> str:
+    """draft/verify/rest: shares of decode time by engine phase (rest = tree building, bookkeeping and
+    untimed); outside fwd: share of end-to-end time spent outside model forward calls."""
+    head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs HF", "vs base", "tok/fwd", "bytes/base",
+            "draft", "verify", "rest", "outside fwd", "exact")
+    lines = [head]
+    for r in results:
+        share = r["phase_share"] or {}
+        draft = sum(v for k, v in share.items() if k.endswith("_draft"))
+        lines.append((
+            r["sampling"], r["strategy"],
+            f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",
+            fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), fmt(r["speedup_vs_baseline"], "{:.2f}x"),
+            fmt(r["tokens_per_target_forward"], "{:.2f}"), fmt(r["bytes_relative_to_baseline"], "{:.2f}"),
+            fmt(draft if share else None, "{:.0%}"), fmt(share.get("verify"), "{:.0%}"),
+            fmt(1.0 - draft - share.get("verify", 0.0) if share else None, "{:.0%}"),
+            fmt(1.0 - r["forward_share"], "{:.0%}"),
+            "-" if r["exact_match"] is None else f"{r['exact_match']}/{r['prompts']}"))
+    if markdown:
+        text = ["| " + " | ".join(row) + " |" for row in lines]
+        text.insert(1, "|" + "---|" * len(head))
+        return "\n".join(text)
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(text)
+
+
+def fmt(value, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def figures(report: dict) -> dict:
+    """Plotly figures built from a report (no models): tokens/s, speedup, bytes read, time shares."""
+    import plotly.graph_objects as go
+
+    results = report["results"]
+    samplings = list(dict.fromkeys(r["sampling"] for r in results))
+    title = f"{report['settings']['prompts']} prompts, {report['settings']['max_new_tokens']} new tokens"
+    figs = {}
+    fig = go.Figure()
+    for s in samplings:
+        rows = [r for r in results if r["sampling"] == s]
+        fig.add_bar(name=s, x=[r["strategy"] for r in rows], y=[r["tokens_per_s_median"] for r in rows],
+                    error_y=dict(type="data", symmetric=False,
+                                 array=[r["tokens_per_s_p75"] - r["tokens_per_s_median"] for r in rows],
+                                 arrayminus=[r["tokens_per_s_median"] - r["tokens_per_s_p25"] for r in rows]))
+    fig.update_layout(title=f"Tokens/s, median and p25-p75 over prompts ({title})", yaxis_title="tokens/s",
+                      barmode="group")
+    figs["tokens_per_s"] = fig
+    figs["speedup"] = _bar_figure(results, samplings, "speedup_vs_hf_generate",
+                                  f"Speedup against HF generate, median of per-prompt ratios ({title})", "x")
+    figs["bytes"] = _bar_figure(results, samplings, "bytes_relative_to_baseline",
+                                f"Bytes read per token relative to baseline (Table 1; {title})", "relative")
+    fig = go.Figure()
+    engine = [r for r in results if r["phase_share"]]
+    labels = [f"{r['strategy']}<br>{r['sampling']}" for r in engine]
+    phases = list(dict.fromkeys(k for r in engine for k in r["phase_share"]))
+    for phase in phases:
+        fig.add_bar(name=phase, x=labels, y=[r["phase_share"].get(phase, 0.0) for r in engine])
+    fig.update_layout(title=f"Share of decode time per phase ({title})", barmode="stack",
+                      yaxis=dict(title="share", tickformat=".0%"))
+    figs["time_shares"] = fig
+    return figs
+
+
+def _bar_figure(results, samplings, key, title, axis):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for s in samplings:
+        rows = [r for r in results if r["sampling"] == s and r[key] is not None]
+        fig.add_bar(name=s, x=[r["strategy"] for r in rows], y=[r[key] for r in rows])
+    fig.update_layout(title=title, yaxis_title=axis, barmode="group")
+    return fig
+
+
+def write_outputs(report: dict, out: Path, png: bool = True) -> list[Path]:
+    """The JSON report at `out`, and next to it <stem>_<chart>.html (and .png) per chart."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    table = out.with_name(f"{out.stem}_table.md")
+    table.write_text(format_table(report["results"], markdown=True) + "\n", encoding="utf-8")
+    written = [out, table]
+    for name, fig in figures(report).items():
+        fig.update_layout(template="plotly_white", width=900, height=480)
+        html = out.with_name(f"{out.stem}_{name}.html")
+        fig.write_html(html, include_plotlyjs="cdn")
+        written.append(html)
+        if png:
+            written.append(_write_png(fig, html.with_suffix(".png")))
+    return [w for w in written if w is not None]
+
+
+def _write_png(fig, path: Path) -> Path | None:
+    if os.path.exists("/usr/bin/chromium"):
+        os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+    try:
+        fig.write_image(path)
+        return path
+    except Exception as exc:  # kaleido needs a Chrome; the HTML charts stand on their own
+        print(f"warning: PNG export failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+              "HTML charts were written", file=sys.stderr)
+        return None

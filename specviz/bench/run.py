@@ -1,0 +1,152 @@
+"""Timing one generation (our decoders, or transformers' generate as a user runs it) and the whole
+benchmark: prompt-major, so machine noise hits every strategy alike."""
+from __future__ import annotations
+
+import sys
+from time import perf_counter
+
+import torch
+
+from ..hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
+from ..prompts import Prompt
+from .projection import project
+from .report import compare_rows, summarise
+from .settings import BenchError, parse_sampling, usable_strategies, with_seed
+
+WARMUP_TOKENS = 8
+
+
+class ForwardClock:
+    """Wall time spent inside the forward passes of the given models (forward hooks)."""
+
+    def __init__(self, models):
+        self.seconds = 0.0
+        self._started: list[float] = []
+        self._handles = []
+        for model in models:
+            self._handles.append(model.register_forward_pre_hook(self._pre))
+            self._handles.append(model.register_forward_hook(self._post))
+
+    @torch.compiler.disable
+    def _pre(self, module, args):
+        self._started.append(perf_counter())
+
+    @torch.compiler.disable
+    def _post(self, module, args, output):
+        started = self._started.pop()
+        if not self._started:           # count nested model calls once
+            self.seconds += perf_counter() - started
+
+    def close(self):
+        for handle in self._handles:
+            handle.remove()
+
+
+def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
+    """tree: overrides of the strategy's default tree (budget, lookup, min_score)."""
+    from ..stack import default_tree
+
+    models = [stack.target.model] + [m.model for m in stack.draft_models().values()]
+    clock = ForwardClock(models)
+    try:
+        started = perf_counter()
+        # no stop at end-of-sequence: every strategy makes the same number of tokens
+        decoder = stack.decoder(prompt_ids, strategy, default_tree(strategy, **(tree or {})), sampling,
+                                max_new_tokens, stop_at_eos=False)
+        run = decoder.generate()
+        wall = perf_counter() - started
+    finally:
+        clock.close()
+    s = run.stats
+    return {"tokens": run.tokens, "wall_s": wall, "target_forwards": s["target_forwards"],
+            "draft_forwards": sum(s["draft_forwards"].values()),
+            "mean_accepted_per_target_forward": s["mean_accepted_per_target_forward"],
+            "steps": s["steps"], "bytes_per_token": s["bytes_per_token"],
+            "decode_wall_s": s["wall_s"], "phase_s": s["phase_s"], "forward_s": clock.seconds,
+            "_decisions": decisions(run)}
+
+
+def decisions(run) -> dict:
+    """What a projection replays: per round the tree, the accepted path and each model's forward sizes."""
+    first = run.steps[0] if run.steps else None
+    return {"stages": [vars(st) for st in first.stages] if first else [],
+            "steps": [{"tokens": [n.token for n in st.nodes], "parents": [n.parent for n in st.nodes],
+                       "path": list(st.accepted_path), "forwards": st.forwards,
+                       "committed": len(st.committed_tokens)} for st in run.steps]}
+
+
+def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
+    assistant = stack.assistant()[1] if strategy == "hf_assisted" else None
+    lookup = PROMPT_LOOKUP_TOKENS if strategy == "hf_prompt_lookup" else None
+    clock = ForwardClock([m for m in (stack.target.model, assistant) if m is not None])
+    try:
+        run = hf_generate(stack.target.model, prompt_ids, sampling, max_new_tokens, assistant, lookup)
+    finally:
+        clock.close()
+    return {"tokens": run.tokens, "wall_s": run.wall_s, "target_forwards": run.target_forwards,
+            "draft_forwards": run.draft_forwards, "mean_accepted_per_target_forward": None, "steps": None,
+            "bytes_per_token": None, "decode_wall_s": None, "phase_s": None, "forward_s": clock.seconds}
+
+
+def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
+    if strategy in PEERS:
+        return run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens)
+    return run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree)
+
+
+
+def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: list[str],
+              max_new_tokens: int, seed: int = 0, tree: dict | None = None,
+              progress: bool = True, warmup: bool = True, projection: str | None = None,
+              device: str = "cpu", dtype: str = "float32", compile: bool = False) -> dict:
+    """Run every strategy on every prompt under every sampling.
+
+    Returns {"settings", "results" (one row per sampling and strategy), "per_prompt"} and, with
+    `projection` ("paper" or "tiny"), "projection". compile: our strategies run the compiled target
+    over one static cache length, compiled for every bucket before anything is timed."""
+    strategies, notes = usable_strategies(stack, strategies)
+    if not strategies:
+        raise BenchError("no strategy can run: " + "; ".join(notes))
+    settings = {name: parse_sampling(name, seed) for name in samplings}
+    encoded = [(p, stack.encode(p.text)) for p in prompts]
+    if compile:
+        from ..engine import static_length
+        from ..stack import default_tree
+        trees = [default_tree(s, **(tree or {})) for s in strategies if s not in PEERS]
+        stack.compile(max(static_length(len(ids), max_new_tokens, t) for _, ids in encoded for t in trees))
+    if warmup:
+        for name, sampling in settings.items():
+            for strategy in strategies:
+                run_strategy(stack, strategy, encoded[0][1], sampling, min(WARMUP_TOKENS, max_new_tokens), tree)
+    bar = _progress(len(prompts) * len(settings) * len(strategies), progress)
+    rows = []
+    for index, (prompt, ids) in enumerate(encoded):
+        for name, sampling in settings.items():
+            sampling = with_seed(sampling, seed + index)
+            for strategy in strategies:
+                bar.set_description(f"{prompt.id} {name} {strategy}", refresh=False)
+                run = run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree)
+                rows.append({"prompt": prompt.id, "prompt_tokens": len(ids), "sampling": name,
+                             "strategy": strategy, **run})
+                bar.update()
+    bar.close()
+    per_prompt = compare_rows(rows)
+    report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
+                           "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
+                           "tree": tree or {}, "compiled": compile,
+                           "static_cache_entries": stack.static_len if compile else None,
+                           "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
+                           "precision": stack.precision(),
+                           "assistant": stack.assistant()[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
+                           "notes": notes},
+              "results": summarise(per_prompt), "per_prompt": per_prompt}
+    if projection:
+        report["projection"] = project(rows, projection, device, dtype)
+    return report
+
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+    return tqdm(total=total, disable=not enabled, file=sys.stderr, unit="run", dynamic_ncols=True)
+
