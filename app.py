@@ -27,8 +27,7 @@ from specviz.race import COMPARED, Race
 from specviz.recording import MAX_BYTES
 from specviz.sessions import LIVE, Session
 from specviz.drafting import SHAPES
-from specviz.engine import STRATEGIES
-from specviz.stack import STAGED_LOOKUP
+from specviz.strategies import AUTO_SHAPE, STAGED_LOOKUP, STRATEGIES
 
 log = logging.getLogger("specviz.app")
 CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "2"))
@@ -502,7 +501,7 @@ def build() -> gr.Blocks:
                     seed = gr.Number(0, label="Seed", precision=0, visible=False)
                 with gr.Accordion("Tree", open=False):
                     budget = gr.Slider(1, support.MAX_BUDGET, value=support.DEFAULT_BUDGET, step=1, label="Tree budget (guessed tokens per step)")
-                    shape = gr.Dropdown([support.AUTO_SHAPE, *SHAPES], value=support.AUTO_SHAPE, label="Tree shape",
+                    shape = gr.Dropdown([AUTO_SHAPE, *SHAPES], value=AUTO_SHAPE, label="Tree shape",
                                         info="auto: chain for speculative, dynamic (grown where the draft is "
                                              "confident) otherwise")
                     max_depth = gr.Slider(1, 32, value=8, step=1, label="Max depth")

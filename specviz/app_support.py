@@ -10,11 +10,10 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from .drafting import SHAPES, TreeSpec
-from .engine import STRATEGIES
+from .drafting import TreeSpec
 from . import presets
 from .metrics import summarise
 from .models import ModelLoadError
@@ -22,7 +21,8 @@ from .palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
 from .plots import KIND_WORDS, bonus_token, stage_colours, stage_label
 from .sampling import Sampling
 from .server_policy import PolicyError, check_custom, custom_models_allowed, env_number
-from .stack import DEFAULT_MIN_SCORE, Stack, default_drafts, default_tree, is_non_neural
+from .stack import Stack, default_drafts
+from .strategies import DEFAULT_MIN_SCORE, STRATEGIES, default_tree, drafter_specs, shape_for, tree_for_lane
 from .trace import StageInfo, StepRecord
 
 MAX_PROMPT_CHARS = int(env_number("SPECVIZ_MAX_PROMPT_CHARS", 6000))
@@ -38,7 +38,6 @@ MAX_STACK_BYTES = env_number("SPECVIZ_MAX_STACK_BYTES", 12e9)   # model weights 
 DTYPE = os.environ.get("SPECVIZ_DTYPE", "auto")      # the models' precision: auto (measured), float32, bfloat16
 OFFLINE_DEFAULT = "offline"
 CUSTOM = "custom model ids"
-AUTO_SHAPE = "auto"
 BENCHMARK_FILE = Path(os.environ.get("SPECVIZ_BENCHMARK")
                       or Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "latest.json")
 
@@ -86,7 +85,7 @@ class Settings:
     target: str = ""
     drafts: str = ""
     sampling: Sampling = Sampling()
-    tree: TreeSpec = TreeSpec()
+    tree: TreeSpec = default_tree("staged")
     max_new_tokens: int = 32
 
     def stack_key(self) -> tuple:
@@ -136,10 +135,10 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
     depth = parse_number(max_depth, "max depth", 1, 32)
     branch = parse_number(max_branch, "max branching", 1, 8)
     lookup = parse_number(lookup, "context lookup tokens", 0, MAX_LOOKUP)
-    if shape not in (AUTO_SHAPE, *SHAPES):
-        raise UserError(f"Unknown tree shape {shape!r}; choose auto, {', '.join(SHAPES)}.")
-    if shape == AUTO_SHAPE:
-        shape = "chain" if strategy == "speculative" else "dynamic"
+    try:
+        shape = shape_for(strategy, shape)
+    except ValueError as exc:
+        raise UserError(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from None
     if shape == "chain":
         depth = budget
     tree = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, lookup=lookup,
@@ -179,8 +178,11 @@ def default_preset() -> str:
 
 def staged_available(preset: str) -> bool:
     """Whether a preset has a draft model above a lower stage (staged needs both)."""
-    drafts = presets.PRESETS[preset].drafts or default_drafts()
-    return len(drafts) >= 2 and not any(is_non_neural(d) for d in drafts[:-1])
+    try:
+        drafter_specs("staged", presets.PRESETS[preset].drafts or default_drafts())
+    except ValueError:
+        return False
+    return True
 
 
 def device() -> str:
@@ -229,11 +231,7 @@ def new_decoder(stack, settings: Settings, strategy: str | None = None):
         raise UserError(f"The prompt cannot be used: {one_line(exc)}") from exc
     if len(ids) > MAX_PROMPT_TOKENS:
         raise UserError(f"The prompt is too long ({len(ids)} tokens; at most {MAX_PROMPT_TOKENS}).")
-    tree = settings.tree
-    if strategy == "speculative" and tree.shape != "chain" and settings.strategy != "speculative":
-        tree = default_tree("speculative")     # the race's single-stage chain: the CLI's and the bench's
-    if strategy != "staged":
-        tree = replace(tree, lookup=0)      # context lookup is one of staged's n-gram stages
+    tree = tree_for_lane(strategy, settings.tree, settings.strategy)
     try:
         return stack.decoder(ids, strategy, tree=tree, sampling=settings.sampling,
                              max_new_tokens=settings.max_new_tokens)

@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 from .drafting import SHAPES, TreeSpec
-from .engine import STRATEGIES
 from .models import AUTO_DTYPE, DEFAULT_TARGET, DTYPES, ModelLoadError
 from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling
-from .stack import STAGED_LOOKUP
+from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STRATEGIES, default_tree
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,8 +62,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def generate(args) -> int:
-    from .stack import default_tree
-
     prompt = args.prompt if args.prompt is not None else _read(args.prompt_file)
     if not prompt.strip():
         raise ValueError("the prompt is empty")
@@ -74,8 +71,8 @@ def generate(args) -> int:
     if args.tree_shape:
         tree = TreeSpec(**{**vars(tree), "shape": args.tree_shape})
     tree.validate()
-    if not 1 <= args.max_new_tokens <= 4096:
-        raise ValueError(f"--max-new-tokens must be in [1, 4096], got {args.max_new_tokens}")
+    if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {args.max_new_tokens}")
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
     drafts = [] if args.strategy == "baseline" else args.draft

@@ -18,10 +18,8 @@ from .sampling import Sampling, logits_to_probs
 from .timing import PhaseTimer
 from .trace import NodeRecord, RunRecord, StageInfo, StepRecord
 from .tree import ancestor_matrix
+from .strategies import MAX_NEW_TOKENS
 from .verify import verify_greedy, verify_sampling
-
-STRATEGIES = ("baseline", "speculative", "tree", "staged")
-MAX_NEW_TOKENS = 4096
 
 
 class Decoder:

@@ -362,7 +362,7 @@ def main(argv=None) -> int:
     from .app_support import DEFAULT_BUDGET, UserError, parse_settings
     from .bench.settings import BenchError, parse_sampling
     from .prompts import PromptError, load_prompts
-    from .stack import STAGED_LOOKUP
+    from .strategies import STAGED_LOOKUP
     parser = argparse.ArgumentParser(prog="python -m specviz.recording", description=main.__doc__)
     parser.add_argument("--preset", default="offline")
     parser.add_argument("--prompt", default="HumanEval/0", help="a HumanEval task id (HumanEval/N) or the text itself")

@@ -16,10 +16,11 @@ from .cache import KVModel
 from .cost_curve import cost_curve
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafting import TreeSpec
-from .engine import STRATEGIES, Decoder
+from .engine import Decoder
 from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError,
                      check_dtype, check_tokenizers_match, compile_model, load_model, resolve_dtype)
 from .sampling import Sampling
+from .strategies import default_tree, drafter_specs, is_ngram
 
 DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"
@@ -35,14 +36,6 @@ def draft_probe_seconds(model: torch.nn.Module, under_lower_stage: bool) -> floa
     16 tokens 2x slower (docs/BENCHMARKS.md), so the answer depends on the feed."""
     sizes = (1, STAGED_LEVEL_TOKENS) if under_lower_stage else (1,)
     return sum(cost_curve(model, sizes=sizes, context=32, reps=3).values())
-
-
-def is_ngram(spec: str) -> bool:
-    return spec in ("trigram", "trigram:auto") or spec.endswith(".npz")
-
-
-def is_non_neural(spec: str) -> bool:
-    return spec == "lookup" or is_ngram(spec)
 
 
 def default_drafts() -> list[str]:
@@ -158,13 +151,7 @@ class Stack:
 
     def drafter_for(self, strategy: str) -> Drafter | None:
         """baseline: none; speculative and tree: the top stage alone; staged: the whole cascade."""
-        if strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        if strategy == "baseline" or not self.drafts:
-            return None
-        specs = self.drafts if strategy == "staged" else self.drafts[:1]
-        if strategy == "staged" and (len(specs) < 2 or any(is_non_neural(s) for s in specs[:-1])):
-            raise ValueError("staged needs a draft model above a lower stage, e.g. --draft MODEL --draft trigram")
+        specs = drafter_specs(strategy, self.drafts)
         drafter = None
         for stage in range(len(specs), 0, -1):
             drafter = self._drafter(specs[stage - 1], stage, drafter)
@@ -183,22 +170,3 @@ class Stack:
         if not prompt or not prompt.strip():
             raise ValueError("the prompt is empty")
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-
-
-STAGED_LOOKUP = 3      # context-lookup tokens staged verifies by default: feeds of up to ~4-8 tokens cost
-                       # little more than one on a CPU (cost curve), longer ones do (docs/BENCHMARKS.md)
-DEFAULT_MIN_SCORE = 0.2   # measured on the 2-core CPU (docs/BENCHMARKS.md); 0.1 until session 4
-
-
-def default_tree(strategy: str, budget: int | None = None, lookup: int | None = None,
-                 min_score: float | None = None) -> TreeSpec:
-    """speculative drafts a chain; tree and staged a dynamic tree, and staged adds a context-lookup
-    branch (`lookup` tokens; 0 = the paper's staged, whose n-gram stage only drafts for the draft)."""
-    if lookup is None:
-        lookup = STAGED_LOOKUP if strategy == "staged" else 0
-    if strategy == "speculative":
-        return TreeSpec(shape="chain", budget=budget or 3, max_depth=budget or 3, lookup=lookup)
-    # min_score: stop growing where the draft is unsure. On a CPU each verified token costs 5-20% of
-    # a one-token forward (bench --cost-curve), more than an unlikely node's chance of acceptance.
-    return TreeSpec(shape="dynamic", budget=budget or 16, min_score=DEFAULT_MIN_SCORE if min_score is None else min_score,
-                    lookup=lookup)

@@ -21,7 +21,7 @@ import pytest
 from specviz import app_support as support
 from specviz.race import COMPARED, Race
 from specviz.sessions import Session
-from specviz.stack import default_tree
+from specviz.strategies import default_tree
 from specviz.trace import RunRecord
 from conftest import WordTokenizer
 

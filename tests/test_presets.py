@@ -5,7 +5,7 @@ import specviz.models
 from specviz.models import ModelLoadError
 from specviz.auto_trigram import auto_trigram
 from specviz.presets import PRESETS, get_preset, load_preset
-from specviz.stack import is_non_neural
+from specviz.strategies import is_non_neural
 
 
 def test_preset_table_describes_loadable_cascades():

@@ -4,7 +4,7 @@ equals baseline's in float32, compared within this run (never against tokens rem
 import pytest
 
 from specviz.chunked import CHUNKED, available
-from specviz.engine import STRATEGIES
+from specviz.strategies import STRATEGIES
 from specviz.presets import load_preset
 from specviz.prompts import load_prompts
 

@@ -4,7 +4,8 @@ import torch
 
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
 from specviz.models import LoadedModel
-from specviz.stack import STAGED_LOOKUP, Stack, default_tree
+from specviz.stack import Stack
+from specviz.strategies import STAGED_LOOKUP, default_tree
 from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
 from toy_ngram import ToyBigram
 

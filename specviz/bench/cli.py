@@ -15,7 +15,7 @@ from ..machine import describe
 from ..models import AUTO_DTYPE, DTYPES, ModelLoadError, load_model
 from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
-from ..stack import STAGED_LOOKUP
+from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
 from .projection import PROJECTION_SIZES, format_projection
 from .report import format_table, write_outputs
 from .run import run_bench
@@ -87,8 +87,8 @@ def check_args(args) -> tuple[list[str], list[str]]:
         raise BenchError("--sampling is empty")
     for name in samplings:
         parse_sampling(name)
-    if not 1 <= args.max_new_tokens <= 4096:
-        raise BenchError(f"--max-new-tokens must be in [1, 4096], got {args.max_new_tokens}")
+    if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
+        raise BenchError(f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {args.max_new_tokens}")
     if args.limit is not None and args.limit < 1:
         raise BenchError(f"--limit must be at least 1, got {args.limit}")
     return strategies, samplings

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine import STRATEGIES
+from ..strategies import STRATEGIES
 from .settings import ALL_STRATEGIES
 
 

@@ -9,6 +9,7 @@ import torch
 
 from ..hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
 from ..prompts import Prompt
+from ..strategies import default_tree
 from .projection import project
 from .report import compare_rows, summarise
 from .settings import BenchError, parse_sampling, usable_strategies, with_seed
@@ -44,8 +45,6 @@ class ForwardClock:
 
 def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
     """tree: overrides of the strategy's default tree (budget, lookup, min_score)."""
-    from ..stack import default_tree
-
     models = [stack.target.model] + [m.model for m in stack.draft_models().values()]
     clock = ForwardClock(models)
     try:
@@ -111,7 +110,6 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     encoded = [(p, stack.encode(p.text)) for p in prompts]
     if compile:
         from ..engine import static_length
-        from ..stack import default_tree
         trees = [default_tree(s, **(tree or {})) for s in strategies if s not in PEERS]
         stack.compile(max(static_length(len(ids), max_new_tokens, t) for _, ids in encoded for t in trees))
     if warmup:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from ..engine import STRATEGIES
+from ..strategies import STRATEGIES
 from ..hf_peers import PEERS
 from ..sampling import Sampling
 

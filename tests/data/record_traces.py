@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from specviz.sampling import Sampling
-from specviz.stack import Stack, default_tree
+from specviz.stack import Stack
+from specviz.strategies import default_tree
 
 HERE = Path(__file__).resolve().parent
 PROMPT = "Colours: red, green, blue, red, green, blue, red, green, blue, red,"

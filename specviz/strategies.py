@@ -1,0 +1,87 @@
+"""What each strategy runs and with which tree: the one answer the engine, the stack, the CLI, the bench
+and the app ask.
+
+| strategy      | drafters                                  | default tree                              |
+| ------------- | ----------------------------------------- | ----------------------------------------- |
+| `baseline`    | none                                      | none (the root alone)                     |
+| `speculative` | the top stage                             | a chain of CHAIN_LENGTH tokens            |
+| `tree`        | the top stage                             | dynamic, DYNAMIC_BUDGET nodes, min score  |
+| `staged`      | the whole cascade (a model on top)        | `tree`'s, plus a context-lookup branch    |
+
+`TreeSpec()` itself is the engine's neutral tree (no minimum score, no lookup); the strategies'
+defaults are `default_tree(strategy)`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .drafting import SHAPES, TreeSpec
+
+STRATEGIES = ("baseline", "speculative", "tree", "staged")
+MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
+CHAIN_LENGTH = 3               # speculative's chain: feeds of up to ~4 tokens cost what one does on a CPU
+DYNAMIC_BUDGET = 16            # tree and staged: drafted nodes per round at most
+STAGED_LOOKUP = 3              # context-lookup tokens staged verifies by default: feeds of up to ~4-8 tokens cost
+                               # little more than one on a CPU (cost curve), longer ones do (docs/BENCHMARKS.md)
+DEFAULT_MIN_SCORE = 0.2        # measured on the 2-core CPU (docs/BENCHMARKS.md); 0.1 until session 4
+AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
+
+
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def is_ngram(spec: str) -> bool:
+    return spec in ("trigram", "trigram:auto") or spec.endswith(".npz")
+
+
+def is_non_neural(spec: str) -> bool:
+    """Drafter specs that are not models: n-gram tables and context lookup."""
+    return spec == "lookup" or is_ngram(spec)
+
+
+def drafter_specs(strategy: str, drafts: list[str]) -> list[str]:
+    """The drafter specs (top stage first) that `strategy` uses from a stack's cascade."""
+    check_strategy(strategy)
+    if strategy == "baseline" or not drafts:
+        return []
+    specs = list(drafts) if strategy == "staged" else list(drafts[:1])
+    if strategy == "staged" and (len(specs) < 2 or any(is_non_neural(s) for s in specs[:-1])):
+        raise ValueError("staged needs a draft model above a lower stage, e.g. --draft MODEL --draft trigram")
+    return specs
+
+
+def default_tree(strategy: str, budget: int | None = None, lookup: int | None = None,
+                 min_score: float | None = None) -> TreeSpec:
+    """speculative drafts a chain; tree and staged a dynamic tree, and staged adds a context-lookup
+    branch (`lookup` tokens; 0 = the paper's staged, whose n-gram stage only drafts for the draft)."""
+    if lookup is None:
+        lookup = STAGED_LOOKUP if strategy == "staged" else 0
+    if strategy == "speculative":
+        length = budget or CHAIN_LENGTH
+        return TreeSpec(shape="chain", budget=length, max_depth=length, lookup=lookup)
+    # min_score: stop growing where the draft is unsure. On a CPU each verified token costs 5-20% of
+    # a one-token forward (bench --cost-curve), more than an unlikely node's chance of acceptance.
+    return TreeSpec(shape="dynamic", budget=budget or DYNAMIC_BUDGET,
+                    min_score=DEFAULT_MIN_SCORE if min_score is None else min_score, lookup=lookup)
+
+
+def shape_for(strategy: str, shape: str) -> str:
+    """A shape the user picked, with `auto` resolved to the strategy's own."""
+    if shape == AUTO_SHAPE:
+        return "chain" if strategy == "speculative" else "dynamic"
+    if shape not in SHAPES:
+        raise ValueError(f"unknown tree shape {shape!r}; choose {AUTO_SHAPE}, {', '.join(SHAPES)}")
+    return shape
+
+
+def tree_for_lane(strategy: str, tree: TreeSpec, chosen: str) -> TreeSpec:
+    """The tree `strategy` runs when the user set `tree` for strategy `chosen` (the Compare race runs
+    every strategy with one set of settings): speculative keeps its chain unless it was the one chosen,
+    and context lookup belongs to staged alone."""
+    if strategy == "speculative" and tree.shape != "chain" and chosen != "speculative":
+        tree = default_tree("speculative")
+    if strategy != "staged":
+        tree = replace(tree, lookup=0)
+    return tree
