@@ -1,0 +1,4 @@
+"""`python -m specviz.train`: the training commands (specviz/train/cli.py)."""
+from .cli import main
+
+main()

@@ -1,0 +1,37 @@
+"""What every training command shares: where data and artifacts live, the target, logging, seeding."""
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..models import load_model
+from ..paths import ASSETS
+
+DATA = ASSETS.parent / "data"            # intermediate data (gitignored)
+TARGET = "smollm2-135m"
+
+
+def log(*parts) -> None:
+    print(time.strftime("%H:%M:%S"), *parts, flush=True)
+
+
+def seed_everything(seed: int, threads: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def target_tokenizer():
+    """The target's tokenizer. Loads the whole target: its tokenizer comes out of a GGUF file, and
+    reading that alone takes as long as load_model with its de-quantised copy already cached."""
+    return load_model(TARGET).tokenizer
