@@ -70,7 +70,7 @@ class WordTokenizer:
 @pytest.fixture
 def tiny_default(monkeypatch):
     """The 'offline' preset replaced by tiny random models: a target, a noisy copy as draft, lookup."""
-    from specviz import app_support as support
+    from specviz.app import stacks
     from specviz.models import LoadedModel
     from specviz.stack import Stack
     from tiny import tiny_model
@@ -79,6 +79,6 @@ def tiny_default(monkeypatch):
         tok = WordTokenizer()
         stack = Stack(LoadedModel("tiny-target", tiny_model("llama", 0), tok), list(drafts),
                       {"draft": LoadedModel("draft", tiny_model("llama", 0, noise=0.3), tok)})
-        monkeypatch.setitem(support._STACKS, ("offline",), stack)
+        monkeypatch.setitem(stacks._STACKS, ("offline",), stack)
         return stack
     return install

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from specviz import app_support as support
-from specviz.race import COMPARED, Race
-from specviz.sessions import Session
+from specviz.app import settings as app_settings
+from specviz.app import stacks, words
+from specviz.app.race import COMPARED, Race
+from specviz.app.sessions import Session
 from specviz.strategies import default_tree
 from specviz.trace import RunRecord
 from conftest import WordTokenizer
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
-SETTINGS = dict(prompt="def add(a, b):\n", strategy="tree", preset=support.OFFLINE_DEFAULT, target="", drafts="",
+SETTINGS = dict(prompt="def add(a, b):\n", strategy="tree", preset=app_settings.OFFLINE_DEFAULT, target="", drafts="",
                 sampling_mode="greedy", temperature=1.0, top_k=50, top_p=1.0, seed=0, budget=12, shape="auto",
                 max_depth=8, max_branch=4, lookup=10, max_new_tokens=16)
 
@@ -43,7 +44,7 @@ def greedy():
 
 @pytest.mark.parametrize("change, message", [
     (dict(prompt="   "), "prompt is empty"),
-    (dict(prompt="x" * (support.MAX_PROMPT_CHARS + 1)), "too long"),
+    (dict(prompt="x" * (app_settings.MAX_PROMPT_CHARS + 1)), "too long"),
     (dict(strategy="fastest"), "Unknown strategy"),
     (dict(max_new_tokens=0), "max new tokens must be between"),
     (dict(max_new_tokens=10**6), "max new tokens must be between"),
@@ -52,34 +53,34 @@ def greedy():
     (dict(sampling_mode="sample", top_p=0), "top-p must be between"),
     (dict(shape="spiral"), "Unknown tree shape"),
     (dict(lookup=-1), "context lookup tokens must be between"),
-    (dict(preset=support.CUSTOM, target=""), "need a target model id"),
+    (dict(preset=app_settings.CUSTOM, target=""), "need a target model id"),
     (dict(preset="gpt-17"), "Unknown model preset"),
 ])
 def test_bad_settings_give_one_clear_message(change, message, monkeypatch):
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
-    with pytest.raises(support.UserError, match=message):
-        support.parse_settings(**{**SETTINGS, **change})
+    with pytest.raises(app_settings.UserError, match=message):
+        app_settings.parse_settings(**{**SETTINGS, **change})
 
 
 def test_settings_turn_into_engine_settings(monkeypatch):
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
-    s = support.parse_settings(**{**SETTINGS, "strategy": "speculative", "budget": 5})
+    s = app_settings.parse_settings(**{**SETTINGS, "strategy": "speculative", "budget": 5})
     assert (s.tree.shape, s.tree.budget, s.tree.max_depth) == ("chain", 5, 5)
-    s = support.parse_settings(**{**SETTINGS, "sampling_mode": "sample", "temperature": 0.7, "top_k": 50, "seed": 3})
+    s = app_settings.parse_settings(**{**SETTINGS, "sampling_mode": "sample", "temperature": 0.7, "top_k": 50, "seed": 3})
     assert (s.sampling.temperature, s.sampling.top_k, s.sampling.seed) == (0.7, 50, 3)
-    assert support.parse_settings(**SETTINGS).sampling.greedy
-    custom = support.parse_settings(**{**SETTINGS, "preset": support.CUSTOM, "target": " org/model ",
+    assert app_settings.parse_settings(**SETTINGS).sampling.greedy
+    custom = app_settings.parse_settings(**{**SETTINGS, "preset": app_settings.CUSTOM, "target": " org/model ",
                                        "drafts": "org/draft, trigram"})
-    assert custom.stack_key() == (support.CUSTOM, "org/model", ("org/draft", "trigram"))
-    assert support.parse_settings(**SETTINGS).stack_key() == ("offline",)
-    assert support.parse_settings(**{**SETTINGS, "lookup": 6}).tree.lookup == 6
-    assert support.parse_settings(**SETTINGS).tree.min_score == default_tree("tree").min_score > 0
+    assert custom.stack_key() == (app_settings.CUSTOM, "org/model", ("org/draft", "trigram"))
+    assert app_settings.parse_settings(**SETTINGS).stack_key() == ("offline",)
+    assert app_settings.parse_settings(**{**SETTINGS, "lookup": 6}).tree.lookup == 6
+    assert app_settings.parse_settings(**SETTINGS).tree.min_score == default_tree("tree").min_score > 0
 
 
 def test_context_lookup_goes_to_staged_only(tiny_default):
     stack = tiny_default()
-    settings = support.parse_settings(**{**SETTINGS, "prompt": "a b a b a", "lookup": 6})
-    staged, tree = (support.new_decoder(stack, settings, name) for name in ("staged", "tree"))
+    settings = app_settings.parse_settings(**{**SETTINGS, "prompt": "a b a b a", "lookup": 6})
+    staged, tree = (stacks.new_decoder(stack, settings, name) for name in ("staged", "tree"))
     assert staged.spec.lookup == 6 and staged.stages[-1].kind == "lookup"
     assert tree.spec.lookup == 0 and all(s.kind != "lookup" for s in tree.stages)
 
@@ -87,67 +88,67 @@ def test_context_lookup_goes_to_staged_only(tiny_default):
 def test_a_model_that_cannot_load_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
     monkeypatch.setenv("SPECVIZ_MODEL_DIRS", str(tmp_path))
-    with pytest.raises(support.UserError, match="Could not load the models: .*not found"):
-        support.get_stack((support.CUSTOM, str(tmp_path / "missing.gguf"), ()))
+    with pytest.raises(app_settings.UserError, match="Could not load the models: .*not found"):
+        stacks.get_stack((app_settings.CUSTOM, str(tmp_path / "missing.gguf"), ()))
 
 
 def test_custom_models_are_off_unless_the_operator_turns_them_on(monkeypatch, tmp_path):
     monkeypatch.delenv("SPECVIZ_ALLOW_CUSTOM_MODELS", raising=False)
     read = []
-    monkeypatch.setattr(support.Stack, "load", lambda *a, **k: read.append(a))      # must never be reached
-    assert support.CUSTOM not in support.preset_names()
-    custom = {**SETTINGS, "preset": support.CUSTOM, "target": "/etc"}
-    with pytest.raises(support.UserError, match="^Custom models are disabled on this server; pick a preset.$"):
-        support.parse_settings(**custom)
-    with pytest.raises(support.UserError, match="disabled on this server"):
-        support.get_stack((support.CUSTOM, "/etc", ()))
+    monkeypatch.setattr(stacks.Stack, "load", lambda *a, **k: read.append(a))      # must never be reached
+    assert app_settings.CUSTOM not in app_settings.preset_names()
+    custom = {**SETTINGS, "preset": app_settings.CUSTOM, "target": "/etc"}
+    with pytest.raises(app_settings.UserError, match="^Custom models are disabled on this server; pick a preset.$"):
+        app_settings.parse_settings(**custom)
+    with pytest.raises(app_settings.UserError, match="disabled on this server"):
+        stacks.get_stack((app_settings.CUSTOM, "/etc", ()))
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
-    assert support.CUSTOM in support.preset_names() and support.parse_settings(**custom).target == "/etc"
-    with pytest.raises(support.UserError, match="Local model paths are disabled"):
-        support.get_stack((support.CUSTOM, "/etc", ()))
+    assert app_settings.CUSTOM in app_settings.preset_names() and app_settings.parse_settings(**custom).target == "/etc"
+    with pytest.raises(app_settings.UserError, match="Local model paths are disabled"):
+        stacks.get_stack((app_settings.CUSTOM, "/etc", ()))
     monkeypatch.setenv("SPECVIZ_MODEL_DIRS", str(tmp_path / "models"))
     for outside in ("/etc", str(tmp_path / "models" / ".." / "secret.gguf"), "~/x.gguf"):
-        with pytest.raises(support.UserError, match="outside the model directories"):
-            support.get_stack((support.CUSTOM, outside, ()))
-    with pytest.raises(support.UserError, match="outside the model directories"):
-        support.get_stack((support.CUSTOM, str(tmp_path / "models" / "ok.gguf"), ("/etc/passwd.npz",)))
+        with pytest.raises(app_settings.UserError, match="outside the model directories"):
+            stacks.get_stack((app_settings.CUSTOM, outside, ()))
+    with pytest.raises(app_settings.UserError, match="outside the model directories"):
+        stacks.get_stack((app_settings.CUSTOM, str(tmp_path / "models" / "ok.gguf"), ("/etc/passwd.npz",)))
     assert read == []
 
 
 def test_hub_models_are_size_checked_before_any_download(monkeypatch):
-    import specviz.server_policy as policy
+    import specviz.app.server_policy as policy
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
     monkeypatch.setenv("SPECVIZ_MAX_MODEL_BYTES", "1e9")
     monkeypatch.setattr(policy, "hub_weight_bytes", lambda repo: 7_000_000_000)
-    monkeypatch.setattr(support.Stack, "load", lambda *a, **k: pytest.fail("loaded a model over the limit"))
-    with pytest.raises(support.UserError, match=r"'big/model' has 7.0 GB of weights; .* at most 1.0 GB"):
-        support.get_stack((support.CUSTOM, "big/model", ("lookup",)))
+    monkeypatch.setattr(stacks.Stack, "load", lambda *a, **k: pytest.fail("loaded a model over the limit"))
+    with pytest.raises(app_settings.UserError, match=r"'big/model' has 7.0 GB of weights; .* at most 1.0 GB"):
+        stacks.get_stack((app_settings.CUSTOM, "big/model", ("lookup",)))
 
     def offline(repo):
         raise OSError("no network")
     monkeypatch.setattr(policy, "hub_weight_bytes", offline)
-    with pytest.raises(support.UserError, match="Could not check the size of 'org/model' on the hub"):
-        support.get_stack((support.CUSTOM, "org/model", ()))
-    with pytest.raises(support.UserError, match="neither a hub id"):
-        support.get_stack((support.CUSTOM, "not a model id!", ()))
+    with pytest.raises(app_settings.UserError, match="Could not check the size of 'org/model' on the hub"):
+        stacks.get_stack((app_settings.CUSTOM, "org/model", ()))
+    with pytest.raises(app_settings.UserError, match="neither a hub id"):
+        stacks.get_stack((app_settings.CUSTOM, "not a model id!", ()))
 
 
 def test_captions_say_what_happened(greedy):
-    base = support.step_caption(greedy["baseline"].steps[0])
+    base = words.step_caption(greedy["baseline"].steps[0])
     assert "plain decoding" in base and "one next token" in base
     for step in greedy["tree"].steps + greedy["staged"].steps:
-        caption = support.step_caption(step)
+        caption = words.step_caption(step)
         assert f"guessed {len(step.nodes) - 1} tokens ahead" in caption
         assert f"{len(step.committed_tokens)} new token" in caption
         assert "one target pass" in caption
     saving = next(s for s in greedy["staged"].steps if len(s.committed_tokens) > 1)
-    assert "saved." in support.step_caption(saving) and "plain decoding would have needed" in support.step_caption(saving)
-    assert "min(1, p/q)" in support.step_caption(saving, greedy=False)
+    assert "saved." in words.step_caption(saving) and "plain decoding would have needed" in words.step_caption(saving)
+    assert "min(1, p/q)" in words.step_caption(saving, greedy=False)
 
 
 def test_text_is_coloured_by_the_producing_stage(greedy):
     run = greedy["staged"]
-    page = support.text_html("PROMPT<", run.steps, run.steps[0].stages)
+    page = words.text_html("PROMPT<", run.steps, run.steps[0].stages)
     assert "PROMPT&lt;" in page                                  # escaped prompt
     assert page.count('class="tok" data-stage') == len(run.tokens)
     for stage, colour in enumerate(["#D55E00", "#0072B2"]):
@@ -159,9 +160,9 @@ def test_text_is_coloured_by_the_producing_stage(greedy):
 
 def test_counters_and_compare_table(greedy):
     stats = {k: greedy[k].stats for k in ("baseline", "speculative", "staged")}
-    counters = support.counters_md(stats["staged"], 14, finished=True)
+    counters = words.counters_md(stats["staged"], 14, finished=True)
     assert "Tokens per target pass" in counters and "finished" in counters
-    table = support.compare_table_md(stats)
+    table = words.compare_table_md(stats)
     assert table.count("\n") == 2 + len(stats) - 1 and "| baseline |" in table and "1.00×" in table
 
 
@@ -172,17 +173,17 @@ BENCH = {"machine": "m", "date": "d", "command": "python -m specviz.bench", "res
 
 
 def test_benchmark_results_are_optional(tmp_path):
-    assert support.load_benchmark(tmp_path / "absent.json") is None
+    assert words.load_benchmark(tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text("{not json")
-    assert support.load_benchmark(tmp_path / "bad.json") is None
-    assert "No benchmark results yet" in support.benchmark_md(None)
+    assert words.load_benchmark(tmp_path / "bad.json") is None
+    assert "No benchmark results yet" in words.benchmark_md(None)
     (tmp_path / "latest.json").write_text(json.dumps(BENCH))
-    md = support.benchmark_md(support.load_benchmark(tmp_path / "latest.json"))
+    md = words.benchmark_md(words.load_benchmark(tmp_path / "latest.json"))
     assert "| staged | greedy | 12.5 | 2.00× | – | 0.30× | 3 / 3 |" in md
 
 
 def test_example_prompts_include_humaneval_and_plain_language():
-    examples = support.example_prompts()
+    examples = app_settings.example_prompts()
     assert any(name.startswith("HumanEval") for name in examples)
     assert any(not name.startswith("HumanEval") for name in examples)
     assert all(text.strip() for text in examples.values())
@@ -192,7 +193,7 @@ def test_example_prompts_include_humaneval_and_plain_language():
 
 def test_the_race_runs_every_lane_to_the_same_text(tiny_default):
     tiny_default()
-    race = Race.start(support.parse_settings(**{**SETTINGS, "max_new_tokens": 10}))
+    race = Race.start(app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 10}))
     assert list(race.lanes()) == list(COMPARED) and not race.skipped
     peer = race.peers["hf_assisted"]
     assert peer.shown == 0 and peer.chunks and all(a <= b for (a, _), (b, _) in zip(peer.chunks, peer.chunks[1:]))
@@ -208,85 +209,85 @@ def test_the_race_runs_every_lane_to_the_same_text(tiny_default):
     assert stats["staged"]["tokens_per_target_forward"] >= 1.0
     assert table["hf_assisted"]["wall_s"] == peer.chunks[-1][0] and table["hf_assisted"]["new_tokens"] == 10
     assert table["baseline"]["wall_s"] >= stats["baseline"]["wall_s"]          # its clock includes the prefill
-    assert "speculative" in support.race_column_html("speculative", race.decoders["speculative"], table["speculative"])
-    column = support.race_column_html("hf_assisted", peer, table["hf_assisted"], body="<b>x</b>")
+    assert "speculative" in words.race_column_html("speculative", race.decoders["speculative"], table["speculative"])
+    column = words.race_column_html("hf_assisted", peer, table["hf_assisted"], body="<b>x</b>")
     assert "done ✓" in column and "&lt;b&gt;x&lt;/b&gt;" in column
-    assert "| hf_assisted |" in support.compare_table_md(table)
+    assert "| hf_assisted |" in words.compare_table_md(table)
 
 
 def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     """Why it is fast: measured and predicted tokens per pass for each speculating lane, from the race's
     traces. Is it lossless: plain and staged samples of the next token with their chi-square tests, or
     under greedy the race's lanes compared token by token."""
-    import app
-    from specviz import panels
+    from specviz.app import events
+    from specviz.app import panels
 
     tiny_default()
     session = Session()
-    list(app.on_compare(session, *{**SETTINGS, "max_new_tokens": 12}.values()))
+    list(events.on_compare(session, *{**SETTINGS, "max_new_tokens": 12}.values()))
     view = panels.speed_view({name: lane.steps for name, lane in session.race.decoders.items()})
     assert set(view["explained"]) == {"speculative", "staged"}
     for e in view["explained"].values():
         assert e.tokens_measured >= 1.0 and e.tokens_predicted >= 1.0 and e.speedup_measured > 0
     assert "| speculative | 3.0 |" in panels.speed_md(view)
-    *_, figure, summary = app.render_race(session, "")
+    *_, figure, summary = events.render_race(session, "")
     assert "tokens per pass" in summary and len(figure.data) >= 3
 
-    greedy = list(app.on_lossless(session, 20, *SETTINGS.values()))
+    greedy = list(events.on_lossless(session, 20, *SETTINGS.values()))
     assert "all 12 tokens identical" in greedy[-1][-1] and "baseline" not in greedy[-1][-1].split("\n", 1)[1]
     sampled = {**SETTINGS, "strategy": "staged", "sampling_mode": "sample", "max_new_tokens": 4}
-    updates = list(app.on_lossless(session, 40, *sampled.values()))
+    updates = list(events.on_lossless(session, 40, *sampled.values()))
     session_, status, figure, summary = updates[-1]
     assert status == "Sampled 40 next tokens per lane." and "plain 40/40, staged 40/40" in summary
     assert summary.count("p = ") == 3 and [t.name for t in figure.data][0] == "target's exact probability"
-    errors = list(app.on_lossless(session, "many", *sampled.values()))
+    errors = list(events.on_lossless(session, "many", *sampled.values()))
     assert "samples must be a number" in errors[-1][1]
 
 
 def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
-    import app
+    from specviz.app import events, replay_events
 
-    monkeypatch.setattr(app, "START_RECORDING", "")
-    assert len(app.on_start(5)) == 5 and isinstance(app.on_start(5)[0], Session)
-    monkeypatch.setattr(app, "START_RECORDING", app.SPACE_RECORDING)
-    outputs = app.on_start(app.OPEN_OUTPUTS + app.COMPARE_OUTPUTS - 2)
+    monkeypatch.setattr(replay_events, "START_RECORDING", "")
+    assert len(replay_events.on_start(5)) == 5 and isinstance(replay_events.on_start(5)[0], Session)
+    monkeypatch.setattr(replay_events, "START_RECORDING", replay_events.SPACE_RECORDING)
+    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + events.COMPARE_OUTPUTS - 2)
     session, status = outputs[:2]
     assert session.recording is not None and len(session.decoder.steps) == 1 and session.race.finished
     assert "Showing a recorded run (recorded on " in status
-    counters = outputs[2 + app.N_CONTROLS + 3]
+    counters = outputs[2 + replay_events.N_CONTROLS + 3]
     assert "recorded on " in counters
-    assert all("done ✓" in column for column in outputs[app.OPEN_OUTPUTS:app.OPEN_OUTPUTS + len(COMPARED)])
+    assert all("done ✓" in column for column in outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(COMPARED)])
     assert "tokens per pass" in outputs[-1]
 
 
 def test_the_race_says_when_lanes_differ():
-    assert "Every lane wrote exactly" in support.sameness_note([], greedy=True)
-    assert "bug" in support.sameness_note(["staged"], greedy=True)
-    assert "random draws" in support.sameness_note(["staged"], greedy=False)
+    assert "Every lane wrote exactly" in words.sameness_note([], greedy=True)
+    assert "bug" in words.sameness_note(["staged"], greedy=True)
+    assert "random draws" in words.sameness_note(["staged"], greedy=False)
 
 
 def test_the_race_explains_a_missing_staged_stack(tiny_default):
     tiny_default(drafts=("lookup",))
-    race = Race.start(support.parse_settings(**SETTINGS))
+    race = Race.start(app_settings.parse_settings(**SETTINGS))
     assert "staged" not in race.decoders and "this model stack has: lookup" in race.skipped["staged"]
     assert "hf_assisted" not in race.peers and "needs a draft model" in race.skipped["hf_assisted"]
 
 
 def test_sessions_share_models_but_not_state(tiny_default):
     tiny_default()
-    settings = support.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12})
+    settings = app_settings.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12})
     alone = Session()
     dec, _ = alone.decoder_for(settings)
     alone_tokens = dec.generate().tokens
     first, second = Session(), Session()
     a, _ = first.decoder_for(settings)
-    b, _ = second.decoder_for(support.parse_settings(**{**SETTINGS, "prompt": "x y z", "max_new_tokens": 12}))
+    b, _ = second.decoder_for(app_settings.parse_settings(**{**SETTINGS, "prompt": "x y z", "max_new_tokens": 12}))
     while not (a.finished and b.finished):          # interleaved, as two users' events would be
         for d in (a, b):
             if not d.finished:
                 d.step()
     assert a.new_tokens == alone_tokens and a is not b
-    again, note = first.decoder_for(support.parse_settings(**{**SETTINGS, "max_new_tokens": 5}))
+    again, note = first.decoder_for(app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 5}))
     assert again is not a and "new generation" in note
     run_id = first.run_id
     first.reset()
@@ -437,7 +438,7 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     status = page.locator("#status")
     page.locator("#examples input").click()
     page.get_by_role("option", name="Pattern: days of the week").click()
-    expect(page.locator("#prompt textarea")).to_have_value(support.NATURAL_PROMPTS["Pattern: days of the week"])
+    expect(page.locator("#prompt textarea")).to_have_value(app_settings.NATURAL_PROMPTS["Pattern: days of the week"])
     page.locator("#examples input").click()
     page.get_by_role("option", name="HumanEval/0: has_close_elements").click()
     expect(page.locator("#prompt textarea")).to_have_value(re.compile("def has_close_elements"))
@@ -520,7 +521,7 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     # any model listing days for 200 tokens, so the run is still going when Stop comes.
     page.get_by_role("tab", name="Step through").click()
     page.locator("#examples input").click()
-    page.get_by_role("option", name=support.PATTERN_EXAMPLE).click()
+    page.get_by_role("option", name=app_settings.PATTERN_EXAMPLE).click()
     page.locator("#strategy label", has_text="baseline").first.click()
     set_number(page, "max-new-tokens", 200)
     page.locator("#run-btn").click()
@@ -612,16 +613,16 @@ def test_recordings_replay_in_a_browser_and_hostile_files_show_as_text(page, tmp
 def test_stop_leaves_the_status_to_the_loop_it_stops():
     """Stop must not write a status while a loop runs: its reply could reach the page after the
     loop's own "Stopped after …" and hide it (seen in the browser test)."""
-    import app
+    from specviz.app import events
     session = Session()
-    assert app.on_stop(session)[1] == "Nothing is running."
+    assert events.on_stop(session)[1] == "Nothing is running."
     loop = session.loop(lambda run_id: iter([run_id, run_id]))
     stopped_run = next(loop)                                         # the loop is going on
-    _, status = app.on_stop(session)
+    _, status = events.on_stop(session)
     assert status is not None and not isinstance(status, str)       # gr.skip(): left as it is
     assert session.stopped_run == stopped_run and session.run_id != stopped_run
     loop.close()                                                     # the loop ends
-    assert app.on_stop(session)[1] == "Nothing is running."
+    assert events.on_stop(session)[1] == "Nothing is running."
 
 
 def test_the_model_bytes_a_server_holds_are_bounded(monkeypatch):
@@ -635,30 +636,30 @@ def test_the_model_bytes_a_server_holds_are_bounded(monkeypatch):
     def load(name, dtype, device):
         return Stack(LoadedModel(name, tiny_model("llama", seed=len(name)), WordTokenizer()), [], {})
     monkeypatch.setattr(presets, "load_preset", load)
-    monkeypatch.setattr(support, "_STACKS", OrderedDict())
+    monkeypatch.setattr(stacks, "_STACKS", OrderedDict())
     size = load("a", None, None).weight_bytes
-    monkeypatch.setattr(support, "MAX_STACK_BYTES", 1.5 * size)
-    support.get_stack(("a",))
-    support.get_stack(("b",))                  # two would exceed the bound: the older one is dropped
-    assert list(support._STACKS) == [("b",)]
-    monkeypatch.setattr(support, "MAX_STACK_BYTES", 0.5 * size)
-    with pytest.raises(support.UserError, match="this server holds at most"):
-        support.get_stack(("cc",))
-    assert ("cc",) not in support._STACKS and ("b",) in support._STACKS
+    monkeypatch.setattr(stacks, "MAX_STACK_BYTES", 1.5 * size)
+    stacks.get_stack(("a",))
+    stacks.get_stack(("b",))                  # two would exceed the bound: the older one is dropped
+    assert list(stacks._STACKS) == [("b",)]
+    monkeypatch.setattr(stacks, "MAX_STACK_BYTES", 0.5 * size)
+    with pytest.raises(app_settings.UserError, match="this server holds at most"):
+        stacks.get_stack(("cc",))
+    assert ("cc",) not in stacks._STACKS and ("b",) in stacks._STACKS
 
 
 def test_live_sessions_are_bounded_and_idle_ones_give_their_caches_back(tiny_default, monkeypatch):
-    from specviz import sessions
+    from specviz.app import sessions
     tiny_default()
     live = sessions.LiveSessions(limit=2, idle_s=60)
     monkeypatch.setattr(sessions, "LIVE", live)
     clock = [1000.0]
     monkeypatch.setattr(sessions, "monotonic", lambda: clock[0])
-    settings = support.parse_settings(**{**SETTINGS, "max_new_tokens": 4})
+    settings = app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 4})
     first, second, third = Session(), Session(), Session()
     first.decoder_for(settings)
     second.decoder_for(settings)
-    with pytest.raises(support.UserError, match="server is busy: 2 sessions are decoding"):
+    with pytest.raises(app_settings.UserError, match="server is busy: 2 sessions are decoding"):
         third.decoder_for(settings)
     assert first.decoder is not None and second.decoder is not None      # the others go on
     clock[0] += 61                                                      # the first two are idle now
@@ -666,7 +667,7 @@ def test_live_sessions_are_bounded_and_idle_ones_give_their_caches_back(tiny_def
     dec, note = third.decoder_for(settings)
     assert dec is not None and note == ""
     assert first.decoder is None and first.released and second.decoder is not None
-    with pytest.raises(support.UserError, match="busy"):                 # the first visitor returns: no room
+    with pytest.raises(app_settings.UserError, match="busy"):                 # the first visitor returns: no room
         first.decoder_for(settings)
     third.reset()
     assert id(third) not in live.sessions
@@ -698,7 +699,7 @@ def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(
     def status_of(reply) -> str:
         return reply[0] if isinstance(reply, (list, tuple)) else str(reply)
 
-    bad = [dict(prompt=""), dict(prompt="x" * (support.MAX_PROMPT_CHARS + 1)), dict(strategy="staged", budget=10**6),
+    bad = [dict(prompt=""), dict(prompt="x" * (app_settings.MAX_PROMPT_CHARS + 1)), dict(strategy="staged", budget=10**6),
            dict(mode="sample", temperature=1e9), dict(max_new=10**9), dict(lookup=-5), dict(shape="spiral")]
     visitor = client()
     for change in bad:
@@ -710,7 +711,7 @@ def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(
     for change in (dict(budget="many"), dict(seed="x"), dict(max_new=[1])):       # wrong types: named, one line
         with pytest.raises(Exception, match="must be a number"):
             api_call(visitor, **change)
-    for preset, target in ((support.CUSTOM, "/etc"), ("no-such-preset", ""), (support.CUSTOM, "org/huge-model")):
+    for preset, target in ((app_settings.CUSTOM, "/etc"), ("no-such-preset", ""), (app_settings.CUSTOM, "org/huge-model")):
         with pytest.raises(Exception, match="not in the list of choices"):
             api_call(visitor, preset=preset, target=target)
 

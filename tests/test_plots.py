@@ -1,6 +1,7 @@
 """Plot builders on recorded traces (tests/data, re-recorded by tests/data/record_traces.py): no models."""
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def test_tree_figure_has_one_marker_and_one_label_per_node(greedy, sampled):
         expected = [plots.token_label(n.text) for n in step.nodes]
         if bonus:
             expected.append(plots.token_label(step.committed_text[-1]))
-        assert sorted(labels) == sorted(plots.html.escape(x, quote=False) for x in expected)
+        assert sorted(labels) == sorted(html.escape(x, quote=False) for x in expected)
         layout = plots.tree_layout(step)
         assert len(set(layout.values())) == len(layout), "no two boxes (the target's token included) overlap"
         assert (plots.BONUS_ID in layout) == bool(bonus)

@@ -8,11 +8,13 @@ import json
 
 import pytest
 
-from specviz import app_replay, plots
-from specviz import app_support as support
+from specviz import plots
+from specviz.app import replay as app_replay
+from specviz.app import settings as app_settings
+from specviz.app import stacks, words
 from specviz import recording as rec
-from specviz.race import Race
-from specviz.sessions import Session
+from specviz.app.race import Race
+from specviz.app.sessions import Session
 from test_app import SETTINGS
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
@@ -20,12 +22,12 @@ HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
 
 def live_session(**change) -> Session:
     """A session that raced every lane and ran its Step strategy to the end on the tiny stack."""
-    settings = support.parse_settings(**{**SETTINGS, "max_new_tokens": 8, **change})
+    settings = app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 8, **change})
     session = Session(settings=settings)
     session.race = Race.start(settings)
     while not session.race.finished:
         session.race.step()
-    session.decoder = support.new_decoder(support.get_stack(settings.stack_key()), settings)
+    session.decoder = stacks.new_decoder(stacks.get_stack(settings.stack_key()), settings)
     while not session.decoder.finished:
         session.decoder.step()
     return session
@@ -40,7 +42,7 @@ def test_a_saved_run_replays_to_the_same_figures_without_models(tiny_default, tm
     tiny_default()
     live = live_session(sampling_mode=mode, top_k=5)
     path = app_replay.save(live, tmp_path)
-    support._STACKS.clear()                  # no model from here on
+    stacks._STACKS.clear()                  # no model from here on
     session = Session()
     recording = app_replay.open_into(session, path.read_bytes())
     assert recording.recorded["machine"] and recording.label().startswith("recorded on ")
@@ -50,10 +52,10 @@ def test_a_saved_run_replays_to_the_same_figures_without_models(tiny_default, tm
         lane.step()
         assert figure(plots.tree_figure(lane.steps[-1])) == figure(plots.tree_figure(live_step))
     assert lane.finished and lane.new_tokens == live.decoder.new_tokens
-    assert support.text_html(SETTINGS["prompt"], lane.steps, lane.stages) == \
-        support.text_html(SETTINGS["prompt"], steps, live.decoder.stages)
+    assert words.text_html(SETTINGS["prompt"], lane.steps, lane.stages) == \
+        words.text_html(SETTINGS["prompt"], steps, live.decoder.stages)
     assert figure(plots.acceptance_figure(lane.steps)) == figure(plots.acceptance_figure(steps))
-    assert support.stats_of(lane) == support.stats_of(live.decoder)
+    assert stacks.stats_of(lane) == stacks.stats_of(live.decoder)
     race = recording.race_replay()
     while not race.finished:
         race.step()
@@ -114,7 +116,7 @@ def test_bad_files_are_refused_with_one_line_and_change_nothing(tiny_default, tm
     payload = BAD[case](_saved(tiny_default, tmp_path))
     session = live_session()
     before = (session.decoder, session.race, session.settings)
-    with pytest.raises(support.UserError) as refused:
+    with pytest.raises(app_settings.UserError) as refused:
         app_replay.open_into(session, payload)
     message = str(refused.value)
     assert message.startswith("This file cannot be replayed: ") and "\n" not in message, message
@@ -142,10 +144,10 @@ def test_token_texts_from_a_file_are_drawn_as_text(tiny_default, tmp_path):
     recording = app_replay.open_into(session, _edit(_saved(tiny_default, tmp_path), hostile))
     lane = session.decoder
     lane.step()
-    drawn = [support.text_html("p", lane.steps, lane.stages), support.legend_html(lane.stages),
+    drawn = [words.text_html("p", lane.steps, lane.stages), words.legend_html(lane.stages),
              app_replay.label(recording), figure(plots.tree_figure(lane.steps[-1]))]
     for html_text in drawn:
         assert "<img" not in html_text, html_text[:300]
     assert "&lt;img" in drawn[0] and "&lt;img" in drawn[2]
-    caption = support.step_caption(lane.steps[-1])        # Markdown: tokens sit in code spans, shown as text
+    caption = words.step_caption(lane.steps[-1])        # Markdown: tokens sit in code spans, shown as text
     assert caption.count("<img") == caption.count("`<img") > 0

@@ -11,7 +11,8 @@ import threading
 from dataclasses import dataclass, field
 from time import monotonic
 
-from .app_support import Settings, UserError, get_stack, new_decoder
+from .settings import Settings, UserError
+from .stacks import get_stack, new_decoder
 from .server_policy import env_number
 
 MAX_LIVE_SESSIONS = int(env_number("SPECVIZ_MAX_SESSIONS", 16))
@@ -25,7 +26,7 @@ class Session:
     run took over, so it ends instead of waiting on anything."""
     decoder: object = None
     settings: Settings | None = None
-    race: object = None                 # the Compare race (specviz.race.Race), if one ran
+    race: object = None                 # the Compare race (specviz.app.race.Race), if one ran
     recording: object = None            # an open recording (specviz.recording.Recording): views replay it
     run_id: int = 0
     stopped_run: int = -1               # the run that Stop ended, so its loop can say so
@@ -38,7 +39,7 @@ class Session:
         """Start over: a new generation next Step, or an open recording from its first step."""
         self.decoder, self.settings, self.race = None, None, None
         if self.recording is not None:
-            from .recording import settings_of
+            from .record import settings_of
             self.decoder, self.settings = self.recording.step_lane(), settings_of(self.recording)
         LIVE.forget(self)
         self.new_run()

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from time import perf_counter
 
-from .app_support import Settings, UserError, get_stack, new_decoder, stats_of
-from .hf_peers import ArrivalClock, hf_generate
+from ..hf_peers import ArrivalClock, hf_generate
+from .settings import Settings, UserError
+from .stacks import get_stack, new_decoder, stats_of
 
 ENGINE_LANES = ("baseline", "speculative", "staged")
 PEER_LANE = "hf_assisted"

@@ -12,9 +12,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from time import sleep
 
-from . import recording as rec
-from .app_support import OFFLINE_DEFAULT, UserError, get_stack, parse_settings, preset_names
-from .recording import Recording, RecordingError
+from .. import recording as rec
+from ..recording import Recording, RecordingError
+from .record import of_session, settings_of
+from .settings import OFFLINE_DEFAULT, UserError, parse_settings, preset_names
+from .stacks import get_stack
 
 MAX_PACE_S = 0.4        # Run and Compare replay a step in its recorded time, at most this long
 
@@ -65,7 +67,7 @@ def open_into(session, source) -> Recording:
         raise UserError(f"This file cannot be replayed: {exc}") from None
     session.reset()
     session.recording = recording
-    session.decoder, session.settings = recording.step_lane(), rec.settings_of(recording)
+    session.decoder, session.settings = recording.step_lane(), settings_of(recording)
     return recording
 
 
@@ -81,7 +83,7 @@ def save(session, folder: str | None = None) -> Path:
         if session.race is None and (session.decoder is None or not session.decoder.steps):
             raise UserError("Nothing to save yet: press Step, Run or Compare first.")
         stack = get_stack(session.settings.stack_key())
-        recording = rec.of_session(session.settings, session.race, stack, session.decoder)
+        recording = of_session(session.settings, session.race, stack, session.decoder)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     folder = Path(folder or tempfile.mkdtemp(prefix="specviz-"))
     return rec.dump(recording, folder / f"specviz-run-{stamp}.json")

@@ -6,33 +6,27 @@ precision, and every lane's trace records (specviz/trace.py) with their measured
 wraps each recorded lane in an object with the live decoder's interface (`steps`, `step()`,
 `finished`, ...), so the app draws recorded and live runs with the same code. Files from users are
 untrusted: `load()` checks size, format, version and every field's type, and refuses a bad file
-with one line.
+with one line. Making a recording (from an app session, or `python -m specviz.recording`) is
+specviz/app/record.py.
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import io
 import json
-import sys
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from time import perf_counter
 
-from . import __version__
-from .drafting import TreeSpec
-from .machine import describe
-from .sampling import Sampling
-from .server_policy import env_number
-from .trace import StageInfo, StepRecord
+from ..sampling import Sampling
+from ..app.server_policy import env_number
+from ..trace import StageInfo, StepRecord
 
 FORMAT = "specviz-recording"
 VERSION = 1
 MAX_BYTES = int(env_number("SPECVIZ_MAX_RECORDING_BYTES", 8_000_000))
-RECORDINGS = Path(__file__).resolve().parent.parent / "assets" / "recordings"
+RECORDINGS = Path(__file__).resolve().parents[2] / "assets" / "recordings"
 
 
 class RecordingError(ValueError):
@@ -118,8 +112,8 @@ class Recording:
         return _fresh(self.lanes[self.settings["strategy"]])
 
     def race_replay(self):
-        """A fresh replay of the recorded race (a specviz.race.Race of recorded lanes), or None."""
-        from .race import PeerLane, Race
+        """A fresh replay of the recorded race (a specviz.app.race.Race of recorded lanes), or None."""
+        from ..app.race import PeerLane, Race
         if not self.race:
             return None
         decoders = {n: _fresh(self.lanes[n]) for n in self.race if n in self.lanes}
@@ -290,110 +284,3 @@ def dump(recording: Recording, path: str | Path) -> Path:
 def shipped() -> dict[str, Path]:
     """The recordings shipped under assets/recordings, by file stem."""
     return {p.name.split(".")[0]: p for p in sorted(RECORDINGS.glob("*.json*"))}
-
-
-# -- recording -------------------------------------------------------------------------------------
-
-def settings_dict(settings) -> dict:
-    return {"prompt": settings.prompt, "strategy": settings.strategy, "preset": settings.preset,
-            "target": settings.target, "drafts": settings.drafts, "sampling": vars(settings.sampling),
-            "tree": vars(settings.tree), "max_new_tokens": settings.max_new_tokens}
-
-
-def settings_of(recording: Recording):
-    """The app's Settings object of a recording (for the controls and the captions)."""
-    from .app_support import Settings
-    s = recording.settings
-    try:
-        return Settings(prompt=s["prompt"], strategy=s["strategy"], preset=s["preset"], target=s.get("target", ""),
-                        drafts=s.get("drafts", ""), sampling=Sampling(**s["sampling"]), tree=TreeSpec(**s["tree"]),
-                        max_new_tokens=s["max_new_tokens"])
-    except (TypeError, KeyError) as exc:
-        raise RecordingError(f"settings are malformed ({exc})") from None
-
-
-def of_session(settings, race, stack, step_decoder=None) -> Recording:
-    """A Recording of a live race (or None) and the Step view's decoder, as far as each got."""
-    lanes, peers, order, skipped = {}, {}, [], {}
-    if race is not None:
-        lanes = {name: RecordedLane.of(d, race.setup_s.get(name, 0.0)) for name, d in race.decoders.items() if d.steps}
-        peers = {name: RecordedPeer([t for t, _ in p.chunks[: p.shown]], [c for _, c in p.chunks[: p.shown]],
-                                    [stack.tokenizer.decode([t for _, c in p.chunks[: i + 1] for t in c],
-                                                            skip_special_tokens=True) for i in range(p.shown)],
-                                    p.max_new_tokens, p.target_forwards)
-                 for name, p in race.peers.items() if p.shown}
-        skipped = dict(race.skipped)
-        order = [name for name in race.lanes() if name in lanes or name in peers] + list(skipped)
-    if step_decoder is not None and step_decoder.steps:
-        lanes[step_decoder.strategy] = RecordedLane.of(step_decoder)
-    if settings.strategy not in lanes:
-        raise RecordingError(f"Nothing to save yet: run {settings.strategy} with Step, Run or Compare first.")
-    return Recording(settings_dict(settings), recorded_meta(stack), lanes, order, peers, skipped)
-
-
-def recorded_meta(stack) -> dict:
-    import torch
-    device = str(next(stack.target.model.parameters()).device)
-    models = {stack.target.name: stack.target.weight_bytes}
-    models |= {spec: m.weight_bytes for spec, m in stack.draft_models().items()}
-    gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else ""
-    return {"machine": gpu or describe().split(", torch")[0], "device": device, "details": describe(),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "precision": stack.precision(),
-            "models": {k: str(v) for k, v in models.items()}, "specviz": __version__}
-
-
-def record(settings) -> Recording:
-    """Race the settings' strategy, our other strategies and HF assisted generation to the end."""
-    from .app_support import get_stack, new_decoder
-    from .race import Race
-    race = Race.start(settings)
-    while not race.finished:
-        race.step()
-    step_decoder = None
-    if settings.strategy not in race.decoders:
-        step_decoder = new_decoder(get_stack(settings.stack_key()), settings)
-        while not step_decoder.finished:
-            step_decoder.step()
-    return of_session(settings, race, get_stack(settings.stack_key()), step_decoder)
-
-
-def main(argv=None) -> int:
-    """`python -m specviz.recording`: record a race to a JSON file (e.g. on a GPU, to replay anywhere)."""
-    from .app_support import DEFAULT_BUDGET, UserError, parse_settings
-    from .bench.settings import BenchError, parse_sampling
-    from .prompts import PromptError, load_prompts
-    from .strategies import STAGED_LOOKUP
-    parser = argparse.ArgumentParser(prog="python -m specviz.recording", description=main.__doc__)
-    parser.add_argument("--preset", default="offline")
-    parser.add_argument("--prompt", default="HumanEval/0", help="a HumanEval task id (HumanEval/N) or the text itself")
-    parser.add_argument("--strategy", default="staged")
-    parser.add_argument("--sampling", default="greedy", help="greedy, or e.g. topk50 (see the bench)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    try:
-        text = args.prompt
-        if text.startswith("HumanEval/"):
-            by_id = {p.id: p.text for p in load_prompts()}
-            if text not in by_id:
-                raise RecordingError(f"no prompt {text!r} in HumanEval")
-            text = by_id[text]
-        s = parse_sampling(args.sampling, args.seed)
-        mode = "greedy" if s.greedy else "sample"
-        settings = parse_settings(text, args.strategy, args.preset, "", "", mode, s.temperature or 1.0, s.top_k,
-                                  s.top_p, s.seed, DEFAULT_BUDGET, "auto", 8, 4, STAGED_LOOKUP, args.max_new_tokens)
-        started = perf_counter()
-        recording = record(settings)
-    except (UserError, BenchError, PromptError, RecordingError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    dump(recording, args.out)
-    lanes = ", ".join(f"{n} {len(l.new_tokens)} tokens in {sum(s.wall_s for s in l.steps) + l.setup_s:.2f} s"
-                      for n, l in recording.lanes.items())
-    print(f"recorded in {perf_counter() - started:.0f} s on {recording.recorded['machine']}: {lanes} -> {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

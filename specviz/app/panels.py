@@ -10,11 +10,11 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from .lossless import ChiSquare
-from .palette import KIND_COLOURS, STRATEGY_COLOURS
-from .plots import _base_layout, empty_figure, token_label
-from .speed_model import best_tree, chain_curve, explain, fit_costs, rank_rates
-from .trace import StepRecord
+from ..lossless import ChiSquare
+from ..palette import KIND_COLOURS, STRATEGY_COLOURS
+from ..plots import base_layout, empty_figure, token_label
+from ..speed_model import best_tree, chain_curve, explain, fit_costs, rank_rates
+from ..trace import StepRecord
 
 EXPLAINED = ("speculative", "tree", "staged")
 CHAIN_LENGTHS = range(0, 11)
@@ -91,7 +91,7 @@ def speed_figure(view: dict | None) -> go.Figure:
             fig.add_trace(go.Scatter(x=[e.tree_size], y=[e.speedup_measured], showlegend=False, name=name, **point,
                                      hovertemplate=f"{name}: %{{y:.2f}}× measured<extra></extra>"), 1, 2)
     fig.update_xaxes(title_text="guesses per round (k)")
-    _base_layout(fig, title, 440)
+    base_layout(fig, title, 440)
     fig.update_layout(legend=dict(y=-0.25), margin=dict(b=90))
     return fig
 
@@ -113,7 +113,7 @@ def lossless_figure(exact: torch.Tensor | None, plain: Counter, spec: Counter, s
         fig.add_trace(go.Bar(x=labels, y=[counts.get(t, 0) / n for t in tokens], marker_color=colour,
                              name=f"{name}: share of {sum(counts.values())} samples"))
     fig.update_layout(barmode="group", yaxis_title="probability / share")
-    return _base_layout(fig, title, 380)
+    return base_layout(fig, title, 380)
 
 
 def lossless_md(strategy: str, tests: dict[str, ChiSquare], done: tuple[int, int], wanted: int) -> str:

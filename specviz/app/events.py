@@ -1,0 +1,295 @@
+"""The app's event handlers for Step, Run, Reset, Stop, Compare and the lossless check. Each returns
+(session, status, ...) for its outputs; `guarded` turns any failure into a one-line message."""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import replace
+from functools import wraps
+from inspect import isgeneratorfunction
+from time import perf_counter
+
+import gradio as gr
+
+from .. import lossless, plots
+from . import panels, replay, stacks, words
+from . import settings as app_settings
+from .race import COMPARED, Race
+from .sessions import LIVE, Session
+from .settings import UserError
+
+log = logging.getLogger("specviz.app")
+
+
+def warning(message: str) -> str:
+    return f'<div class="status-warn">⚠ {message}</div>'
+
+
+
+
+# -- error handling: every handler returns (session, status, ...); failures become a message -------
+
+def guarded(n_outputs: int):
+    """Turn UserError into a visible message and any other exception into a one-line one (the full
+    traceback goes to the server log); the other outputs stay as they are."""
+    def wrap(fn):
+        def failure(session, exc):
+            if isinstance(exc, UserError):
+                message = str(exc)
+            else:
+                log.exception("handler %s failed", fn.__name__)
+                message = f"Something went wrong: {app_settings.one_line(exc)}"
+            gr.Warning(message)
+            return (session, warning(message), *[gr.skip()] * (n_outputs - 2))
+
+        if isgeneratorfunction(fn):
+            @wraps(fn)
+            def gen(session, *args):
+                session = session or Session()
+                try:
+                    yield from fn(session, *args)
+                except Exception as exc:  # noqa: BLE001 - the UI must survive anything
+                    yield failure(session, exc)
+            return gen
+
+        @wraps(fn)
+        def plain(session, *args):
+            session = session or Session()
+            try:
+                return fn(session, *args)
+            except Exception as exc:  # noqa: BLE001
+                return failure(session, exc)
+        return plain
+    return wrap
+
+
+# -- Step / Run / Reset --------------------------------------------------------------------------
+
+STEP_OUTPUTS = 7   # session, status, tree, text, caption, counters, acceptance
+
+
+def render_step(session: Session, status: str):
+    dec = session.decoder
+    if dec is None or not dec.steps:
+        stages = dec.stages if dec is not None else None
+        return (session, status, plots.tree_figure(None), words.text_html(session.settings.prompt if dec else "",
+                [], stages), "", "No tokens yet.", plots.acceptance_figure([]))
+    last = dec.steps[-1]
+    stats = stacks.stats_of(dec)
+    if session.recording is not None:
+        precision = f"{session.recording.recorded['precision']} · {replay.label(session.recording)}"
+    else:
+        precision = stacks.get_stack(session.settings.stack_key()).precision()
+    return (session, status, plots.tree_figure(last), words.text_html(session.settings.prompt, dec.steps, dec.stages),
+            words.step_caption(last, dec.sampling.greedy),
+            words.counters_md(stats, dec.max_new_tokens, dec.finished, precision),
+            plots.acceptance_figure(dec.steps))
+
+
+def _step_once(session: Session, dec) -> bool:
+    """One step under the session's lock; False when Reset or new settings replaced `dec` meanwhile."""
+    if not session.lock.acquire(timeout=60):
+        raise UserError("This session is busy with another step; try again in a moment.")
+    try:
+        if dec is not session.decoder or dec.finished:
+            return False
+        dec.step()
+        return True
+    finally:
+        session.lock.release()
+
+
+def _finished_note(dec) -> str:
+    reason = "it wrote the end-of-text token" if dec.finish_reason == "eos" else "it reached max new tokens"
+    return f"Finished: {reason}. Press **Reset** (or change a setting) to start again."
+
+
+@guarded(STEP_OUTPUTS)
+def on_step(session: Session, *values):
+    settings = app_settings.parse_settings(*values)
+    dec, note = session.decoder_for(settings)
+    if dec.finished:
+        return render_step(session, _finished_note(dec))
+    _step_once(session, dec)
+    status = note or f"Step {len(dec.steps)} done."
+    return render_step(session, _finished_note(dec) if dec.finished else status)
+
+
+@guarded(STEP_OUTPUTS)
+def on_run(session: Session, *values):
+    settings = app_settings.parse_settings(*values)
+    loaded = session.recording is not None or stacks.stack_loaded(settings.stack_key())
+    yield render_step(session, "Starting…" if loaded else "Loading the models (first time only)…")
+    dec, note = session.decoder_for(settings)
+    yield from session.loop(lambda run_id: _run_loop(session, dec, note, run_id))
+
+
+def _run_loop(session: Session, dec, note: str, run_id: int):
+    started = perf_counter()
+    while not dec.finished:
+        if session.run_id != run_id:
+            if session.stopped_run == run_id:
+                yield render_step(session, f"Stopped after {len(dec.new_tokens)} tokens. Press Run to continue "
+                                           "or Reset to start over.")
+            return
+        if perf_counter() - started > app_settings.RUN_TIME_LIMIT_S:
+            yield render_step(session, f"Stopped: runs are limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s. "
+                                       "Press Run again to continue.")
+            return
+        if not _step_once(session, dec):
+            if dec is not session.decoder:
+                yield render_step(session, "This run ended: Reset or new settings started a new generation.")
+            break
+        replay.pace(dec)
+        yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
+                                   "Press Stop to pause.")
+    if dec.finished and dec is session.decoder:
+        yield render_step(session, (note + " " if note else "") + _finished_note(dec))
+
+
+@guarded(STEP_OUTPUTS)
+def on_reset(session: Session):
+    session.reset()
+    return render_step(session, "Reset: the next Step starts a new generation.")
+
+
+def on_stop(session: Session | None):
+    if session is None or session.looping != session.run_id:
+        return session, "Nothing is running."
+    session.stop()
+    # The loop ends after its current step and reports "Stopped after …" itself; a status from here
+    # could reach the page after that report and hide it.
+    return session, gr.skip()
+
+
+# -- Compare ---------------------------------------------------------------------------------------
+
+COMPARE_OUTPUTS = 2 + len(COMPARED) + 6
+
+
+def render_race(session: Session, status: str, charts: bool = True):
+    race = session.race
+    columns = []
+    table = race.table_stats() if race is not None else {}
+    for name in COMPARED:
+        if race is not None and name in race.decoders:
+            columns.append(words.race_column_html(name, race.decoders[name], table.get(name, {})))
+        elif race is not None and name in race.peers:
+            peer = race.peers[name]
+            columns.append(words.race_column_html(name, peer, table.get(name, {}), body=peer.text()))
+        elif race is not None and name in race.skipped:
+            columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b>: not in this race. '
+                           f"{race.skipped[name]}</div>")
+        else:
+            columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b></div>')
+    stats = race.stats() if race is not None else {}
+    if not charts:
+        return (session, status, *columns, *[gr.skip()] * 6)
+    caption = f"\n\n*Replay: {replay.label(session.recording)}; timings as recorded.*" if session.recording else ""
+    speed = panels.speed_view({name: lane.steps for name, lane in race.decoders.items()}) if race else None
+    stages = {name: lane.stages for name, lane in race.decoders.items()} if race else {}
+    return (session, status, *columns, words.compare_table_md(table) + caption, plots.latency_figure(stats, stages),
+            plots.forwards_figure(stats), plots.memory_figure(stats, stages), panels.speed_figure(speed),
+            panels.speed_md(speed))
+
+
+@guarded(COMPARE_OUTPUTS)
+def on_compare(session: Session, *values):
+    settings = app_settings.parse_settings(*values)
+    yield render_race(session, "Replaying the recorded race…" if session.recording else
+                      "Loading models and preparing the race…", charts=False)
+    yield from session.loop(lambda run_id: _race_loop(session, settings, run_id))
+
+
+def _race_loop(session: Session, settings, run_id: int):
+    if session.recording is not None:
+        session.race = race = session.recording.race_replay()
+        if race is None:
+            raise UserError("This recording holds no race: open one saved from Compare, or go back to live.")
+    else:
+        if not stacks.stack_loaded(settings.stack_key()):
+            yield render_race(session, "Loading the models (first time only)…", charts=False)
+        yield render_race(session, "Timing HF assisted generation (transformers' generate with the same draft)…",
+                          charts=False)
+        LIVE.admit(session)
+        session.race = race = Race.start(settings)
+    skipped = " ".join(race.skipped.values())
+    started = perf_counter()
+    yield render_race(session, "Racing…")
+    while not race.finished:
+        if session.run_id != run_id or session.race is not race:
+            if session.stopped_run == run_id:
+                yield render_race(session, "Race stopped; the charts show the steps so far.")
+            return
+        if perf_counter() - started > app_settings.RUN_TIME_LIMIT_S:
+            yield render_race(session, f"Stopped: races are limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s.")
+            return
+        replay.pace(race.lanes()[race.step()])
+        yield render_race(session, "Racing… press Stop to end early.")
+    outcome = "Race finished. " + words.sameness_note(race.differing(), settings.sampling.greedy)
+    yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
+
+
+# -- Is it lossless? --------------------------------------------------------------------------------
+
+LOSSLESS_OUTPUTS = 4     # session, status, figure, summary
+
+
+@guarded(LOSSLESS_OUTPUTS)
+def on_lossless(session: Session, samples, *values):
+    settings = app_settings.parse_settings(*values)
+    n = app_settings.parse_number(samples, "samples", 10, app_settings.MAX_LOSSLESS_SAMPLES)
+    if session.recording is not None:
+        raise UserError("The lossless check samples with the models: press Back to live decoding first.")
+    if settings.sampling.greedy:
+        yield session, "Greedy decoding is deterministic: the check is that every lane writes baseline's tokens.", \
+            gr.skip(), _greedy_diff_md(session.race)
+        return
+    LIVE.admit(session)
+    yield from session.loop(lambda run_id: _lossless_loop(session, settings, n, run_id))
+
+
+def _greedy_diff_md(race) -> str:
+    if race is None or "baseline" not in race.decoders:
+        return ("Greedy: run **Compare**, then press Sample again for a token-by-token comparison of the lanes; "
+                "choose *sample* under Sampling to test the distribution.")
+    diff = lossless.greedy_diff({name: lane.new_tokens for name, lane in race.lanes().items()})
+    return "Greedy, against baseline's tokens in the last race:\n" + "\n".join(
+        f"- **{name}**: {words}" for name, words in diff.items())
+
+
+def _lossless_loop(session: Session, settings, n: int, run_id: int):
+    stack = stacks.get_stack(settings.stack_key())
+    strategy = settings.strategy if settings.strategy != "baseline" else "staged"
+    decoders = {lane: lambda seed, lane=lane: stacks.new_decoder(
+        stack, replace(settings, sampling=replace(settings.sampling, seed=seed)), lane) for lane in ("baseline", strategy)}
+    exact = lossless.next_token_distribution(stack.target.model, stack.encode(settings.prompt), settings.sampling)
+    plain, spec = Counter(), Counter()
+    text_of = lambda token: stack.tokenizer.decode([token])
+
+    def render(status: str):
+        tests = {} if len(plain) + len(spec) == 0 else {
+            f"plain vs {strategy} (one distribution?)": lossless.homogeneity(plain, spec),
+            f"{strategy} vs the target's exact probabilities": lossless.goodness_of_fit(spec, exact),
+            "plain vs the target's exact probabilities": lossless.goodness_of_fit(plain, exact)}
+        done = (sum(plain.values()), sum(spec.values()))
+        return (session, status, panels.lossless_figure(exact, plain, spec, strategy, text_of),
+                panels.lossless_md(strategy, tests, done, n))
+
+    seed = settings.sampling.seed
+    started = shown = perf_counter()
+    yield render("Sampling the next token…")
+    pairs = zip(lossless.first_tokens(decoders["baseline"], n, seed), lossless.first_tokens(decoders[strategy], n, seed + n))
+    for a, b in pairs:
+        plain[a] += 1
+        spec[b] += 1
+        if session.run_id != run_id:
+            yield render("Sampling stopped; the test uses the samples so far.")
+            return
+        if perf_counter() - started > app_settings.RUN_TIME_LIMIT_S:
+            yield render(f"Stopped: sampling is limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s; the test uses the samples so far.")
+            return
+        if perf_counter() - shown > 1.0:
+            shown = perf_counter()
+            yield render(f"Sampling… {sum(spec.values())}/{n} per lane. Press Stop to end early.")
+    yield render(f"Sampled {n} next tokens per lane.")

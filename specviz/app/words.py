@@ -1,0 +1,191 @@
+"""The app's words and coloured text: captions in plain words, the text tinted by stage, counters,
+race columns and tables, all from trace records (HTML-escaped: token texts may come from a file)."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
+from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
+from ..trace import StageInfo, StepRecord
+from .settings import BENCHMARK_FILE
+
+def _quote(text: str) -> str:
+    return "`" + text.replace("\n", "↵").replace("`", "'") + "`"
+
+
+def _drafted_by(step: StepRecord) -> str:
+    counts: dict[int, int] = {}
+    for n in step.nodes[1:]:
+        counts[n.stage] = counts.get(n.stage, 0) + 1
+    parts = [f"{count} by the {KIND_WORDS.get(step.stages[s].kind, step.stages[s].kind)} "
+             f"({_colour_name(step.stages, s)})" for s, count in sorted(counts.items())]
+    return ", ".join(parts)
+
+
+def _colour_name(stages: list[StageInfo], index: int) -> str:
+    return COLOUR_NAMES.get(stage_colours(stages)[index], "")
+
+
+def step_caption(step: StepRecord, greedy: bool = True) -> str:
+    """What happened in one step, in plain words for someone new to speculative decoding."""
+    made = len(step.committed_tokens)
+    if len(step.nodes) == 1 and step.strategy != "baseline":
+        return (f"**Step {step.step + 1}.** The helpers had no guess this time, so the target made one token "
+                f"alone, {_quote(''.join(step.committed_text))}, exactly as plain decoding would.")
+    if len(step.nodes) == 1:
+        return (f"**Step {step.step + 1} (plain decoding).** The target model read the text and predicted "
+                f"one next token, {_quote(''.join(step.committed_text))}. One expensive forward pass made "
+                "one token: this is the speed that speculation tries to beat.")
+    drafted = len(step.nodes) - 1
+    accepted = len(step.accepted_path) - 1
+    branches = sum(1 for n in step.nodes[1:] if n.rank > 0)
+    shape = "a single chain" if branches == 0 else f"a tree with {branches + 1} branches"
+    lines = [f"**Step {step.step + 1}.** **Draft:** cheap helpers guessed {drafted} tokens ahead as {shape} "
+             f"({_drafted_by(step)}).",
+             f"**Verify:** the target model checked all {drafted} guesses in **one** forward pass"
+             + (", keeping a guess when it is also the target's own top choice." if greedy else
+                ", accepting each guess with probability min(1, p/q) so the output still follows the target's "
+                "own distribution.")]
+    kept = [step.nodes[i].text for i in step.accepted_path[1:]]
+    if kept:
+        lines.append(f"It accepted {accepted}: {' '.join(_quote(t) for t in kept)}.")
+    else:
+        lines.append("It accepted none of them: the first guesses were wrong.")
+    bonus = bonus_token(step)
+    if bonus is not None:
+        lines.append(f"From the same pass it also got its own next token {_quote(bonus)} for free (red).")
+    if made < accepted + (bonus is not None):
+        lines.append(f"Only {made} of them went into the output: the generation stopped "
+                     f"({'end of text' if step.finish_reason == 'eos' else 'max new tokens reached'}).")
+    saved = made - 1
+    lines.append(f"**Result:** {made} new token{'s' if made != 1 else ''} for one target pass"
+                 + (f"; plain decoding would have needed {made} passes, so {saved} {'was' if saved == 1 else 'were'} saved."
+                    if saved > 0 else "; no pass saved this time, and the drafting time was spent in vain."))
+    if step.finished:
+        lines.append(f"The generation is finished ({'end of text' if step.finish_reason == 'eos' else 'token limit'}).")
+    return " ".join(lines)
+
+
+def legend_html(stages: list[StageInfo] | None) -> str:
+    """Swatches for the stages of a stack, or (stages None) for every kind of stage."""
+    if stages is None:
+        pairs = [(KIND_COLOURS[kind], word) for kind, word in KIND_WORDS.items()]
+    else:
+        pairs = [(c, stage_label(stages, i)) for i, c in enumerate(stage_colours(stages))]
+    items = [f'<span class="tok" style="{_token_style(c)}">{html.escape(label)}</span>' for c, label in pairs]
+    return ('<div class="tok-legend">Who produced each token: ' + " ".join(items)
+            + f' <span class="prompt-text" style="color:{ROOT_COLOUR}">grey = your prompt</span></div>')
+
+
+def _token_style(colour: str, latest: bool = False) -> str:
+    outline = "outline:2px solid #111;" if latest else ""
+    return f"background:{colour}2E;border-bottom:3px solid {colour};{outline}"
+
+
+def text_html(prompt: str, steps: list[StepRecord], stages: list[StageInfo] | None, tail: int = 240,
+              legend: bool = True) -> str:
+    """The prompt in grey, then every generated token tinted with the colour of the stage that produced it;
+    the latest step's tokens are outlined."""
+    if stages is None:
+        return '<div class="gen-text"><span class="prompt-text">Generated text appears here.</span></div>'
+    colours = stage_colours(stages)
+    shown = prompt if len(prompt) <= tail else "…" + prompt[-tail:]
+    parts = [f'<span class="prompt-text">{html.escape(shown)}</span>']
+    for s in steps:
+        latest = s is steps[-1]
+        for text, stage in zip(s.committed_text, s.committed_stage):
+            parts.append(f'<span class="tok" data-stage="{stage}" style="{_token_style(colours[stage], latest)}" '
+                         f'title="{html.escape(stage_label(stages, stage))}">{html.escape(text)}</span>')
+    return (legend_html(stages) if legend else "") + '<div class="gen-text">' + "".join(parts) + "</div>"
+
+
+def counters_md(stats: dict, max_new_tokens: int, finished: bool = False, precision: str | None = None) -> str:
+    if not stats:
+        return "No tokens yet."
+    rel = stats.get("bytes_relative_to_baseline")
+    parts = [f"**Tokens** {stats['new_tokens']} / {max_new_tokens}",
+             f"**Steps** {stats['steps']}",
+             f"**Target forward passes** {stats['target_forwards']}",
+             f"**Tokens per target pass** {stats['tokens_per_target_forward']:.2f}",
+             f"**Time** {stats['wall_s']:.1f} s ({stats['tokens_per_s']:.1f} tokens/s)"]
+    if rel:
+        parts.append(f"**Memory traffic** {rel:.2f}× plain decoding")
+    if precision:
+        parts.append(f"**Precision** {precision}")
+    return " · ".join(parts) + (" · finished ✓" if finished else "")
+
+
+def race_column_html(strategy: str, lane, stats: dict, body: str | None = None) -> str:
+    """One lane of the race: how far it got, in how much of its own time, and its text so far (our
+    decoders' tokens tinted by stage; `body` for a peer, whose text comes as plain text)."""
+    done = len(lane.new_tokens)
+    share = done / lane.max_new_tokens
+    head = (f'<div class="race-head"><b>{html.escape(strategy)}</b> · {done}/{lane.max_new_tokens} tokens'
+            + (f" · {stats['wall_s']:.1f} s · {stats['target_forwards']} target passes" if stats else "")
+            + (" · done ✓" if lane.finished else "") + "</div>"
+            f'<div class="race-bar"><div style="width:{100 * share:.0f}%"></div></div>')
+    if body is None:
+        body = text_html("", lane.steps, lane.stages, legend=False)
+    else:
+        body = f'<div class="gen-text">{html.escape(body)}</div>'
+    return f'<div class="race-col" data-strategy="{html.escape(strategy)}">{head}{body}</div>'
+
+
+def sameness_note(differing: list[str], greedy: bool) -> str:
+    """Whether the race's lanes wrote baseline's text: the promise under greedy decoding (in float32;
+    in bf16/fp16 a batched pass may round a near-tie differently), a matter of chance when sampling."""
+    if not differing:
+        return "Every lane wrote exactly baseline's text."
+    if not greedy:
+        return f"Sampled text differs between lanes ({', '.join(differing)}), as random draws do."
+    return (f"Differs from baseline's text: {', '.join(differing)} (in float32 that would be a bug; in "
+            "bfloat16 a batched pass can round a near-tie differently).")
+
+
+def compare_table_md(stats: dict[str, dict]) -> str:
+    """The paper's Table 1 form: speed, tokens per target pass and memory traffic relative to baseline."""
+    stats = {k: v for k, v in stats.items() if v}
+    if not stats:
+        return ""
+    base = stats.get("baseline", {}).get("tokens_per_s")
+    rows = ["| strategy | tokens/s | speed-up vs baseline | tokens per target pass | memory traffic vs baseline |",
+            "| --- | ---: | ---: | ---: | ---: |"]
+    for name, s in stats.items():
+        speedup = f"{s['tokens_per_s'] / base:.2f}×" if base else "–"
+        rel = s.get("bytes_relative_to_baseline")
+        rows.append(f"| {name} | {s['tokens_per_s']:.2f} | {speedup} | {s['tokens_per_target_forward']:.2f} | "
+                    + (f"{rel:.2f}×" if rel else "–") + " |")
+    return "\n".join(rows)
+
+
+# -- benchmark results -----------------------------------------------------------------------------
+
+def load_benchmark(path: Path = BENCHMARK_FILE) -> dict | None:
+    """The benchmark command's JSON, or None when it is absent or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("results"), list) else None
+
+
+def benchmark_md(bench: dict | None) -> str:
+    if not bench:
+        return ("*No benchmark results yet.* The benchmark command (`python -m specviz.bench`) writes "
+                "`docs/benchmarks/latest.json`; its results appear here.")
+    rows = ["| strategy | sampling | tokens/s (median) | speed-up vs HF generate | tokens per target pass "
+            "| memory traffic vs baseline | identical outputs |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+
+    def fmt(value, pattern):
+        return pattern.format(value) if isinstance(value, (int, float)) else "–"
+
+    for r in bench["results"]:
+        rows.append(f"| {r.get('strategy', '?')} | {r.get('sampling', '?')} | {fmt(r.get('tokens_per_s_median'), '{:.1f}')} "
+                    f"| {fmt(r.get('speedup_vs_hf_generate'), '{:.2f}×')} | {fmt(r.get('tokens_per_target_forward'), '{:.2f}')} "
+                    f"| {fmt(r.get('bytes_relative_to_baseline'), '{:.2f}×')} "
+                    f"| {fmt(r.get('exact_match'), '{}')} / {r.get('prompts', '?')} |")
+    meta = ", ".join(f"{k}: {html.escape(str(bench[k]))}" for k in ("machine", "date") if bench.get(k))
+    command = f"\n\nCommand: `{bench['command']}`" if bench.get("command") else ""
+    return (f"*{meta}*\n\n" if meta else "") + "\n".join(rows) + command
