@@ -22,7 +22,7 @@ from specviz.app.race import COMPARED
 from specviz.app.replay_events import on_live, on_open, on_save, on_start
 from specviz.app.texts import (ACCEPT_HELP, CHARTS_HELP, COMPARE_HELP, CSS, INTRO, LOSSLESS_HELP, TEXT_HELP,
                                TREE_HELP)
-from specviz.drafting import SHAPES
+from specviz.tree import SHAPES
 from specviz.recording import MAX_BYTES
 from specviz.strategies import AUTO_SHAPE, STAGED_LOOKUP, STRATEGIES
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sysconfig
 from pathlib import Path
 
-from .ngram_model import KatzTrigram
+from .drafters.katz import KatzTrigram
 from .paths import cache_dir
 
 

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .drafting import SHAPES, TreeSpec
+from .tree import SHAPES, TreeSpec
 from .models import AUTO_DTYPE, DEFAULT_TARGET, DTYPES, ModelLoadError
 from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling

@@ -12,7 +12,8 @@ import torch
 
 from .cache import BUCKETS, KVModel
 from .drafters.base import Drafter
-from .drafting import TreeSpec, build_tree
+from .tree import TreeSpec
+from .tree_builder import build_tree
 from .metrics import bytes_read, summarise
 from .sampling import Sampling, logits_to_probs
 from .timing import PhaseTimer

@@ -15,7 +15,7 @@ from .auto_trigram import auto_trigram
 from .cache import KVModel
 from .cost_curve import cost_curve
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
-from .drafting import TreeSpec
+from .tree import TreeSpec
 from .engine import Decoder
 from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError,
                      check_dtype, check_tokenizers_match, compile_model, load_model, resolve_dtype)
@@ -46,7 +46,7 @@ def default_drafts() -> list[str]:
 
 
 def load_trigram(spec: str):
-    from .ngram_model import KatzTrigram
+    from .drafters.katz import KatzTrigram
     path = ASSETS / "trigram.npz" if spec == "trigram" else Path(spec)
     if not path.is_file():
         raise ModelLoadError(f"trigram file not found: {path}")

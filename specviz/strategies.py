@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .drafting import SHAPES, TreeSpec
+from .tree import SHAPES, TreeSpec
 
 STRATEGIES = ("baseline", "speculative", "tree", "staged")
 MAX_NEW_TOKENS = 4096          # the engine's output limit per generation

@@ -1,4 +1,5 @@
-"""The token tree of one speculation round, and the shapes a tree may take.
+"""The token tree of one speculation round, the shapes a tree may take (TreeSpec) and its attention
+mask (ancestor_matrix). Growing a tree with a drafter is specviz/tree_builder.py.
 
 Node 0 is the root: the last committed token, which no model has read yet. Every other node is a
 drafted token. Nodes are appended parent-first, so a node's ancestors always have smaller ids and
@@ -135,3 +136,38 @@ def children_ranks(shape: set[tuple[int, ...]], rank_path: tuple[int, ...]) -> i
     while rank_path + (count,) in shape:
         count += 1
     return count
+
+
+SHAPES = ("chain", "static", "dynamic")
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    shape: str = "dynamic"      # chain | static | dynamic
+    budget: int = 16            # drafted nodes per round (the root not counted)
+    max_depth: int = 8
+    max_branch: int = 4         # children per node at most
+    level_width: int = 4        # dynamic: nodes added per level at most
+    min_score: float = 0.0      # dynamic: skip paths whose draft probability is below this
+    lookup: int = 0             # also verify up to this many tokens copied from the context (0 = off)
+    lookup_ngram: int = 2       # ...after a match of at least this many trailing tokens
+
+    def validate(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"unknown tree shape {self.shape!r}; choose one of {', '.join(SHAPES)}")
+        if not 0 <= self.budget <= 256:
+            raise ValueError(f"tree budget must be in [0, 256], got {self.budget}")
+        if not 1 <= self.max_depth <= 64 or not 1 <= self.max_branch <= 16 or self.level_width < 1:
+            raise ValueError("tree depth must be in [1, 64], branching in [1, 16], level width >= 1")
+        if not 0 <= self.min_score <= 1:
+            raise ValueError(f"min score must be in [0, 1], got {self.min_score}")
+        if not 0 <= self.lookup <= 64 or not 1 <= self.lookup_ngram <= 8:
+            raise ValueError("lookup tokens must be in [0, 64] and the lookup n-gram in [1, 8]")
+
+    def static_paths(self) -> set[tuple[int, ...]]:
+        if self.shape == "chain":
+            paths = chain_shape(min(self.budget, self.max_depth))
+        else:
+            paths = best_static_shape(self.budget, self.max_depth, self.max_branch)
+        validate_shape(paths)
+        return set(paths)

@@ -38,7 +38,7 @@ def test_draft_loads_with_auto_model_and_shares_the_target_vocabulary():
 
 
 def test_trigram_loads_fast_and_normalises():
-    from specviz.ngram_model import KatzTrigram
+    from specviz.drafters.katz import KatzTrigram
     start = time.perf_counter()
     trigram = KatzTrigram.load(ASSETS / "trigram.npz")
     assert time.perf_counter() - start < 1.0

@@ -5,7 +5,7 @@ import pytest
 
 from specviz.cache import BUCKETS
 from specviz.drafters import LookupDrafter, ModelDrafter
-from specviz.drafting import TreeSpec
+from specviz.tree import TreeSpec
 from specviz.engine import Decoder
 from specviz.models import compile_model
 from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from specviz.drafters import LookupDrafter, ModelDrafter
-from specviz.drafting import TreeSpec
+from specviz.tree import TreeSpec
 from specviz.engine import Decoder
 from specviz.metrics import summarise
 from specviz.sampling import Sampling

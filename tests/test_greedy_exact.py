@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
-from specviz.drafting import TreeSpec
+from specviz.tree import TreeSpec
 from specviz.engine import Decoder
 from tiny import TinyTokenizer, tiny_model
 from toy_ngram import ToyBigram

@@ -4,7 +4,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from specviz.ngram_model import KatzTrigram
+from specviz.drafters.katz import KatzTrigram
 
 V = 12
 CORPUS = [

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import specviz.verify as verify
 from specviz.drafters import ModelDrafter
-from specviz.drafting import TreeSpec
+from specviz.tree import TreeSpec
 from specviz.engine import Decoder
 from specviz.sampling import Sampling, draw_without_replacement, logits_to_probs
 from specviz.tree import Tree

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from time import perf_counter
 
 from .. import __version__
-from ..drafting import TreeSpec
+from ..tree import TreeSpec
 from ..machine import describe
 from ..recording import Recording, RecordedLane, RecordedPeer, RecordingError, dump
 from ..sampling import Sampling

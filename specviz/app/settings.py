@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import presets
-from ..drafting import TreeSpec
+from ..tree import TreeSpec
 from ..sampling import Sampling
 from ..strategies import DEFAULT_MIN_SCORE, STRATEGIES, default_tree, shape_for
 from .server_policy import custom_models_allowed, env_number

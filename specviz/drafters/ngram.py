@@ -9,7 +9,7 @@ class NgramDrafter(Drafter):
 
     def __init__(self, model, name: str = "trigram"):
         super().__init__()
-        self.model = model          # specviz.ngram_model.KatzTrigram (or anything with probs/top)
+        self.model = model          # specviz.drafters.katz.KatzTrigram (or anything with probs/top)
         self.name = name
 
     def expand(self, tree, nodes, context):

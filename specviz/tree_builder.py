@@ -7,49 +7,13 @@ drafter's distribution without replacement (sampling), so verification can stay 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 import torch
 
 from .drafters.base import Drafter
 from .drafters.lookup import context_continuation
 from .sampling import Sampling, draw_without_replacement, logits_to_probs, top_tokens
-from .tree import Tree, best_static_shape, chain_shape, children_ranks, validate_shape
-
-SHAPES = ("chain", "static", "dynamic")
-
-
-@dataclass(frozen=True)
-class TreeSpec:
-    shape: str = "dynamic"      # chain | static | dynamic
-    budget: int = 16            # drafted nodes per round (the root not counted)
-    max_depth: int = 8
-    max_branch: int = 4         # children per node at most
-    level_width: int = 4        # dynamic: nodes added per level at most
-    min_score: float = 0.0      # dynamic: skip paths whose draft probability is below this
-    lookup: int = 0             # also verify up to this many tokens copied from the context (0 = off)
-    lookup_ngram: int = 2       # ...after a match of at least this many trailing tokens
-
-    def validate(self) -> None:
-        if self.shape not in SHAPES:
-            raise ValueError(f"unknown tree shape {self.shape!r}; choose one of {', '.join(SHAPES)}")
-        if not 0 <= self.budget <= 256:
-            raise ValueError(f"tree budget must be in [0, 256], got {self.budget}")
-        if not 1 <= self.max_depth <= 64 or not 1 <= self.max_branch <= 16 or self.level_width < 1:
-            raise ValueError("tree depth must be in [1, 64], branching in [1, 16], level width >= 1")
-        if not 0 <= self.min_score <= 1:
-            raise ValueError(f"min score must be in [0, 1], got {self.min_score}")
-        if not 0 <= self.lookup <= 64 or not 1 <= self.lookup_ngram <= 8:
-            raise ValueError("lookup tokens must be in [0, 64] and the lookup n-gram in [1, 8]")
-
-    def static_paths(self) -> set[tuple[int, ...]]:
-        if self.shape == "chain":
-            paths = chain_shape(min(self.budget, self.max_depth))
-        else:
-            paths = best_static_shape(self.budget, self.max_depth, self.max_branch)
-        validate_shape(paths)
-        return set(paths)
-
+from .tree import Tree, TreeSpec, children_ranks
 
 def choose_children(probs: torch.Tensor, k: int, sampling: Sampling, generator: torch.Generator) -> list[int]:
     if sampling.greedy:
