@@ -1,12 +1,10 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-sys.path.insert(0, os.path.dirname(__file__))
 torch.set_num_threads(1)    # tiny models: threads only add overhead, and CI has two cores
 
 settings.register_profile("specviz", deadline=None, suppress_health_check=[HealthCheck.too_slow],
@@ -57,28 +55,14 @@ def pytest_runtest_makereport(item, call):
 
 # -- the app's offline preset on tiny random models (test_app, test_recording) ----------------------
 
-class WordTokenizer:
-    """Each whitespace-separated word becomes one id; enough for the app's helpers."""
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [(len(word) * 7 + ord(word[0])) % 64 for word in text.split()]}
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(f"<{i}>" for i in ids)
-
-
 @pytest.fixture
 def tiny_default(monkeypatch):
     """The 'offline' preset replaced by tiny random models: a target, a noisy copy as draft, lookup."""
     from specviz.app import stacks
-    from specviz.models import LoadedModel
-    from specviz.stack import Stack
-    from tiny import tiny_model
+    from tiny import WordTokenizer, tiny_stack
 
     def install(drafts=("draft", "lookup")):
-        tok = WordTokenizer()
-        stack = Stack(LoadedModel("tiny-target", tiny_model("llama", 0), tok), list(drafts),
-                      {"draft": LoadedModel("draft", tiny_model("llama", 0, noise=0.3), tok)})
+        stack = tiny_stack(drafts, WordTokenizer())
         monkeypatch.setitem(stacks._STACKS, ("offline",), stack)
         return stack
     return install

@@ -7,30 +7,18 @@ import torch
 from specviz import bench
 from specviz.bench import run_bench
 from specviz.hf_peers import hf_generate
-from specviz.models import LoadedModel
 from specviz.prompts import Prompt, load_prompts
 from specviz.sampling import Sampling
-from specviz.stack import Stack
-from tiny import TinyTokenizer, tiny_model
+from tiny import WordTokenizer, tiny_model
+from tiny import tiny_stack as tiny
 
 KEYS = {"strategy", "sampling", "tokens_per_s_median", "tokens_per_s_p25", "tokens_per_s_p75",
         "speedup_vs_hf_generate", "speedup_vs_baseline", "tokens_per_target_forward",
         "mean_accepted_per_target_forward", "bytes_relative_to_baseline", "phase_share", "exact_match", "prompts"}
 
 
-class CharTokenizer(TinyTokenizer):
-    """Encodes each word (whitespace-separated) as the sum of its code points modulo the tiny vocabulary."""
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [sum(map(ord, word)) % 64 for word in text.split()]}
-
-
-def tiny_stack(drafts=("draft", "trigram_free_lookup")) -> Stack:
-    tok = CharTokenizer()
-    target = LoadedModel("tiny-target", tiny_model("llama", 0), tok)
-    draft = LoadedModel("draft", tiny_model("llama", 0, noise=0.3), tok)
-    specs = [d if d != "trigram_free_lookup" else "lookup" for d in drafts]
-    return Stack(target=target, drafts=specs, loaded={"draft": draft} if "draft" in specs else {})
+def tiny_stack(drafts=("draft", "lookup")):
+    return tiny(drafts, WordTokenizer())
 
 
 PROMPTS = [Prompt("a", "def add(a, b):\n    return a + b\n\ndef add("), Prompt("b", "x = [1, 2, 3]\ny = [1, 2,")]
@@ -114,7 +102,7 @@ def test_hf_generate_ignores_end_of_sequence():
 
 
 def test_stack_without_model_draft_skips_with_notes():
-    out = run_bench(tiny_stack(drafts=("trigram_free_lookup",)), PROMPTS[:1], list(bench.ALL_STRATEGIES),
+    out = run_bench(tiny_stack(drafts=("lookup",)), PROMPTS[:1], list(bench.ALL_STRATEGIES),
                     ["greedy"], max_new_tokens=4, progress=False, warmup=False)
     ran = {r["strategy"] for r in out["results"]}
     assert "hf_assisted" not in ran and "staged" not in ran and "speculative" in ran

@@ -9,11 +9,9 @@ import torch
 from specviz import engine
 from specviz.lossless import (ChiSquare, first_tokens, goodness_of_fit, greedy_diff, homogeneity,
                               next_token_distribution, p_value)
-from specviz.models import LoadedModel
 from specviz.sampling import Sampling, sample
-from specviz.stack import Stack
 from specviz.verify import Verdict, target_probs_of_nodes
-from tiny import TinyTokenizer, tiny_model
+from tiny import tiny_stack
 
 PROMPT = [3, 14, 15, 9, 26, 5]
 SAMPLING = Sampling(temperature=0.3)    # sharp enough that 1000 samples tell small biases apart
@@ -22,9 +20,7 @@ N = 1000
 
 @pytest.fixture(scope="module")
 def stack():
-    target = LoadedModel("target", tiny_model("llama"), TinyTokenizer())
-    draft = LoadedModel("draft", tiny_model("llama", noise=1.0), TinyTokenizer())
-    return Stack(target, ["draft", "lookup"], {"draft": draft})
+    return tiny_stack(("draft", "lookup"), noise=1.0)
 
 
 def counts(stack, strategy, n=N, seed=0):

@@ -6,13 +6,12 @@ from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
 from specviz.models import LoadedModel
 from specviz.stack import Stack
 from specviz.strategies import STAGED_LOOKUP, default_tree
-from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
+from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model, tiny_stack
 from toy_ngram import ToyBigram
 
 
 def stack(drafts, loaded=None):
-    target = LoadedModel("target", tiny_model("llama"), TinyTokenizer())
-    return Stack(target, drafts, loaded or {})
+    return tiny_stack(drafts, loaded=loaded)
 
 
 def test_strategies_pick_stages_from_the_stack():
@@ -25,7 +24,7 @@ def test_strategies_pick_stages_from_the_stack():
     assert isinstance(staged.lower, NgramDrafter)
     assert [d.kind for d in staged.stages()] == ["model", "ngram"]
     run = s.decoder([1, 2, 3], "staged", max_new_tokens=8).generate()
-    assert [st.name for st in run.steps[0].stages] == ["target", "small", "big", "context lookup"]
+    assert [st.name for st in run.steps[0].stages] == ["tiny-target", "small", "big", "context lookup"]
 
 
 def test_drafter_only_and_invalid_cascades():

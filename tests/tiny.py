@@ -49,6 +49,26 @@ def tiny_model(family: str = "llama", seed: int = 0, vocab: int = 64, layers: in
     return model.to(dtype).eval().requires_grad_(False)
 
 
+class WordTokenizer(TinyTokenizer):
+    """Each whitespace-separated word becomes one id (the sum of its code points, modulo the vocabulary)."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [sum(map(ord, word)) % 64 for word in text.split()]}
+
+
+def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, loaded: dict | None = None):
+    """The model stack the tests build: a tiny target and, where `drafts` names "draft", a noisy copy of
+    it as the draft model (`loaded` adds other drafters, e.g. an n-gram table)."""
+    from specviz.models import LoadedModel
+    from specviz.stack import Stack
+
+    tok = tokenizer or TinyTokenizer()
+    sources = dict(loaded or {})
+    if "draft" in drafts:
+        sources["draft"] = LoadedModel("draft", tiny_model("llama", noise=noise), tok)
+    return Stack(LoadedModel("tiny-target", tiny_model("llama"), tok), list(drafts), sources)
+
+
 def save_with_word_tokenizer(model, path) -> None:
     """Save a tiny model with a word-level tokenizer ("w0" .. "w63"), loadable as --target PATH."""
     from tokenizers import Tokenizer, models, pre_tokenizers
