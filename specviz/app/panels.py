@@ -11,6 +11,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from ..lossless import ChiSquare
+from ..markdown import md_table
 from ..palette import KIND_COLOURS, STRATEGY_COLOURS
 from ..plots import base_layout, empty_figure, token_label
 from ..speed_model import best_tree, chain_curve, explain, fit_costs, rank_rates
@@ -43,14 +44,12 @@ def speed_view(lanes: dict[str, list[StepRecord]]) -> dict | None:
 def speed_md(view: dict | None) -> str:
     if view is None:
         return "*Run **Compare** (baseline and at least one speculating lane) to fill this panel.*"
-    rows = ["| strategy | guesses per round | α | tokens per pass | predicted | speed-up | predicted |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     fmt = lambda x, unit="": "–" if x is None else f"{x:.2f}{unit}"
-    for name, e in view["explained"].items():
-        rows.append(f"| {name} | {e.tree_size:.1f} | {e.alpha:.2f} | {e.tokens_measured:.2f} | "
-                    f"{e.tokens_predicted:.2f} | {fmt(e.speedup_measured, '×')} | {fmt(e.speedup_predicted, '×')} |")
+    rows = [[name, f"{e.tree_size:.1f}", f"{e.alpha:.2f}", f"{e.tokens_measured:.2f}", f"{e.tokens_predicted:.2f}",
+             fmt(e.speedup_measured, "×"), fmt(e.speedup_predicted, "×")] for name, e in view["explained"].items()]
     c = view["costs"]
-    text = ["\n".join(rows), "Speed-up is against baseline's tokens per second; α is the chance the draft's first "
+    text = [md_table(["strategy", "guesses per round", "α", "tokens per pass", "predicted", "speed-up", "predicted"],
+                     rows, "lrrrrrr"), "Speed-up is against baseline's tokens per second; α is the chance the draft's first "
             "choice is accepted once its parent was.",
             f"**A chain** of k guesses, each accepted with chance α = {view['alpha']:.2f} once the one before it was, "
             f"gives (1 − α^(k+1)) / (1 − α) tokens per target pass. **A tree** gives 1 + the sum over its boxes of "

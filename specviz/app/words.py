@@ -6,6 +6,7 @@ import html
 import json
 from pathlib import Path
 
+from ..markdown import md_table
 from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
 from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
 from ..trace import StageInfo, StepRecord
@@ -150,14 +151,13 @@ def compare_table_md(stats: dict[str, dict]) -> str:
     if not stats:
         return ""
     base = stats.get("baseline", {}).get("tokens_per_s")
-    rows = ["| strategy | tokens/s | speed-up vs baseline | tokens per target pass | memory traffic vs baseline |",
-            "| --- | ---: | ---: | ---: | ---: |"]
+    rows = []
     for name, s in stats.items():
-        speedup = f"{s['tokens_per_s'] / base:.2f}×" if base else "–"
         rel = s.get("bytes_relative_to_baseline")
-        rows.append(f"| {name} | {s['tokens_per_s']:.2f} | {speedup} | {s['tokens_per_target_forward']:.2f} | "
-                    + (f"{rel:.2f}×" if rel else "–") + " |")
-    return "\n".join(rows)
+        rows.append([name, f"{s['tokens_per_s']:.2f}", f"{s['tokens_per_s'] / base:.2f}×" if base else "–",
+                     f"{s['tokens_per_target_forward']:.2f}", f"{rel:.2f}×" if rel else "–"])
+    return md_table(["strategy", "tokens/s", "speed-up vs baseline", "tokens per target pass",
+                     "memory traffic vs baseline"], rows, "lrrrr")
 
 
 # -- benchmark results -----------------------------------------------------------------------------
@@ -175,17 +175,15 @@ def benchmark_md(bench: dict | None) -> str:
     if not bench:
         return ("*No benchmark results yet.* The benchmark command (`python -m specviz.bench`) writes "
                 "`docs/benchmarks/latest.json`; its results appear here.")
-    rows = ["| strategy | sampling | tokens/s (median) | speed-up vs HF generate | tokens per target pass "
-            "| memory traffic vs baseline | identical outputs |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-
     def fmt(value, pattern):
         return pattern.format(value) if isinstance(value, (int, float)) else "–"
 
-    for r in bench["results"]:
-        rows.append(f"| {r.get('strategy', '?')} | {r.get('sampling', '?')} | {fmt(r.get('tokens_per_s_median'), '{:.1f}')} "
-                    f"| {fmt(r.get('speedup_vs_hf_generate'), '{:.2f}×')} | {fmt(r.get('tokens_per_target_forward'), '{:.2f}')} "
-                    f"| {fmt(r.get('bytes_relative_to_baseline'), '{:.2f}×')} "
-                    f"| {fmt(r.get('exact_match'), '{}')} / {r.get('prompts', '?')} |")
+    rows = [[r.get("strategy", "?"), r.get("sampling", "?"), fmt(r.get("tokens_per_s_median"), "{:.1f}"),
+             fmt(r.get("speedup_vs_hf_generate"), "{:.2f}×"), fmt(r.get("tokens_per_target_forward"), "{:.2f}"),
+             fmt(r.get("bytes_relative_to_baseline"), "{:.2f}×"),
+             f"{fmt(r.get('exact_match'), '{}')} / {r.get('prompts', '?')}"] for r in bench["results"]]
+    table = md_table(["strategy", "sampling", "tokens/s (median)", "speed-up vs HF generate", "tokens per target pass",
+                      "memory traffic vs baseline", "identical outputs"], rows, "llrrrrr")
     meta = ", ".join(f"{k}: {html.escape(str(bench[k]))}" for k in ("machine", "date") if bench.get(k))
     command = f"\n\nCommand: `{bench['command']}`" if bench.get("command") else ""
-    return (f"*{meta}*\n\n" if meta else "") + "\n".join(rows) + command
+    return (f"*{meta}*\n\n" if meta else "") + table + command

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..strategies import STRATEGIES
+from ..markdown import md_table
 from .settings import ALL_STRATEGIES
 
 
@@ -122,9 +123,7 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
             fmt(1.0 - r["forward_share"], "{:.0%}"),
             "-" if r["exact_match"] is None else f"{r['exact_match']}/{r['prompts']}"))
     if markdown:
-        text = ["| " + " | ".join(row) + " |" for row in lines]
-        text.insert(1, "|" + "---|" * len(head))
-        return "\n".join(text)
+        return md_table(list(head), lines[1:])
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
     text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in lines]
     text.insert(1, "  ".join("-" * w for w in widths))

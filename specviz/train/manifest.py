@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..markdown import md_table
 from ..models import load_model
 from ..paths import ASSETS
 from .common import DATA, TARGET, log, read_json
@@ -72,18 +73,14 @@ def render_acceptance(acceptance: dict) -> list[str]:
     lines = ["## Accepted tokens per target forward (HumanEval)", ""]
     if not acceptance:
         return lines + ["(not measured)", ""]
-    lines += [f"Command: `{acceptance['command']}` ({acceptance['machine']}, {acceptance['date']})", "",
-              "| strategy | sampling | prompts | tokens / target forward | accepted drafts / forward "
-              "| tokens/s (median) | vs baseline | greedy identical |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"Command: `{acceptance['command']}` ({acceptance['machine']}, {acceptance['date']})", ""]
     show = lambda value, spec="": "-" if value is None else format(value, spec)
-    for r in acceptance["rows"]:
-        lines.append(f"| {r['strategy']} | {r['sampling']} | {r['prompts']} "
-                     f"| {show(r['tokens_per_target_forward'], '.3f')} "
-                     f"| {show(r['mean_accepted_per_target_forward'], '.3f')} "
-                     f"| {show(r['tokens_per_s_median'], '.1f')} | {show(r['speedup_vs_baseline'], '.2f')}x "
-                     f"| {show(r['exact_match'])} |")
-    return lines + [""]
+    rows = [[r["strategy"], r["sampling"], r["prompts"], show(r["tokens_per_target_forward"], ".3f"),
+             show(r["mean_accepted_per_target_forward"], ".3f"), show(r["tokens_per_s_median"], ".1f"),
+             f"{show(r['speedup_vs_baseline'], '.2f')}x", show(r["exact_match"])] for r in acceptance["rows"]]
+    head = ["strategy", "sampling", "prompts", "tokens / target forward", "accepted drafts / forward",
+            "tokens/s (median)", "vs baseline", "greedy identical"]
+    return lines + md_table(head, rows).split("\n") + [""]
 
 
 def render_manifest(m: dict) -> str:
@@ -93,9 +90,8 @@ def render_manifest(m: dict) -> str:
              "below was measured by the command next to it. Agreement = top-1 agreement on the",
              "target's greedy 64-token continuations of the 164 HumanEval prompts, teacher-forced",
              "(HumanEval is never used for training).", "", "## Files", "",
-             "| file | bytes |", "| --- | --- |"]
-    lines += [f"| `{name}` | {f['bytes'] if f['bytes'] is not None else '(index file)'} |"
-              for name, f in m["files"].items()]
+             *md_table(["file", "bytes"], [[f"`{name}`", f["bytes"] if f["bytes"] is not None else "(index file)"]
+                                           for name, f in m["files"].items()]).split("\n")]
     lines += ["", f"Total (without the index files): {m['total_bytes_without_index_files']} bytes.", ""]
     for name, artifact in m["artifacts"].items():
         lines += [f"## {name}", "", f"Command: `{artifact.get('command', '(not built)')}`", ""]
@@ -109,14 +105,11 @@ def render_manifest(m: dict) -> str:
     for title, key in (("Agreement (all 164 prompts)", "agreement"),
                        ("Agreement (first 32 prompts)", "agreement_first_32")):
         result = m[key]
+        rows = [[pair, result[pair]["mean_over_prompts"], result[pair]["pooled_over_tokens"], result[pair]["prompts"],
+                 result[pair]["positions"]] for pair in ("draft_vs_target", "trigram_vs_draft", "trigram_vs_target")
+                if pair in result]
         lines += [f"## {title}", "", f"Command: `{result.get('command', '(not measured)')}`", "",
-                  "| pair | mean over prompts | pooled over tokens | prompts | positions |",
-                  "| --- | --- | --- | --- | --- |"]
-        for pair in ("draft_vs_target", "trigram_vs_draft", "trigram_vs_target"):
-            if pair in result:
-                r = result[pair]
-                lines.append(f"| {pair} | {r['mean_over_prompts']} | {r['pooled_over_tokens']} | "
-                             f"{r['prompts']} | {r['positions']} |")
+                  *md_table(["pair", "mean over prompts", "pooled over tokens", "prompts", "positions"], rows).split("\n")]
         if "draft_mean_top1_probability" in result:
             lines += ["", f"Draft's mean top-1 probability (calibration; compare with its agreement): "
                           f"{result['draft_mean_top1_probability']}."]
