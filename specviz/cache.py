@@ -36,6 +36,25 @@ class ForwardLog:
         self.kv_entries.clear()
 
 
+def parameter_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a model's weights in memory (a tied weight counted once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def read_bytes(model: torch.nn.Module, output_vocab: torch.Tensor | None = None) -> tuple[int, int]:
+    """What one forward reads of the weights: (bytes read however many tokens are fed, bytes per token
+    fed). An input embedding that is not tied to the output layer is read a row per token, not whole;
+    with `output_vocab` the output layer is read for those tokens' rows only."""
+    once, per_token = parameter_bytes(model), 0
+    embedding, output = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    if embedding is not output:
+        once -= embedding.numel() * embedding.element_size()
+        per_token = embedding.shape[1] * embedding.element_size()
+    if output_vocab is not None:
+        once -= (output.shape[0] - len(output_vocab)) * output.shape[1] * output.element_size()
+    return once, per_token
+
+
 class KVModel:
     """`output_vocab` (token ids): compute logits for these tokens only and give every other token
     -inf. For a draft trained over a subset of the vocabulary this skips most of its output layer,
@@ -53,7 +72,7 @@ class KVModel:
         self.name = name
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.weight_bytes, self.token_bytes = read_bytes(model, output_vocab)    # read per forward, per token
         self.fast = compiled is None and install(model)     # see specviz/cpu_matmul.py
         self.head = None                 # an output layer computed here, not by the model
         self.output_vocab = None
@@ -63,7 +82,6 @@ class KVModel:
             weight = model.get_output_embeddings().weight
             self.output_vocab = output_vocab.to(self.device)
             self.head = weight[self.output_vocab].contiguous()
-            self.weight_bytes -= (weight.shape[0] - len(output_vocab)) * weight.shape[1] * weight.element_size()
         config = model.config
         layers = getattr(config, "num_hidden_layers", None) or config.n_layer
         heads = getattr(config, "num_attention_heads", None) or config.n_head
@@ -72,6 +90,10 @@ class KVModel:
         self.kv_bytes_per_entry = 2 * layers * self.kv_heads * self.head_dim * self.dtype.itemsize
         self.log = ForwardLog()
         self.reset()
+
+    def costs(self) -> tuple[int, int, int]:
+        """(weight bytes read per forward, KV bytes per cached entry, weight bytes per token fed)."""
+        return self.weight_bytes, self.kv_bytes_per_entry, self.token_bytes
 
     def reset(self) -> None:
         from transformers import DynamicCache, StaticCache

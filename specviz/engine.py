@@ -137,7 +137,7 @@ class Decoder:
             logs.update(self.drafter.forward_logs())
         costs = self.model_costs()
         forwards = {name: list(log.tokens) for name, log in logs.items()}
-        read = {name: bytes_read(log, *costs[name]) for name, log in logs.items()}
+        read = {name: bytes_read(log, costs[name]) for name, log in logs.items()}
         for log in logs.values():
             log.clear()
         return StepRecord(step=len(self.steps), strategy=self.strategy, stages=self.stages, nodes=nodes,
@@ -148,7 +148,7 @@ class Decoder:
 
     def model_costs(self) -> dict[str, tuple[int, int]]:
         """Per model: (weight bytes, KV bytes per cached token); the target first."""
-        costs = {self.target.name: (self.target.weight_bytes, self.target.kv_bytes_per_entry)}
+        costs = {self.target.name: self.target.costs()}
         if self.drafter is not None:
             costs.update(self.drafter.model_costs())
         return costs

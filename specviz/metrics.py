@@ -7,15 +7,18 @@ from .cache import ForwardLog
 from .trace import StepRecord
 
 
-def bytes_read(log: ForwardLog, weight_bytes: int, kv_bytes_per_entry: int) -> float:
-    """Memory traffic of forward passes: all weights once per pass, plus the KV entries attended."""
-    return float(sum(weight_bytes + kv_bytes_per_entry * entries for entries in log.kv_entries))
+def bytes_read(log: ForwardLog, costs: tuple) -> float:
+    """Memory traffic of forward passes: the weights once per pass (an untied input embedding a row per
+    token fed), plus the KV entries attended. costs: (weight bytes, KV bytes per entry[, bytes per token])."""
+    weight, kv, per_token = (*costs, 0)[:3]
+    return float(sum(weight + per_token * fed + kv * entries for fed, entries in zip(log.tokens, log.kv_entries)))
 
 
-def baseline_bytes(weight_bytes: int, kv_bytes_per_entry: int, prompt_tokens: int, new_tokens: int) -> float:
-    """What plain decoding reads for the same output: one pass per token over a growing cache."""
+def baseline_bytes(costs: tuple, prompt_tokens: int, new_tokens: int) -> float:
+    """What plain decoding reads for the same output: one one-token pass per token over a growing cache."""
+    weight, kv, per_token = (*costs, 0)[:3]
     kv_entries = sum(prompt_tokens + i for i in range(new_tokens))
-    return float(weight_bytes * new_tokens + kv_bytes_per_entry * kv_entries)
+    return float((weight + per_token) * new_tokens + kv * kv_entries)
 
 
 def summarise(steps: list[StepRecord], costs: dict[str, tuple[int, int]] | None = None,
@@ -59,7 +62,7 @@ def summarise(steps: list[StepRecord], costs: dict[str, tuple[int, int]] | None 
         "phase_share": {k: v / wall for k, v in phases.items()} if wall > 0 else {},
     }
     if costs and prompt_tokens is not None and target in costs and new_tokens:
-        base = baseline_bytes(*costs[target], prompt_tokens, new_tokens)
+        base = baseline_bytes(costs[target], prompt_tokens, new_tokens)
         stats["bytes_relative_to_baseline"] = total_read / base
     return stats
 

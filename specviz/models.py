@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .cache import parameter_bytes
 from .cost_curve import cost_curve
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
 from .paths import ASSETS, cache_dir
@@ -81,7 +82,8 @@ class LoadedModel:
 
     @property
     def weight_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+        """Bytes of weights held in memory (what a server's model budget counts)."""
+        return parameter_bytes(self.model)
 
 
 def resolve(spec: str) -> tuple[str, str | None]:

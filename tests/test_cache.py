@@ -136,3 +136,18 @@ def test_a_static_feed_larger_than_every_bucket_runs_unpadded():
     _, expected = plain_cache(model, prompt)
     torch.testing.assert_close(static.feed_committed(prompt), expected, rtol=1e-4, atol=1e-4)
     assert static.log.tokens == [70] and int(static.cache.layers[0].cumulative_length) == 70
+
+
+def test_an_untied_input_embedding_is_read_a_row_per_token_and_a_tied_one_with_the_output_layer():
+    from specviz.cache import parameter_bytes, read_bytes
+    from specviz.metrics import bytes_read
+
+    untied = tiny_model("llama")                    # Llama's default: separate input and output matrices
+    embedding = untied.get_input_embeddings().weight
+    once, per_token = read_bytes(untied)
+    assert per_token == embedding.shape[1] * 4 and once == parameter_bytes(untied) - embedding.numel() * 4
+    kv = KVModel(untied, "t")
+    kv.feed_committed([1, 2, 3, 4])
+    assert bytes_read(kv.log, kv.costs()) == once + 4 * per_token + 4 * kv.kv_bytes_per_entry   # 4 entries attended
+    tied = tiny_model("gpt2")                       # GPT-2 reads its one matrix as the output layer
+    assert read_bytes(tied) == (parameter_bytes(tied), 0)

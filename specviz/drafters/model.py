@@ -152,7 +152,7 @@ class ModelDrafter(Drafter):
         return logs
 
     def model_costs(self):
-        costs = {self.name: (self.kv.weight_bytes, self.kv.kv_bytes_per_entry)}
+        costs = {self.name: self.kv.costs()}
         if self.lower is not None:
             costs.update(self.lower.model_costs())
         return costs

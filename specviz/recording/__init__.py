@@ -41,7 +41,7 @@ class RecordedLane:
     strategy: str
     prompt: list[int]
     stages: list[StageInfo]
-    costs: dict[str, list[int]]              # model name -> [weight bytes, KV bytes per cached token]
+    costs: dict[str, list[int]]              # model name -> [weight bytes, KV bytes per cached token, bytes per token fed]
     max_new_tokens: int
     sampling: Sampling
     recorded_steps: list[StepRecord]
@@ -211,7 +211,7 @@ def _lane(data, where: str) -> RecordedLane:
         lane.sampling.validate()
     except ValueError as exc:
         raise RecordingError(f"{where}.sampling: {exc}") from None
-    if not lane.steps or any(len(c) != 2 for c in lane.costs.values()):
+    if not lane.steps or any(len(c) not in (2, 3) for c in lane.costs.values()):
         raise RecordingError(f"{where} has no steps or a malformed cost")
     for i, s in enumerate(lane.steps):
         if not s.nodes or len({len(s.committed_text), len(s.committed_tokens), len(s.committed_stage)}) != 1:
