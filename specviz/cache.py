@@ -36,6 +36,13 @@ class ForwardLog:
         self.kv_entries.clear()
 
 
+def cache_layers(cache) -> list:
+    """transformers' per-layer cache objects (each with `keys` and `values` tensors [batch, heads,
+    entries, dim]; a static one also with `cumulative_length`): the one place this module reaches
+    into transformers' cache internals (transformers 5.x)."""
+    return cache.layers
+
+
 def parameter_bytes(model: torch.nn.Module) -> int:
     """Bytes of a model's weights in memory (a tied weight counted once)."""
     return sum(p.numel() * p.element_size() for p in model.parameters())
@@ -179,7 +186,7 @@ class KVModel:
             self.commit([])
 
     def _set_length(self, length: int) -> None:
-        for layer in self.cache.layers:
+        for layer in cache_layers(self.cache):
             layer.cumulative_length.fill_(length)
 
     def _mask(self, visible: torch.Tensor) -> torch.Tensor | None:
@@ -209,25 +216,33 @@ class KVModel:
         return logits
 
     def commit(self, slots: list[int]) -> None:
-        """Keep the committed prefix plus the given tree slots (0-based after the prefix), in order."""
-        chain = slots == list(range(len(slots)))     # the common case: nothing moves
+        """Keep the committed prefix plus the given tree slots, in order. A slot is a position among the
+        entries fed since the last commit (0-based after the prefix): the engine feeds a tree's nodes in
+        id order, so node n sits in slot n - 1 and the accepted path's node ids give the slots to keep."""
         if self.static_len is not None:
-            if not chain:
-                index = torch.tensor([self.committed + s for s in slots], device=self.device)
-                end = self.committed + len(slots)
-                for layer in self.cache.layers:     # in place: a static cache keeps its addresses
-                    layer.keys[:, :, self.committed:end] = layer.keys[:, :, index]
-                    layer.values[:, :, self.committed:end] = layer.values[:, :, index]
-            self._set_length(self.committed + len(slots))
+            self._keep_static(slots)
         else:
-            if chain:
-                keep = slice(0, self.committed + len(slots))
-                select = lambda t: t[:, :, keep]
-            else:
-                index = torch.tensor(list(range(self.committed)) + [self.committed + s for s in slots],
-                                     device=self.device)
-                select = lambda t: t.index_select(-2, index)
-            for layer in self.cache.layers:
-                layer.keys, layer.values = select(layer.keys), select(layer.values)
+            self._keep_dynamic(slots)
         self.committed += len(slots)
         self.pending = 0
+
+    def _keep_static(self, slots: list[int]) -> None:
+        """Move the kept entries down in place: a static cache keeps its addresses (CUDA graphs read them)."""
+        end = self.committed + len(slots)
+        if slots != list(range(len(slots))):
+            index = torch.tensor([self.committed + s for s in slots], device=self.device)
+            for layer in cache_layers(self.cache):
+                layer.keys[:, :, self.committed:end] = layer.keys[:, :, index]
+                layer.values[:, :, self.committed:end] = layer.values[:, :, index]
+        self._set_length(end)
+
+    def _keep_dynamic(self, slots: list[int]) -> None:
+        """Cut the tensors to the kept entries (a view when the slots are a chain from the start)."""
+        if slots == list(range(len(slots))):
+            keep = slice(0, self.committed + len(slots))
+            select = lambda t: t[:, :, keep]
+        else:
+            index = torch.tensor(list(range(self.committed)) + [self.committed + s for s in slots], device=self.device)
+            select = lambda t: t.index_select(-2, index)
+        for layer in cache_layers(self.cache):
+            layer.keys, layer.values = select(layer.keys), select(layer.values)
