@@ -12,7 +12,19 @@ from __future__ import annotations
 import torch
 
 from ..cache import KVModel
+from ..tree import Tree
+from ..verify import verify_greedy
 from .base import Drafter
+
+
+def accepted_chain(root: int, proposal: list[int], logits: torch.Tensor) -> list[int]:
+    """The lower stage's guesses this model agrees with, then its own next token: the engine's greedy
+    verification applied to a chain (logits: after the root and after each proposed token)."""
+    chain = Tree.with_root(root)
+    for token in proposal:
+        chain.add(len(chain) - 1, token, stage=1, draft_prob=1.0)
+    verdict = verify_greedy(chain, logits[: len(chain)])
+    return [chain.tokens[node] for node in verdict.path[1:]] + [verdict.bonus]
 
 
 class ModelDrafter(Drafter):
@@ -139,10 +151,7 @@ class ModelDrafter(Drafter):
                 while safe < len(fed) and start + safe < len(self.known) and fed[safe] == self.known[start + safe]:
                     safe += 1
                 self.kv.commit(list(range(min(safe, len(fed) - 1))))   # the last token is re-fed next time
-                for i, token in enumerate(logits[len(fed) - 1:].argmax(-1).tolist()):
-                    out.append(token)
-                    if i >= len(proposal) or proposal[i] != token or len(out) >= n:
-                        break
+                out += accepted_chain(fed[-1], proposal, logits[len(fed) - 1:])[: n - len(out)]
         return out
 
     def forward_logs(self):
