@@ -8,6 +8,10 @@ Everything here is computed from trace records, live or replayed, so a recording
   `tree.best_static_shape` and Sequoia use).
 - A round costs its drafting, one verification pass (dearer the more tokens it verifies) and
   bookkeeping; plain decoding pays one one-token round per token.
+The chain's α is measured on every position a chain drafts, so its curve predicts other lengths. A
+tree's rates are measured only where a dynamic tree chose to draft (the draft was confident there),
+so they describe that tree, not other shapes: static shapes picked from them were predicted at up to
+2.2x but measured at 0.91-1.21x on this CPU (docs/BENCHMARKS.md), and no tree optimiser is offered.
 Predictions are labelled as such wherever they are shown; the measured points come from the same run.
 """
 from __future__ import annotations
@@ -17,7 +21,6 @@ from math import prod
 from statistics import fmean
 
 from .trace import StepRecord
-from .tree import best_static_shape
 
 MAX_RANK = 6
 
@@ -134,22 +137,7 @@ def chain_curve(alpha: float, costs: Costs, baseline_s: float, lengths=range(0, 
             for k in lengths]
 
 
-def best_tree(rates: list[float], costs: Costs, baseline_s: float, max_budget: int = 32,
-              max_depth: int = 12) -> dict | None:
-    """The static tree shape with the highest predicted speed for these acceptance rates and costs
-    (each level of the tree costs one draft forward): its size, depth, tokens per pass and speedup."""
-    if not rates or not baseline_s or rates[0] <= 0:
-        return None
-    prior, floor = [], 1.0
-    for rate in rates:                      # shapes need rates that do not grow with rank
-        floor = min(floor, rate)
-        prior.append(max(floor, 1e-6))
-    best = None
-    for budget in range(1, max_budget + 1):
-        shape = best_static_shape(budget, max_depth, len(prior), tuple(prior))
-        depth = max(len(p) for p in shape)
-        tokens = tree_tokens(shape, prior)
-        speedup = tokens * baseline_s / costs.round(depth, budget + 1)
-        if best is None or speedup > best["speedup"]:
-            best = {"budget": budget, "depth": depth, "tokens": tokens, "speedup": speedup}
-    return best
+def best_chain(curve: list[dict]) -> dict | None:
+    """The chain length with the highest predicted speed-up on a chain_curve (a prediction)."""
+    scored = [point for point in curve if point["speedup"] is not None]
+    return max(scored, key=lambda point: point["speedup"]) if scored else None

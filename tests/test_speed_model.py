@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from specviz.speed_model import (Costs, best_tree, chain_curve, chain_tokens, explain, fit_costs, rank_rates,
+from specviz.speed_model import (Costs, best_chain, chain_curve, chain_tokens, explain, fit_costs, rank_rates,
                                  tree_tokens)
 from specviz.trace import NodeRecord, StageInfo, StepRecord
 from specviz.tree import chain_shape
@@ -68,13 +68,15 @@ def test_costs_are_recovered_from_the_steps_clocks():
     assert costs.round(2, 3) == pytest.approx(2 * 0.003 + 0.020 + 0.004 * 3)
 
 
-def test_the_chain_curve_and_the_best_tree_follow_the_costs():
+def test_the_chain_curve_and_the_best_length_follow_the_costs():
     cheap = Costs(0.010, 0.0001, 0.001, 0.0)      # a flat verification curve and a cheap draft (a GPU)
     dear = Costs(0.010, 0.0050, 0.004, 0.0)       # verification that grows fast (a small CPU)
-    baseline_s = cheap.round(0, 1)
-    curve = chain_curve(0.8, cheap, baseline_s)
+    curve = chain_curve(0.8, cheap, cheap.round(0, 1))
     assert curve[0]["speedup"] == pytest.approx(1.0) and max(c["speedup"] for c in curve) > 2.0
-    wide = best_tree([0.7, 0.15, 0.05], cheap, baseline_s)
-    narrow = best_tree([0.7, 0.15, 0.05], dear, dear.round(0, 1))
-    assert wide["budget"] > narrow["budget"] and wide["speedup"] > narrow["speedup"] > 1.0
-    assert best_tree([0.0], cheap, baseline_s) is None
+    for point in curve:                            # tokens per pass over seconds per round, against baseline
+        assert point["speedup"] == pytest.approx(chain_tokens(0.8, point["k"]) * cheap.round(0, 1)
+                                                 / cheap.round(point["k"], point["k"] + 1))
+    long, short = best_chain(curve), best_chain(chain_curve(0.8, dear, dear.round(0, 1)))
+    assert long["k"] > short["k"] >= 1 and long["speedup"] > short["speedup"] > 1.0
+    assert best_chain(chain_curve(0.0, dear, dear.round(0, 1)))["k"] == 0     # a draft never right: do not draft
+    assert best_chain(chain_curve(0.5, dear, 0.0)) is None

@@ -14,7 +14,7 @@ from ..lossless import ChiSquare
 from ..markdown import md_table
 from ..palette import KIND_COLOURS, STRATEGY_COLOURS
 from ..plots import base_layout, empty_figure, token_label
-from ..speed_model import best_tree, chain_curve, explain, fit_costs, rank_rates
+from ..speed_model import best_chain, chain_curve, explain, fit_costs
 from ..trace import StepRecord
 
 EXPLAINED = ("speculative", "tree", "staged")
@@ -35,10 +35,9 @@ def speed_view(lanes: dict[str, list[StepRecord]]) -> dict | None:
     tokens = sum(len(s.committed_tokens) for s in base)
     baseline_s = sum(s.wall_s for s in base) / tokens if tokens else 0.0
     alpha = explained[chain].alpha
-    treed = next((name for name in ("staged", "tree") if name in explained), chain)
-    return {"explained": explained, "alpha": alpha, "chain_lane": chain, "costs": costs,
-            "curve": chain_curve(alpha, costs, baseline_s, CHAIN_LENGTHS),
-            "best_tree": best_tree(rank_rates(lanes[treed]), costs, baseline_s), "tree_lane": treed}
+    curve = chain_curve(alpha, costs, baseline_s, CHAIN_LENGTHS)
+    return {"explained": explained, "alpha": alpha, "chain_lane": chain, "costs": costs, "curve": curve,
+            "best_chain": best_chain(curve)}
 
 
 def speed_md(view: dict | None) -> str:
@@ -58,13 +57,12 @@ def speed_md(view: dict | None) -> str:
             f"Costs fitted to this race's clocks: a verification pass takes {c.verify_fixed * 1e3:.0f} ms + "
             f"{c.verify_per_token * 1e3:.1f} ms per token verified; one {view['chain_lane']} draft forward "
             f"{c.draft_per_forward * 1e3:.1f} ms."]
-    best = view["best_tree"]
+    best = view["best_chain"]
     if best:
-        text.append(f"**Optimiser (a prediction):** for the acceptance measured in the {view['tree_lane']} lane and "
-                    f"these costs, the fastest static tree has {best['budget']} guess{'es' if best['budget'] > 1 else ''}, "
-                    f"{best['depth']} deep: "
-                    f"{best['tokens']:.2f} tokens per pass, {best['speedup']:.2f}× baseline (each tree level "
-                    "counted as one draft forward).")
+        text.append(f"**Best chain length (a prediction):** for α = {view['alpha']:.2f} and these costs, a chain of "
+                    f"{best['k']} guess{'es' if best['k'] != 1 else ''}: {best['tokens']:.2f} tokens per pass, "
+                    f"{best['speedup']:.2f}× baseline. Longer chains add verification and drafting time faster than "
+                    "they add accepted tokens once α^k is small.")
     return "\n\n".join(text)
 
 
