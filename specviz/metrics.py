@@ -21,6 +21,16 @@ def baseline_bytes(costs: tuple, prompt_tokens: int, new_tokens: int) -> float:
     return float((weight + per_token) * new_tokens + kv * kv_entries)
 
 
+def time_split(phase_s: dict[str, float], wall: float) -> dict[str, float]:
+    """Time by phase, the one split every chart and table uses: drafting per stage (`stage{k}_draft`),
+    verification, and overhead = the rest of `wall` (tree building outside drafter forwards, bookkeeping,
+    untimed). Works on seconds, or on shares with wall = 1."""
+    split = {k: v for k, v in sorted(phase_s.items()) if k.endswith("_draft")}
+    split["verify"] = phase_s.get("verify", 0.0)
+    split["overhead"] = max(0.0, wall - sum(split.values()))
+    return split
+
+
 def summarise(steps: list[StepRecord], costs: dict[str, tuple[int, int]] | None = None,
               prompt_tokens: int | None = None) -> dict:
     if not steps:

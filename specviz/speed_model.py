@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from math import prod
 from statistics import fmean
 
+from .metrics import time_split
 from .trace import StepRecord
 
 MAX_RANK = 6
@@ -65,7 +66,7 @@ class Costs:
     verify_fixed: float
     verify_per_token: float
     draft_per_forward: float        # one forward of the top draft model (0 without one)
-    overhead: float                 # per round: tree building and bookkeeping outside model forwards
+    overhead: float                 # per round: the rest of its time (metrics.time_split)
 
     def verify(self, tokens: int) -> float:
         return self.verify_fixed + self.verify_per_token * tokens
@@ -88,8 +89,7 @@ def fit_costs(steps: list[StepRecord], more_steps: list[StepRecord] = ()) -> Cos
     draft_s = sum(s.phase_s.get("stage1_draft", 0.0) for s in steps)
     top = steps[0].stages[1].name if steps and len(steps[0].stages) > 1 else None
     draft_forwards = sum(len(s.forwards.get(top, [])) for s in steps) if top else 0
-    drafting = sum(v for s in steps for k, v in s.phase_s.items() if k.endswith("_draft"))
-    outside = sum(s.phase_s.get("tree", 0.0) + s.phase_s.get("bookkeeping", 0.0) for s in steps) - drafting
+    outside = sum(time_split(s.phase_s, s.wall_s)["overhead"] for s in steps)
     return Costs(fixed, slope, draft_s / draft_forwards if draft_forwards else 0.0,
                  max(0.0, outside) / len(steps) if steps else 0.0)
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..strategies import STRATEGIES
 from ..markdown import md_table
+from ..metrics import time_split
 from .settings import ALL_STRATEGIES
 
 
@@ -112,14 +113,15 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
     lines = [head]
     for r in results:
         share = r["phase_share"] or {}
-        draft = sum(v for k, v in share.items() if k.endswith("_draft"))
+        split = time_split(share, 1.0) if share else {}
+        draft = sum(v for k, v in split.items() if k.endswith("_draft"))
         lines.append((
             r["sampling"], r["strategy"],
             f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",
             fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), fmt(r["speedup_vs_baseline"], "{:.2f}x"),
             fmt(r["tokens_per_target_forward"], "{:.2f}"), fmt(r["bytes_relative_to_baseline"], "{:.2f}"),
-            fmt(draft if share else None, "{:.0%}"), fmt(share.get("verify"), "{:.0%}"),
-            fmt(1.0 - draft - share.get("verify", 0.0) if share else None, "{:.0%}"),
+            fmt(draft if split else None, "{:.0%}"), fmt(split.get("verify"), "{:.0%}"),
+            fmt(split.get("overhead"), "{:.0%}"),
             fmt(1.0 - r["forward_share"], "{:.0%}"),
             "-" if r["exact_match"] is None else f"{r['exact_match']}/{r['prompts']}"))
     if markdown:

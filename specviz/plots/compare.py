@@ -7,6 +7,7 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..metrics import time_split
 from ..palette import KIND_COLOURS, LINE_COLOUR, OVERHEAD_COLOUR, STRATEGY_COLOURS
 from ..trace import StageInfo
 from .common import KIND_WORDS, base_layout, empty_figure, stage_colours
@@ -14,12 +15,8 @@ from .common import KIND_WORDS, base_layout, empty_figure, stage_colours
 # -- comparing strategies ----------------------------------------------------------------------
 
 def phase_split(stats: dict) -> dict[str, float]:
-    """Seconds spent per phase: drafting per stage, verification, and overhead (everything else)."""
-    phases = stats.get("phase_s", {})
-    split = {k: v for k, v in sorted(phases.items()) if k.endswith("_draft")}
-    split["verify"] = phases.get("verify", 0.0)
-    split["overhead"] = max(0.0, stats.get("wall_s", 0.0) - sum(split.values()))
-    return split
+    """Seconds spent per phase: drafting per stage, verification, and overhead (metrics.time_split)."""
+    return time_split(stats.get("phase_s", {}), stats.get("wall_s", 0.0))
 
 
 def _stage_of(key: str) -> int:
