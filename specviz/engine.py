@@ -146,8 +146,9 @@ class Decoder:
                           phase_s={}, forwards=forwards, bytes_read=read, wall_s=0.0,
                           position=position, finished=self.finished, finish_reason=self.finish_reason)
 
-    def model_costs(self) -> dict[str, tuple[int, int]]:
-        """Per model: (weight bytes, KV bytes per cached token); the target first."""
+    def model_costs(self) -> dict[str, tuple[int, int, int]]:
+        """Per model, the target first: KVModel.costs() (weight bytes per forward, KV bytes per cached
+        token, weight bytes per token fed)."""
         costs = {self.target.name: self.target.costs()}
         if self.drafter is not None:
             costs.update(self.drafter.model_costs())

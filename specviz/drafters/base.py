@@ -57,6 +57,7 @@ class Drafter(ABC):
         """Forward passes of the models inside this drafter since the last clear, by model name."""
         return {}
 
-    def model_costs(self) -> dict[str, tuple[int, int]]:
-        """(weight bytes, KV bytes per cached token) of the models inside this drafter."""
+    def model_costs(self) -> dict[str, tuple[int, int, int]]:
+        """KVModel.costs() of the models inside this drafter: (weight bytes read per forward, KV bytes
+        per cached token, weight bytes per token fed)."""
         return {}

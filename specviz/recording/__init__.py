@@ -73,7 +73,7 @@ class RecordedLane:
     def text(self) -> str:
         return "".join(t for s in self.steps for t in s.committed_text)
 
-    def model_costs(self) -> dict[str, tuple[int, int]]:
+    def model_costs(self) -> dict[str, tuple[int, ...]]:
         return {name: tuple(cost) for name, cost in self.costs.items()}
 
     @classmethod
