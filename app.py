@@ -169,8 +169,11 @@ def build() -> gr.Blocks:
                             if bench:
                                 gr.Plot(plots.benchmark_figure(bench), label="Benchmark", elem_id="bench-plot")
 
-        settings = [prompt, strategy, preset, target, drafts, mode, temperature, top_k, top_p, seed,
-                    budget, shape, max_depth, max_branch, lookup, max_new]
+        controls = dict(prompt=prompt, strategy=strategy, preset=preset, target=target, drafts=drafts,
+                        sampling_mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                        budget=budget, shape=shape, max_depth=max_depth, max_branch=max_branch, lookup=lookup,
+                        max_new_tokens=max_new)
+        settings = [controls[name] for name in app_settings.SETTING_NAMES]      # every control, by name
         for control in (temperature, top_k, top_p, seed, budget, max_depth, max_branch, lookup, max_new, samples):
             numbers_only(control)
         step_outputs = [session, status, tree_plot, text, caption, counters, accept_plot]

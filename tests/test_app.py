@@ -22,6 +22,12 @@ SETTINGS = dict(prompt="def add(a, b):\n", strategy="tree", preset=app_settings.
                 max_depth=8, max_branch=4, lookup=10, max_new_tokens=16)
 
 
+def controls(**change) -> list:
+    """The page's control values for SETTINGS (with changes), as a handler receives them."""
+    values = {**SETTINGS, **change}
+    return [values[name] for name in app_settings.SETTING_NAMES]
+
+
 @pytest.fixture(scope="module")
 def greedy():
     return {k: RunRecord.from_dict(v) for k, v in json.loads((DATA / "greedy_runs.json").read_text()).items()}
@@ -47,6 +53,13 @@ def test_bad_settings_give_one_clear_message(change, message, monkeypatch):
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
     with pytest.raises(app_settings.UserError, match=message):
         app_settings.parse_settings(**{**SETTINGS, **change})
+
+
+def test_handlers_map_the_controls_by_name():
+    assert set(app_settings.SETTING_NAMES) == set(SETTINGS)
+    assert app_settings.settings_of_values(controls(lookup=6)).tree.lookup == 6
+    with pytest.raises(ValueError):
+        app_settings.settings_of_values(controls()[:-1])          # a control missing is an error, not a shift
 
 
 def test_settings_turn_into_engine_settings(monkeypatch):
@@ -211,7 +224,7 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
 
     tiny_default()
     session = Session()
-    list(events.on_compare(session, *{**SETTINGS, "max_new_tokens": 12}.values()))
+    list(events.on_compare(session, *controls(max_new_tokens=12)))
     view = panels.speed_view({name: lane.steps for name, lane in session.race.decoders.items()})
     assert set(view["explained"]) == {"speculative", "staged"}
     for e in view["explained"].values():
@@ -220,14 +233,14 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     *_, figure, summary = events.render_race(session, "")
     assert "tokens per pass" in summary and len(figure.data) >= 3
 
-    greedy = list(events.on_lossless(session, 20, *SETTINGS.values()))
+    greedy = list(events.on_lossless(session, 20, *controls()))
     assert "all 12 tokens identical" in greedy[-1][-1] and "baseline" not in greedy[-1][-1].split("\n", 1)[1]
-    sampled = {**SETTINGS, "strategy": "staged", "sampling_mode": "sample", "max_new_tokens": 4}
-    updates = list(events.on_lossless(session, 40, *sampled.values()))
+    sampled = controls(strategy="staged", sampling_mode="sample", max_new_tokens=4)
+    updates = list(events.on_lossless(session, 40, *sampled))
     session_, status, figure, summary = updates[-1]
     assert status == "Sampled 40 next tokens per lane." and "plain 40/40, staged 40/40" in summary
     assert summary.count("p = ") == 3 and [t.name for t in figure.data][0] == "target's exact probability"
-    errors = list(events.on_lossless(session, "many", *sampled.values()))
+    errors = list(events.on_lossless(session, "many", *sampled))
     assert "samples must be a number" in errors[-1][1]
 
 
@@ -241,7 +254,7 @@ def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
     session, status = outputs[:2]
     assert session.recording is not None and len(session.decoder.steps) == 1 and session.race.finished
     assert "Showing a recorded run (recorded on " in status
-    counters = outputs[2 + replay_events.N_CONTROLS + 3]
+    counters = outputs[2 + len(app_settings.SETTING_NAMES) + 3]
     assert "recorded on " in counters
     assert all("done ✓" in column for column in outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(COMPARED)])
     assert "tokens per pass" in outputs[-1]

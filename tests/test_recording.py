@@ -77,7 +77,7 @@ def test_shipped_recordings_open_and_replay_to_the_end():
         while not session.decoder.finished:
             session.decoder.step()
         assert session.decoder.new_tokens and recording.race_replay() is not None
-        assert app_replay.control_values(recording)[0] == recording.settings["prompt"]
+        assert app_replay.control_values(recording)["prompt"] == recording.settings["prompt"]
 
 
 def _saved(tiny_default, tmp_path) -> dict:

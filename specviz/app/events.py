@@ -106,7 +106,7 @@ def _finished_note(dec) -> str:
 
 @guarded(STEP_OUTPUTS)
 def on_step(session: Session, *values):
-    settings = app_settings.parse_settings(*values)
+    settings = app_settings.settings_of_values(values)
     dec, note = session.decoder_for(settings)
     if dec.finished:
         return render_step(session, _finished_note(dec))
@@ -117,7 +117,7 @@ def on_step(session: Session, *values):
 
 @guarded(STEP_OUTPUTS)
 def on_run(session: Session, *values):
-    settings = app_settings.parse_settings(*values)
+    settings = app_settings.settings_of_values(values)
     loaded = session.recording is not None or stacks.stack_loaded(settings.stack_key())
     yield render_step(session, "Starting…" if loaded else "Loading the models (first time only)…")
     dec, note = session.decoder_for(settings)
@@ -195,7 +195,7 @@ def render_race(session: Session, status: str, charts: bool = True):
 
 @guarded(COMPARE_OUTPUTS)
 def on_compare(session: Session, *values):
-    settings = app_settings.parse_settings(*values)
+    settings = app_settings.settings_of_values(values)
     yield render_race(session, "Replaying the recorded race…" if session.recording else
                       "Loading models and preparing the race…", charts=False)
     yield from session.loop(lambda run_id: _race_loop(session, settings, run_id))
@@ -237,7 +237,7 @@ LOSSLESS_OUTPUTS = 4     # session, status, figure, summary
 
 @guarded(LOSSLESS_OUTPUTS)
 def on_lossless(session: Session, samples, *values):
-    settings = app_settings.parse_settings(*values)
+    settings = app_settings.settings_of_values(values)
     n = app_settings.parse_number(samples, "samples", 10, app_settings.MAX_LOSSLESS_SAMPLES)
     if session.recording is not None:
         raise UserError("The lossless check samples with the models: press Back to live decoding first.")

@@ -99,8 +99,10 @@ def main(argv=None) -> int:
             text = by_id[text]
         s = parse_sampling(args.sampling, args.seed)
         mode = "greedy" if s.greedy else "sample"
-        settings = parse_settings(text, args.strategy, args.preset, "", "", mode, s.temperature or 1.0, s.top_k,
-                                  s.top_p, s.seed, DEFAULT_BUDGET, "auto", 8, 4, STAGED_LOOKUP, args.max_new_tokens)
+        settings = parse_settings(prompt=text, strategy=args.strategy, preset=args.preset, target="", drafts="",
+                                  sampling_mode=mode, temperature=s.temperature or 1.0, top_k=s.top_k, top_p=s.top_p,
+                                  seed=s.seed, budget=DEFAULT_BUDGET, shape="auto", max_depth=8, max_branch=4,
+                                  lookup=STAGED_LOOKUP, max_new_tokens=args.max_new_tokens)
         started = perf_counter()
         recording = record(settings)
     except (UserError, BenchError, PromptError, RecordingError, ValueError) as exc:

@@ -36,19 +36,21 @@ def label(recording: Recording) -> str:
     return html.escape(recording.label())
 
 
-def control_values(recording: Recording) -> list:
-    """The recording's settings in the order of app.py's settings controls (checked like the UI's own:
+def control_values(recording: Recording) -> dict:
+    """The recording's settings as values of the page's controls, by name (checked like the UI's own:
     a file cannot set a control to a value the UI could not hold)."""
     s = recording.settings
     sampling, tree = s.get("sampling") or {}, s.get("tree") or {}
     greedy = sampling.get("temperature", 0) == 0
     preset = s["preset"] if s["preset"] in preset_names() else OFFLINE_DEFAULT
-    values = [s["prompt"], s["strategy"], preset, "", "", "greedy" if greedy else "sample",
-              1.0 if greedy else sampling.get("temperature"), sampling.get("top_k", 0), sampling.get("top_p", 1.0),
-              sampling.get("seed", 0), tree.get("budget"), tree.get("shape"), tree.get("max_depth"),
-              tree.get("max_branch"), tree.get("lookup"), s["max_new_tokens"]]
+    values = dict(prompt=s["prompt"], strategy=s["strategy"], preset=preset, target="", drafts="",
+                  sampling_mode="greedy" if greedy else "sample",
+                  temperature=1.0 if greedy else sampling.get("temperature"), top_k=sampling.get("top_k", 0),
+                  top_p=sampling.get("top_p", 1.0), seed=sampling.get("seed", 0), budget=tree.get("budget"),
+                  shape=tree.get("shape"), max_depth=tree.get("max_depth"), max_branch=tree.get("max_branch"),
+                  lookup=tree.get("lookup"), max_new_tokens=s["max_new_tokens"])
     try:
-        parse_settings(*values)
+        parse_settings(**values)
     except UserError as exc:
         raise RecordingError(f"Its settings are not valid here: {exc}") from None
     return values

@@ -10,14 +10,13 @@ import gradio as gr
 from . import replay
 from .events import STEP_OUTPUTS, guarded, render_race, render_step
 from .sessions import Session
-from .settings import UserError
+from .settings import SETTING_NAMES, UserError
 
 log = logging.getLogger("specviz.app")
 
 # -- recordings ------------------------------------------------------------------------------------
 
-N_CONTROLS = 16      # the settings controls, in parse_settings' order
-OPEN_OUTPUTS = STEP_OUTPUTS + N_CONTROLS
+OPEN_OUTPUTS = STEP_OUTPUTS + len(SETTING_NAMES)
 
 
 @guarded(OPEN_OUTPUTS)
@@ -28,7 +27,7 @@ def on_open(session: Session, source):
     recording = replay.open_into(session, source)
     step = render_step(session, f"Opened a recording ({replay.label(recording)}). Step, Run and Compare replay "
                                 "it with no model loaded; the times shown are the recorded ones.")
-    return (*step[:2], *replay.control_values(recording), *step[2:])
+    return (*step[:2], *_controls(recording), *step[2:])
 
 
 @guarded(STEP_OUTPUTS)
@@ -67,4 +66,9 @@ def on_start(n_outputs: int):
     step = render_step(session, f"Showing a recorded run ({replay.label(recording)}): press **Step**, **Run** or "
                                 "**Compare** to replay it, or **Back to live decoding** (under Recordings) to run "
                                 "the models yourself.")
-    return (*step[:2], *replay.control_values(recording), *step[2:], *render_race(session, "")[2:])
+    return (*step[:2], *_controls(recording), *step[2:], *render_race(session, "")[2:])
+
+
+def _controls(recording) -> list:
+    values = replay.control_values(recording)
+    return [values[name] for name in SETTING_NAMES]

@@ -2,6 +2,7 @@
 model menu, and the check that turns the UI's values (the API can send anything) into engine settings."""
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from dataclasses import dataclass
@@ -134,6 +135,16 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
     new = parse_number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
     return Settings(prompt=prompt, strategy=strategy, preset=preset, target=(target or "").strip(),
                     drafts=drafts or "", sampling=sampling, tree=tree, max_new_tokens=new)
+
+
+# The settings controls by name, in parse_settings' order: the page lists its components by these
+# names, and a handler's positional values (how Gradio passes a list of inputs) map back to them.
+SETTING_NAMES = tuple(inspect.signature(parse_settings).parameters)
+
+
+def settings_of_values(values) -> Settings:
+    """A handler's positional control values, in SETTING_NAMES order, checked."""
+    return parse_settings(**dict(zip(SETTING_NAMES, values, strict=True)))
 
 
 def preset_choices() -> list[tuple[str, str]]:
