@@ -22,12 +22,13 @@ class Tree:
     stages: list[int]                  # which stage proposed the node (0 = target, for the root)
     draft_probs: list[float]           # q(token | parent) under the distribution it was drawn from
     children: list[list[int]] = field(default_factory=list)
-    drawn: list[bool] = field(default_factory=list)      # drawn from its parent's draft distribution
-    lookup: dict[int, int] = field(default_factory=dict)  # parent -> its child proposed by context lookup
+    drawn: list[bool] = field(default_factory=list)       # drawn from its parent's draft distribution q
+    point_mass: list[bool] = field(default_factory=list)  # also proposed deterministically (q = 1 on its token,
+                                                          # e.g. by context lookup): verified before the drawn
 
     @classmethod
     def with_root(cls, token: int) -> "Tree":
-        return cls([token], [-1], [0], [0], [0], [1.0], [[]], [False])
+        return cls([token], [-1], [0], [0], [0], [1.0], [[]], [False], [False])
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -43,6 +44,7 @@ class Tree:
         self.children.append([])
         self.children[parent].append(node)
         self.drawn.append(drawn)
+        self.point_mass.append(False)
         return node
 
     def child_with_token(self, parent: int, token: int) -> int | None:
@@ -56,7 +58,7 @@ class Tree:
             child = self.child_with_token(node, token)
             if child is None:
                 child = self.add(node, token, stage, 1.0, drawn=False)
-            self.lookup[node] = child
+            self.point_mass[child] = True
             node = child
 
     def path(self, node: int) -> list[int]:

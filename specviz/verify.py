@@ -8,10 +8,12 @@ p and draft distribution q, try the children in the order they were drawn; accep
 probability min(1, p[c] / q[c]). On rejection p <- normalise(max(p - q, 0)), and because siblings
 are drawn without replacement, q[c] <- 0 and q is renormalised. If no child is accepted, sample
 the bonus token from the current p. The committed tokens are then distributed exactly as the target's.
-A child proposed by context lookup is a deterministic proposal (q = a point mass on its token), tried
-before the drawn ones: accepted with probability p[c]; on rejection p[c] <- 0 and p is renormalised,
-after which the drawn children are checked against that p as usual (one of them with the same token
-can then never be accepted).
+One rule covers every child proposed deterministically (q = a point mass on its token; context lookup's
+branch): such children are tried before the drawn ones, each accepted with probability p[c]; on
+rejection p[c] <- 0 and p is renormalised, after which the drawn children are checked against that p
+as usual (a drawn child with the same token can then never be accepted). A drafter whose q is itself a
+point mass (LookupDrafter) gets the same arithmetic from the drawn rule: min(1, p/1) = p, and
+normalise(max(p - q, 0)) = p without its token.
 """
 from __future__ import annotations
 
@@ -67,21 +69,21 @@ def verify_sampling(tree: Tree, probs: torch.Tensor, draft_dists: dict[int, torc
     while True:
         p = probs[node].clone()
         chosen = None
-        copied = tree.lookup.get(node)
-        if copied is not None:
-            token = tree.tokens[copied]
-            accept[copied] = float(p[token])
-            if float(torch.rand((), generator=generator)) < accept[copied]:
-                chosen = copied
-            else:
-                p = without(p, token)
+        proposed = [c for c in tree.children[node] if tree.point_mass[c]]
+        for child in proposed:      # point-mass proposals first: each accepted with the chance p gives it
+            token = tree.tokens[child]
+            accept[child] = float(p[token])
+            if float(torch.rand((), generator=generator)) < accept[child]:
+                chosen = child
+                break
+            p = without(p, token)
         drawn = [c for c in tree.children[node] if tree.drawn[c]]
         if chosen is None and drawn:
             q = draft_dists[node].clone()
             for child in drawn:
                 token = tree.tokens[child]
                 ratio = float(p[token] / q[token]) if q[token] > 0 else 0.0
-                if child != copied:     # a copied token has p = 0 by now: its chance was the lookup's
+                if child not in proposed:   # a proposed token has p = 0 by now: its chance was the point mass's
                     accept[child] = min(1.0, ratio)
                 if float(torch.rand((), generator=generator)) < min(1.0, ratio):
                     chosen = child

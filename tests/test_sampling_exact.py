@@ -32,20 +32,20 @@ def chi2(counts: torch.Tensor, expected_probs: torch.Tensor) -> tuple[float, int
     return float(((obs - exp) ** 2 / exp).sum()), len(exp) - 1
 
 
-def one_level_output(p, q, k, generator, copied=None):
-    """Draw k children from q without replacement (plus a context-lookup child with token `copied`),
-    verify against p; return the committed token."""
+def one_level_output(p, q, k, generator, copied=()):
+    """Draw k children from q without replacement (plus a point-mass child for each token in `copied`,
+    as context lookup proposes them), verify against p; return the committed token."""
     tree = Tree.with_root(0)
     for token in draw_without_replacement(q, k, generator):
         tree.add(0, token, 1, float(q[token]))
-    if copied is not None:
-        tree.add_lookup_chain([copied], 2)
+    for token in copied:
+        tree.add_lookup_chain([token], 2)
     probs = torch.stack([p] * len(tree))
     verdict = verify.verify_sampling(tree, probs, {0: q}, generator)
     return tree.tokens[verdict.path[1]] if len(verdict.path) > 1 else verdict.bonus
 
 
-def run_one_level(p, q, k, trials, seed=0, copied=None):
+def run_one_level(p, q, k, trials, seed=0, copied=()):
     generator = torch.Generator().manual_seed(seed)
     counts = torch.zeros(len(p))
     for _ in range(trials):
@@ -71,9 +71,9 @@ def test_multi_draft_verification_preserves_the_target_distribution(data, k):
 
 
 @settings(max_examples=8)
-@given(data=st.data(), k=st.integers(0, 3), copied=st.integers(0, 5))
+@given(data=st.data(), k=st.integers(0, 3), copied=st.lists(st.integers(0, 5), min_size=1, max_size=2, unique=True))
 def test_a_context_lookup_child_keeps_the_target_distribution(data, k, copied):
-    """The copied token is tried first with q = a point mass, before (or merged with) drawn children."""
+    """Point-mass children (one or two) are tried first, before (or merged with) drawn children."""
     p = distribution(data.draw, 6)
     q = distribution(data.draw, 6)
     stat, df = chi2(run_one_level(p, q, k, 6000, copied=copied), p)
@@ -84,7 +84,7 @@ def test_lookup_rejection_without_removing_the_copied_token_is_caught(monkeypatc
     p = torch.tensor([0.5, 0.3, 0.1, 0.05, 0.05, 0.0])
     q = torch.tensor([0.1, 0.1, 0.6, 0.1, 0.05, 0.05])
     monkeypatch.setattr(verify, "without", lambda p, token: p)
-    stat, df = chi2(run_one_level(p, q, 1, 6000, copied=0), p)
+    stat, df = chi2(run_one_level(p, q, 1, 6000, copied=[0]), p)
     assert stat > chi2_critical(df)
 
 

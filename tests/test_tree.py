@@ -78,6 +78,6 @@ def test_a_lookup_chain_shares_drafted_nodes_and_adds_the_rest():
     tree.add_lookup_chain([3, 5, 9, 9], stage=2)
     assert tree.path_tokens(len(tree) - 1) == [7, 3, 5, 9, 9]
     assert len(tree) == 6                                   # 3 and 5 were shared, two 9s are new
-    assert tree.lookup == {0: a, a: 3, 3: 4, 4: 5}
+    assert [n for n in range(len(tree)) if tree.point_mass[n]] == [a, 3, 4, 5]    # all four proposed by lookup
     assert tree.drawn == [False, True, True, True, False, False]
     assert [tree.stages[n] for n in (4, 5)] == [2, 2] and tree.draft_probs[4] == 1.0
