@@ -43,8 +43,9 @@ def rank_rates(steps: list[StepRecord]) -> list[float]:
             if node.parent in accepted and node.rank < MAX_RANK:
                 had[node.rank] += 1
                 took[node.rank] += node.accepted
-    rates = [t / h for t, h in zip(took, had) if h]
-    return rates
+    # a node's children have ranks 0..k-1, so the ranks seen are a prefix: stop at the first unseen one
+    seen = had.index(0) if 0 in had else MAX_RANK
+    return [took[r] / had[r] for r in range(seen)]
 
 
 def rank_paths(step: StepRecord) -> list[tuple[int, ...]]:
@@ -94,7 +95,8 @@ def fit_costs(steps: list[StepRecord], more_steps: list[StepRecord] = ()) -> Cos
                  max(0.0, outside) / len(steps) if steps else 0.0)
 
 
-def _seconds_per_token(steps: list[StepRecord]) -> float:
+def seconds_per_token(steps: list[StepRecord]) -> float:
+    """Wall time per committed token over these steps (0 for none)."""
     tokens = sum(len(s.committed_tokens) for s in steps)
     return sum(s.wall_s for s in steps) / tokens if tokens else 0.0
 
@@ -112,21 +114,21 @@ class Explanation:
     speedup_predicted: float | None  # predicted tokens per pass over the measured seconds per round
 
 
-def explain(steps: list[StepRecord], baseline: list[StepRecord] | None = None) -> Explanation | None:
-    """None for a run without drafting (plain decoding explains nothing)."""
+def explain(steps: list[StepRecord], baseline_s: float = 0.0) -> Explanation | None:
+    """None for a run without drafting (plain decoding explains nothing). baseline_s: plain decoding's
+    seconds per token in the same run (0: no speed-ups)."""
     drafted = [s for s in steps if len(s.nodes) > 1]
     if not drafted:
         return None
     rates = rank_rates(drafted)
     predicted = fmean(tree_tokens(rank_paths(s), rates) for s in drafted)
     measured = fmean(len(s.accepted_path) for s in drafted)
-    base = _seconds_per_token(baseline) if baseline else 0.0
-    mine = _seconds_per_token(steps)
+    mine = seconds_per_token(steps)
     round_s = fmean(s.wall_s for s in drafted)
     return Explanation(steps[0].strategy, rates[0] if rates else 0.0, rates,
                        fmean(len(s.nodes) - 1 for s in drafted), measured, predicted,
-                       base / mine if base and mine else None,
-                       predicted * base / round_s if base and round_s else None)
+                       baseline_s / mine if baseline_s and mine else None,
+                       predicted * baseline_s / round_s if baseline_s and round_s else None)
 
 
 def chain_curve(alpha: float, costs: Costs, baseline_s: float, lengths=range(0, 11)) -> list[dict]:

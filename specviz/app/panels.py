@@ -14,7 +14,7 @@ from ..lossless import ChiSquare
 from ..markdown import md_table
 from ..palette import KIND_COLOURS, STRATEGY_COLOURS
 from ..plots import base_layout, empty_figure, token_label
-from ..speed_model import best_chain, chain_curve, explain, fit_costs
+from ..speed_model import best_chain, chain_curve, explain, fit_costs, seconds_per_token
 from ..trace import StepRecord
 
 EXPLAINED = ("speculative", "tree", "staged")
@@ -24,16 +24,14 @@ CHAIN_LENGTHS = range(0, 11)
 def speed_view(lanes: dict[str, list[StepRecord]]) -> dict | None:
     """Everything the panel shows, from the race lanes' steps; None until baseline and a
     speculating lane have run."""
-    base = lanes.get("baseline") or []
-    explained = {name: explain(lanes[name], base) for name in EXPLAINED if lanes.get(name)}
+    baseline_s = seconds_per_token(lanes.get("baseline") or [])
+    explained = {name: explain(lanes[name], baseline_s) for name in EXPLAINED if lanes.get(name)}
     explained = {name: e for name, e in explained.items() if e is not None}
-    if not base or not explained:
+    if not baseline_s or not explained:
         return None
     chain = "speculative" if "speculative" in explained else next(iter(explained))
     others = [s for name, steps in lanes.items() if name != chain for s in steps]
     costs = fit_costs(lanes[chain], others)
-    tokens = sum(len(s.committed_tokens) for s in base)
-    baseline_s = sum(s.wall_s for s in base) / tokens if tokens else 0.0
     alpha = explained[chain].alpha
     curve = chain_curve(alpha, costs, baseline_s, CHAIN_LENGTHS)
     return {"explained": explained, "alpha": alpha, "chain_lane": chain, "costs": costs, "curve": curve,
