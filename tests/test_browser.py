@@ -22,6 +22,7 @@ from specviz.app.race import COMPARED
 from test_app import BENCH
 
 ROOT = Path(__file__).resolve().parents[1]
+LONG_RUN = 1000          # tokens: over two minutes of plain decoding on a 2-core CPU
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 
@@ -40,7 +41,8 @@ def server(tmp_path_factory):
     bench.write_text(json.dumps(BENCH))
     env = {**os.environ, "SPECVIZ_BENCHMARK": str(bench), "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "SPECVIZ_OPEN_RECORDING": "cpu-offline-humaneval0-greedy"}     # as on a Space
+           "SPECVIZ_OPEN_RECORDING": "cpu-offline-humaneval0-greedy",     # as on a Space
+           "SPECVIZ_MAX_NEW_TOKENS": str(LONG_RUN)}      # a run long enough that Stop always comes first
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
@@ -248,17 +250,20 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.locator("#mode label", has_text="greedy").first.click()
 
     # Stop ends a long run; meanwhile another user's session steps on its own. The pattern prompt keeps
-    # any model listing days for 200 tokens, so the run is still going when Stop comes.
+    # any model listing days for LONG_RUN tokens, so the run is still going when Stop comes.
     page.get_by_role("tab", name="Step through").click()
     page.locator("#examples input").click()
     page.get_by_role("option", name=app_settings.PATTERN_EXAMPLE).click()
     page.locator("#strategy label", has_text="baseline").first.click()
-    set_number(page, "max-new-tokens", 200)
+    set_number(page, "max-new-tokens", LONG_RUN)
     page.locator("#run-btn").click()
     expect(status).to_contain_text("Running", timeout=120_000)
     second_user = page.context.browser.new_context()
     other = second_user.new_page()
     other.goto(server)
+    other.locator("#recordings-box").click()                  # the page opens on a recording: decode live
+    other.locator("#live-btn").click()
+    expect(other.locator("#status")).to_contain_text("Back to live decoding")
     other.locator("#step-btn").click()
     expect(other.locator("#caption")).to_contain_text("Step 1", timeout=120_000)
     expect(page.locator("#status")).to_contain_text("Running")        # the first user's run goes on
@@ -268,7 +273,7 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     counters = page.locator("#counters").inner_text()
     time.sleep(3)
     expect(status).to_contain_text("Stopped")
-    assert page.locator("#counters").inner_text() == counters and "200 / 200" not in counters
+    assert page.locator("#counters").inner_text() == counters and f"{LONG_RUN} / {LONG_RUN}" not in counters
     second_user.close()
 
     # Bad input: an empty prompt and a model that cannot load give a message, and the app stays up
