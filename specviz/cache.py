@@ -53,11 +53,12 @@ def read_bytes(model: torch.nn.Module, output_vocab: torch.Tensor | None = None)
     fed). An input embedding that is not tied to the output layer is read a row per token, not whole;
     with `output_vocab` the output layer is read for those tokens' rows only."""
     once, per_token = parameter_bytes(model), 0
-    embedding, output = model.get_input_embeddings().weight, model.get_output_embeddings().weight
-    if embedding is not output:
+    embedding, output = model.get_input_embeddings().weight, model.get_output_embeddings()
+    if embedding is not getattr(output, "weight", None):      # untied (or a 4-bit output layer)
         once -= embedding.numel() * embedding.element_size()
         per_token = embedding.shape[1] * embedding.element_size()
     if output_vocab is not None:
+        output = output.weight
         once -= (output.shape[0] - len(output_vocab)) * output.shape[1] * output.element_size()
     return once, per_token
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from .tree import SHAPES, TreeSpec
-from .models import AUTO_DTYPE, DEFAULT_TARGET, DTYPES, ModelLoadError
+from .models import AUTO_DTYPE, DEFAULT_TARGET, PRECISIONS, ModelLoadError
 from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling
 from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STRATEGIES, default_tree
@@ -39,9 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--min-score", type=float, default=None, metavar="P",
                      help="dynamic trees: grow only paths the draft gives at least this probability (default 0.2)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
-    gen.add_argument("--dtype", choices=[AUTO_DTYPE, *DTYPES], default=AUTO_DTYPE,
+    gen.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
                      help="auto (default): bfloat16 where a short probe shows it faster on this CPU (or on a "
-                          "GPU), else float32; float32 for exactness checks")
+                          "GPU), else float32; float32 for exactness checks; int4: linear layers in 4 bits (CPU)")
     gen.add_argument("--compile", action="store_true",
                      help="torch.compile the target over a static KV cache (CUDA graphs on a GPU); the first "
                           "rounds compile, for minutes on a CPU")

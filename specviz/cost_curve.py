@@ -19,7 +19,7 @@ def cost_curve(model: torch.nn.Module, sizes=SIZES, context: int = 256, reps: in
     """Seconds per forward of n tree tokens (a root and n-1 children) after `context` committed
     tokens: the fastest of `reps` rounds, the sizes interleaved within each round so that machine
     noise hits them alike."""
-    vocab = model.get_output_embeddings().weight.shape[0]
+    vocab = model.get_input_embeddings().weight.shape[0]
     kv = KVModel(model, "cost")
     best = dict.fromkeys(sizes, float("inf"))
     with torch.inference_mode():

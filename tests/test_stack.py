@@ -76,23 +76,24 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
     monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
     _save_target_and_draft(tmp_path)
     chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto")
-    assert seen == [(1,), (1,)] and chain.precision() == "float32 target, bfloat16 draft"
+    assert seen == [(1,)] * 3 and chain.precision() == "float32 target, bfloat16 draft"   # float32, bf16, int4
     seen.clear()
     staged = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
-    assert seen == [(1, stack_module.STAGED_LEVEL_TOKENS)] * 2 and staged.precision() == "float32"
+    assert seen == [(1, stack_module.STAGED_LEVEL_TOKENS)] * 3 and staged.precision() == "float32"
 
 
-def test_auto_dtype_keeps_a_draft_in_bfloat16_where_its_one_token_forward_is_faster(tmp_path, monkeypatch):
-    """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 draft
-    still writes baseline's tokens."""
+@pytest.mark.parametrize("fastest", ["bfloat16", "int4"])
+def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tmp_path, monkeypatch, fastest):
+    """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 or
+    int4 draft still writes baseline's tokens."""
     import specviz.stack as stack_module
     _save_target_and_draft(tmp_path)
     monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
     monkeypatch.setattr(stack_module, "draft_probe_seconds",
-                        lambda model, lower: 1.0 if next(model.parameters()).dtype == torch.bfloat16 else 3.0)
+                        lambda model, lower: 1.0 if LoadedModel("", model, None).dtype == fastest else 3.0)
     s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
-    assert s.dtype == "float32" and s.loaded[str(tmp_path / "draft")].dtype == "bfloat16"
-    assert s.precision() == "float32 target, bfloat16 draft"
+    assert s.dtype == "float32" and s.loaded[str(tmp_path / "draft")].dtype == fastest
+    assert s.precision() == f"float32 target, {fastest} draft"
     base = s.decoder([1, 2, 3, 4], "baseline", max_new_tokens=12, stop_at_eos=False).generate().tokens
     for strategy in ("speculative", "tree", "staged"):
         assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base

@@ -12,7 +12,7 @@ from pathlib import Path
 from time import perf_counter
 
 from ..machine import describe
-from ..models import AUTO_DTYPE, DTYPES, ModelLoadError, load_model
+from ..models import AUTO_DTYPE, PRECISIONS, ModelLoadError, load_model
 from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
@@ -45,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "0 = the paper's staged)")
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
                         help="tree and staged: grow only paths the draft gives at least this probability (default 0.2)")
-    parser.add_argument("--dtype", choices=[AUTO_DTYPE, *DTYPES], default=AUTO_DTYPE,
-                        help="auto: bfloat16 where a probe shows it faster here, else float32")
+    parser.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
+                        help="auto: bfloat16 where a probe shows it faster here, else float32; int4: linear layers "
+                             "in 4 bits (CPU)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
                         help="our strategies run a torch.compile'd target over a static KV cache (CUDA graphs on "

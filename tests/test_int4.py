@@ -1,0 +1,155 @@
+"""Linear layers in 4 bits (specviz/int4.py): what they compute, and models built from them."""
+import copy
+
+import pytest
+import torch
+
+from specviz.cache import KVModel, parameter_bytes, read_bytes
+from specviz.int4 import GROUP, Int4Linear, is_quantized, quantize_model
+from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
+from specviz.tree import ancestor_matrix
+from tiny import tiny_model
+
+
+def linear(inputs=256, outputs=96, seed=0) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(inputs, outputs)
+
+
+def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding():
+    layer = linear()
+    q = Int4Linear(layer)
+    w, w4 = layer.weight.detach(), q.dequantized()
+    groups = w.reshape(w.shape[0], -1, GROUP)
+    step = (groups.amax(-1) - groups.amin(-1)) / 15          # one 4-bit step of each group
+    slack = 2 ** -7 * groups.abs().amax(-1)                  # scale and zero rounded to bfloat16
+    error = (w4 - w).abs().reshape(groups.shape).amax(-1)
+    assert (error <= 0.5 * step + slack).all()
+    assert error.max() > 0                                   # it did quantize
+    x = torch.randn(5, 256)
+    expected = x.bfloat16().float() @ w4.T + layer.bias
+    assert torch.allclose(q(x), expected, rtol=1e-2, atol=1e-2)
+    assert q(x[None]).shape == (1, 5, 96)                    # any leading dimensions
+
+
+def test_a_weight_already_on_a_4bit_grid_is_kept_exactly():
+    """GGUF's Q4 blocks are 32 weights on a 16-level grid: re-packing them loses nothing where the
+    grid's step and middle are bfloat16 numbers."""
+    torch.manual_seed(1)
+    out, inputs = 32, 128
+    q = torch.randint(0, 16, (out, inputs // GROUP, GROUP))
+    q[..., 0], q[..., 1] = 0, 15                             # every group spans its whole grid
+    scale = torch.rand(out, inputs // GROUP, 1).add(0.01).bfloat16().float()
+    zero = torch.randn(out, inputs // GROUP, 1).bfloat16().float()
+    weight = ((q - 8) * scale + zero).reshape(out, inputs)
+    layer = torch.nn.Linear(inputs, out)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+    assert torch.equal(Int4Linear(layer).dequantized(), weight)
+
+
+def test_each_row_is_computed_alone():
+    """Plain decoding feeds one token and verification many: each token's product must not depend on
+    how many are fed with it (bit for bit), or the two would round differently."""
+    q = Int4Linear(linear(512, 160))
+    x = torch.randn(16, 512)
+    together = q(x)
+    for n in (1, 2, 3, 7, 16):
+        assert torch.equal(q(x[:n]), together[:n])
+
+
+def test_a_quantized_model_has_no_float_linear_layers_left_and_reads_a_fraction_of_the_bytes():
+    model = copy.deepcopy(tiny_model("llama", hidden=64))
+    embedding = model.get_input_embeddings().weight.clone()
+    fp32_once, _ = read_bytes(model)
+    ids = torch.tensor([[3, 9, 27, 17, 51, 25, 11, 33]])
+    with torch.inference_mode():
+        before = model(ids).logits
+        quantize_model(model)
+        after = model(ids).logits
+    assert is_quantized(model) and LoadedModel("tiny", model, None).dtype == "int4"
+    assert not any(type(m) is torch.nn.Linear for m in model.modules())
+    assert torch.equal(model.get_input_embeddings().weight, embedding)         # the embedding stays float32
+    assert not model.config.tie_word_embeddings
+    once, per_token = read_bytes(model)
+    assert once < 0.4 * fp32_once and per_token == 64 * 4        # an untied embedding: a row per token fed
+    assert (before.argmax(-1) == after.argmax(-1)).float().mean() >= 0.75
+    assert torch.allclose(before, after, atol=0.5 * before.abs().max().item())
+
+
+def test_a_draft_with_an_output_vocabulary_keeps_its_output_layer(tmp_path):
+    """The engine reads only the predicted tokens' rows of such a draft's output layer."""
+    model = copy.deepcopy(tiny_model("llama", hidden=64))
+    vocab = torch.tensor([2, 5, 7, 11, 13])
+    loaded = _quantized(LoadedModel("draft", model, None, output_vocab=vocab))
+    assert type(model.get_output_embeddings()) is torch.nn.Linear
+    assert type(model.model.layers[0].mlp.up_proj) is Int4Linear
+    kv = KVModel(model, "draft", output_vocab=vocab)
+    with torch.inference_mode():
+        logits = kv.feed_committed([1, 2, 3])
+    assert torch.isfinite(logits[:, vocab]).all() and torch.isinf(logits).sum() == 3 * (64 - 5)
+    assert loaded.weight_bytes == parameter_bytes(model)
+
+
+def test_int4_is_refused_off_the_cpu():
+    with pytest.raises(ModelLoadError, match="CUDA|CPU precision"):
+        load_model("smollm2-135m", "int4", "cuda")
+
+
+def gqa_model(seed: int = 0, noise: float = 0.0):
+    """A random 2-layer Qwen2 with Qwen2.5-Coder's head size and grouped queries (6 heads sharing 2 key
+    and value heads): the shapes where SDPA rounds a token differently by how many are fed with it."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=256, hidden_size=768, intermediate_size=1536, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=1024,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)       # sharper distributions: drafts agree, greedy paths are not all ties
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape) * noise * p.std())
+    return model
+
+
+def tree_and_sequential_logits(model, root: int):
+    """Logits of a 5-node tree (a chain and a side branch) fed at once, and of its chain's tokens fed
+    one at a time, after the same 149-token prefix."""
+    prefix = [(7 * i) % 256 for i in range(149)]
+    tokens, parents, depths = [root, 5, 99, 6, 7], [-1, 0, 0, 1, 3], [0, 1, 1, 2, 3]
+    with torch.inference_mode():
+        one = KVModel(model, "sequential")
+        one.feed_committed(prefix)
+        sequential = torch.stack([one.feed_committed([t])[0] for t in (root, 5, 6, 7)])
+        tree = KVModel(model, "tree")
+        tree.feed_committed(prefix)
+        fed = tree.forward(tokens, [tree.committed + d for d in depths], ancestor_matrix(parents))
+    return fed[[0, 1, 3, 4]], sequential
+
+
+def test_an_int4_model_verifies_each_token_bit_for_bit_as_plain_decoding_computes_it():
+    model = gqa_model()
+    _quantized(LoadedModel("target", model, None))
+    roots = range(10, 20)
+    for root in roots:
+        assert torch.equal(*tree_and_sequential_logits(model, root))
+    model.set_attn_implementation("sdpa")        # all tokens attending at once: now and then not bit for bit
+    differ = [not torch.equal(*tree_and_sequential_logits(model, root)) for root in roots]
+    assert any(differ)
+
+
+def test_every_strategy_writes_baselines_tokens_with_an_int4_target_and_draft(tmp_path):
+    from specviz.stack import Stack
+    from tiny import save_with_word_tokenizer
+
+    for name, noise in (("target", 0.0), ("draft", 0.05)):
+        save_with_word_tokenizer(gqa_model(noise=noise), tmp_path / name)
+    stack = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="int4")
+    assert stack.precision() == "int4"
+    prompt = [(7 * i) % 64 for i in range(40)]
+    base = stack.decoder(prompt, "baseline", max_new_tokens=40, stop_at_eos=False).generate().tokens
+    for strategy in ("speculative", "tree", "staged"):
+        run = stack.decoder(prompt, strategy, max_new_tokens=40, stop_at_eos=False).generate()
+        assert run.tokens == base, strategy
+        assert run.stats["tokens_per_target_forward"] > 1.2, strategy       # the draft does agree
