@@ -91,11 +91,20 @@ def page(server):
         page.goto(server)
         page.locator("#step-btn").wait_for()
         page.opened_with = opened_with(page)
-        page.locator("#recordings-box").click()
-        page.locator("#live-btn").click()
-        page.locator("#status", has_text="Back to live decoding").wait_for()
+        leave_recording(page)
         yield page
         browser.close()
+
+
+def leave_recording(page) -> None:
+    """A new page opens on a recording: once it shows one (the page's load events have run, so a click
+    on the closed Recordings section is not lost), open that section and go back to live decoding."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("#status")).to_contain_text("Showing a recorded run", timeout=120_000)
+    page.locator("#recordings-box").click()
+    page.locator("#live-btn").click()
+    expect(page.locator("#status")).to_contain_text("Back to live decoding")
 
 
 def opened_with(page) -> dict:
@@ -261,9 +270,7 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     second_user = page.context.browser.new_context()
     other = second_user.new_page()
     other.goto(server)
-    other.locator("#recordings-box").click()                  # the page opens on a recording: decode live
-    other.locator("#live-btn").click()
-    expect(other.locator("#status")).to_contain_text("Back to live decoding")
+    leave_recording(other)
     other.locator("#step-btn").click()
     expect(other.locator("#caption")).to_contain_text("Step 1", timeout=120_000)
     expect(page.locator("#status")).to_contain_text("Running")        # the first user's run goes on
