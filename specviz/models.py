@@ -160,9 +160,9 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     check_dtype(dtype)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
-    if dtype == INT4 and device != "cpu":
-        raise ModelLoadError("int4 is a CPU precision; on a GPU use bfloat16 or float16")
     if dtype == INT4:        # de-quantised in float32, then its linear layers packed in 4 bits
+        if device != "cpu":
+            raise ModelLoadError("int4 is a CPU precision; on a GPU use bfloat16 or float16")
         return _quantized(load_model(spec, "float32", device))
     dtype = resolve_dtype(dtype, device)
     location, gguf_file = resolve(spec)
