@@ -15,6 +15,7 @@ from .auto_trigram import auto_trigram
 from .cache import KVModel
 from .cost_curve import cost_curve
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
+from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
 from .engine import Decoder
 from .int4 import INT4
@@ -27,14 +28,14 @@ DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"
 
 
-STAGED_LEVEL_TOKENS = 16    # a staged level: up to 4 nodes fed at once, each with the lower stage's 4-token guess
+STAGED_LEVEL_TOKENS = TreeSpec().level_width * (1 + LOOKAHEAD)   # a staged level: its nodes, each with the lower stage's guess
 
 
 def draft_probe_seconds(model: torch.nn.Module, under_lower_stage: bool) -> float:
     """What a draft's forwards cost as it will run them, after a short prefix: one token per step of
     a chain; under a lower stage (staged) also a level of its tree, fed with the lower stage's guesses.
     On a CPU without bf16 units a bfloat16 0.5B reads one token 2.6x faster than in float32 but
-    16 tokens 2x slower (docs/BENCHMARKS.md), so the answer depends on the feed."""
+    4 tokens or more slower (docs/BENCHMARKS.md), so the answer depends on the feed."""
     sizes = (1, STAGED_LEVEL_TOKENS) if under_lower_stage else (1,)
     return sum(cost_curve(model, sizes=sizes, context=32, reps=3).values())
 

@@ -16,6 +16,12 @@ from ..tree import Tree
 from ..verify import verify_greedy
 from .base import Drafter
 
+# Tokens the lower stage guesses after each node the draft expands. A guess saves a draft forward only
+# when it covers every node of the next level, which a branching tree rarely allows, while every guessed
+# token is fed; on held-out prompts 1 was best for both shipped stacks and 4 was 11-23% slower
+# (docs/BENCHMARKS.md, "Staged's lookahead").
+LOOKAHEAD = 1
+
 
 def accepted_chain(root: int, proposal: list[int], logits: torch.Tensor) -> list[int]:
     """The lower stage's guesses this model agrees with, then its own next token: the engine's greedy
@@ -31,7 +37,7 @@ class ModelDrafter(Drafter):
     kind = "model"
 
     def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
-                 lookahead: int = 4, output_vocab: torch.Tensor | None = None):
+                 lookahead: int = LOOKAHEAD, output_vocab: torch.Tensor | None = None):
         super().__init__()
         self.kv = KVModel(model, name, output_vocab)
         self.name = name
