@@ -19,7 +19,8 @@ from .base import Drafter
 # Tokens the lower stage guesses after each node the draft expands. A guess saves a draft forward only
 # when it covers every node of the next level, which a branching tree rarely allows, while every guessed
 # token is fed. On held-out prompts 0-2 came out within noise of each other on both shipped stacks, 1 best
-# or level, and with 4 staged lost 6% (offline) and 25% (qwen-coder) against tree, compared with 1 (docs/BENCHMARKS.md, "Staged's lookahead").
+# or level; with 4, staged lost 6% (offline) and 25% (qwen-coder) against tree, compared with 1
+# (docs/BENCHMARKS.md, "Staged's lookahead").
 LOOKAHEAD = 1
 
 
