@@ -1,0 +1,63 @@
+"""Tree settings side by side in one process: each prompt runs every setting before the next prompt
+(prompt-major, so machine noise hits all alike), greedy, no stop at end-of-sequence. Prints a table
+of per-prompt medians and writes JSON. Each setting is NAME=STRATEGY[:budget=N][:min_score=P][:lookup=N].
+    python scripts/tree_settings_sweep.py qwen-coder docs/benchmarks/heldout_humaneval_132_135.jsonl out.json \
+        base=baseline spec=speculative tree=tree tree8=tree:budget=8 staged=staged staged8=staged:budget=8
+The first setting is the reference of the ratios (docs/BENCHMARKS.md, "Tree budget").
+"""
+import json
+import statistics
+import sys
+
+from specviz.bench.run import run_strategy
+from specviz.bench.settings import parse_sampling
+from specviz.presets import load_preset
+from specviz.prompts import load_prompts
+
+NEW_TOKENS = 64
+NUMBERS = {"budget": int, "min_score": float, "lookup": int}
+
+
+def parse_setting(text: str) -> tuple[str, str, dict]:
+    name, _, spec = text.partition("=")
+    strategy, *options = spec.split(":")
+    tree = {key: NUMBERS[key](value) for key, value in (option.split("=") for option in options)}
+    return name, strategy, tree
+
+
+def main(preset: str, prompt_file: str, out: str, *settings: str) -> None:
+    settings = [parse_setting(s) for s in settings]
+    stack = load_preset(preset)
+    greedy = parse_sampling("greedy", 0)
+    prompts = [(p.id, stack.encode(p.text)) for p in load_prompts(prompt_file)]
+    for _, strategy, tree in settings:          # warm-up
+        run_strategy(stack, strategy, prompts[0][1], greedy, 8, tree)
+    runs = {name: [] for name, _, _ in settings}
+    for prompt_id, ids in prompts:
+        for name, strategy, tree in settings:
+            run = run_strategy(stack, strategy, ids, greedy, NEW_TOKENS, tree)
+            runs[name].append({key: run[key] for key in ("tokens", "wall_s", "target_forwards", "draft_forwards")})
+            print(prompt_id, name, f"{NEW_TOKENS / run['wall_s']:.2f} tok/s", flush=True)
+    reference = runs[settings[0][0]]
+    summary = {}
+    print("| setting | tok/s | vs " + settings[0][0] + " | tok/fwd | draft forwards | same tokens |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, rows in runs.items():
+        summary[name] = {
+            "tok_s": statistics.median(NEW_TOKENS / r["wall_s"] for r in rows),
+            "ratio": statistics.median(ref["wall_s"] / r["wall_s"] for ref, r in zip(reference, rows)),
+            "tok_per_fwd": statistics.median(NEW_TOKENS / r["target_forwards"] for r in rows),
+            "draft_forwards": sum(r["draft_forwards"] for r in rows),
+            "same_tokens": sum(r["tokens"] == ref["tokens"] for ref, r in zip(reference, rows))}
+        s = summary[name]
+        print(f"| {name} | {s['tok_s']:.2f} | {s['ratio']:.2f}x | {s['tok_per_fwd']:.2f} | {s['draft_forwards']} "
+              f"| {s['same_tokens']}/{len(rows)} |")
+    with open(out, "w") as f:
+        json.dump({"preset": preset, "prompts": [p for p, _ in prompts], "new_tokens": NEW_TOKENS,
+                   "settings": [s[0] for s in settings], "summary": summary,
+                   "runs": {name: [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
+                            for name, rows in runs.items()}}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
