@@ -37,16 +37,16 @@ def main(preset: str, prompt_file: str, out: str, *settings: str) -> None:
         for name, strategy, tree in settings:
             run = run_strategy(stack, strategy, ids, greedy, NEW_TOKENS, tree)
             runs[name].append({key: run[key] for key in ("tokens", "wall_s", "target_forwards", "draft_forwards")})
-            print(prompt_id, name, f"{NEW_TOKENS / run['wall_s']:.2f} tok/s", flush=True)
+            print(prompt_id, name, f"{len(run['tokens']) / run['wall_s']:.2f} tok/s", flush=True)
     reference = runs[settings[0][0]]
     summary = {}
     print("| setting | tok/s | vs " + settings[0][0] + " | tok/fwd | draft forwards | same tokens |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, rows in runs.items():
         summary[name] = {
-            "tok_s": statistics.median(NEW_TOKENS / r["wall_s"] for r in rows),
+            "tok_s": statistics.median(len(r["tokens"]) / r["wall_s"] for r in rows),
             "ratio": statistics.median(ref["wall_s"] / r["wall_s"] for ref, r in zip(reference, rows)),
-            "tok_per_fwd": statistics.median(NEW_TOKENS / r["target_forwards"] for r in rows),
+            "tok_per_fwd": statistics.median(len(r["tokens"]) / r["target_forwards"] for r in rows),
             "draft_forwards": sum(r["draft_forwards"] for r in rows),
             "same_tokens": sum(r["tokens"] == ref["tokens"] for ref, r in zip(reference, rows))}
         s = summary[name]
