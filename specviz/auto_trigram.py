@@ -4,6 +4,7 @@ cache directory, so any preset gets its stage-2 drafter without a download.
 """
 from __future__ import annotations
 
+import os
 import sysconfig
 from pathlib import Path
 
@@ -37,7 +38,7 @@ def auto_trigram(tokenizer, name: str, limit_bytes: int = 8_000_000):
     sequences = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     model = KatzTrigram.build(sequences, vocab)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.npz")
+    tmp = path.with_name(f"{path.stem}.tmp{os.getpid()}.npz")      # processes may build it side by side
     model.save(tmp)
     tmp.replace(path)
     return model
