@@ -16,7 +16,7 @@ def target_weight_bytes() -> int:
 
 
 RECORDING_COMMAND = ("python -m specviz.recording --preset PRESET --prompt HumanEval/N --sampling greedy|topk50 "
-                     "--max-new-tokens 64 (qwen-coder: 32) --out assets/recordings/NAME.json.gz")
+                     "--max-new-tokens 64 --out assets/recordings/NAME.json.gz")
 
 
 def recordings_artifact() -> dict:
