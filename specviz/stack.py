@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .auto_trigram import auto_trigram
+from .auto_trigram import auto_trigram, draft_texts
 from .cache import KVModel
 from .cost_curve import cost_curve
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
@@ -93,7 +93,7 @@ class Stack:
         must be 10% faster than float32 to be chosen); a draft's precision only moves acceptance,
         never the output."""
         if spec == "trigram:auto":
-            return auto_trigram(self.tokenizer, self.target_name)
+            return auto_trigram(self.tokenizer, self.target_name, draft_texts(self.drafts))
         if is_ngram(spec):
             return load_trigram(spec)
         model = load_model(spec, dtype, device)

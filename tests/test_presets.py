@@ -1,6 +1,7 @@
 """Named presets: the table, the offline failure message, and the trigram built on first use."""
 import pytest
 
+import specviz.auto_trigram
 import specviz.models
 from specviz.models import ModelLoadError
 from specviz.auto_trigram import auto_trigram
@@ -47,3 +48,33 @@ def test_auto_trigram_is_built_for_the_tokenizer_once_and_cached(smollm2, monkey
     again = auto_trigram(smollm2.tokenizer, "smollm2", limit_bytes=300_000)
     assert list((tmp_path / "trigrams").glob("*.npz")) == files
     assert (again.probs(ids[:-1]) == model.probs(ids[:-1])).all()
+
+
+def _write_draft_text(path, texts):
+    import gzip
+    import json
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+
+
+def test_auto_trigram_counts_the_text_the_draft_wrote_and_caches_it_apart(smollm2, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(specviz.auto_trigram, "DRAFT_TEXT", tmp_path / "draft_text")
+    written = specviz.auto_trigram.draft_text_path("some/dir/tiny-draft")
+    assert written == tmp_path / "draft_text" / "tiny-draft.jsonl.gz"
+    assert specviz.auto_trigram.draft_texts(["some/dir/tiny-draft", "lookup"]) == []
+    _write_draft_text(written, ["zebra quokka narwhal, zebra quokka narwhal."] * 3)
+    assert specviz.auto_trigram.draft_texts(["some/dir/tiny-draft", "lookup"]) == [written]
+
+    ids = smollm2.tokenizer(" zebra quokka narwhal", add_special_tokens=False)["input_ids"]
+    cut = len(smollm2.tokenizer(" zebra quokka", add_special_tokens=False)["input_ids"])
+    source_only = auto_trigram(smollm2.tokenizer, "smollm2", limit_bytes=300_000)
+    with_text = auto_trigram(smollm2.tokenizer, "smollm2", [written], limit_bytes=300_000)
+    assert with_text.top(ids[:cut], 1)[0][0] == ids[cut]          # the draft's habit is learnt
+    assert source_only.top(ids[:cut], 1)[0][0] != ids[cut]
+    assert len(list((tmp_path / "cache" / "trigrams").glob("*.npz"))) == 2     # one per set of texts
+    _write_draft_text(written, ["zebra quokka okapi."] * 3)                 # new text: a fresh build
+    rebuilt = auto_trigram(smollm2.tokenizer, "smollm2", [written], limit_bytes=300_000)
+    okapi = smollm2.tokenizer(" zebra quokka okapi", add_special_tokens=False)["input_ids"]
+    assert rebuilt.top(okapi[:cut], 1)[0][0] == okapi[cut]

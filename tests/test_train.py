@@ -50,3 +50,30 @@ def _mass_outside_active(negatives: int) -> float:
 def test_random_negatives_keep_untrained_tokens_from_soaking_up_probability():
     without, with_negatives = _mass_outside_active(0), _mass_outside_active(64)
     assert with_negatives < without / 2 and without > 0.3
+
+
+def test_sampled_continuations_stay_with_their_own_prompts():
+    """Batches are grouped by length and shuffled, so the pairs come back in another order than the
+    prompts: each continuation must still be its own prompt's (greedy, so checkable one by one)."""
+    from specviz.train.trigram import sample_continuations
+    model = tiny_model("llama")
+    prompts = [[5, 9, 2], [7], [1, 2, 3, 4, 5, 6], [8, 8], [3, 1, 4, 1, 5]]
+    pairs = sample_continuations(model, prompts, new_tokens=6, batch_size=2, temperature=0.0, pad_id=63,
+                                 minutes=5, seed=3)
+    assert sorted(p for p, _ in pairs) == sorted(prompts)
+    assert [p for p, _ in pairs] != prompts                   # the order really did change
+    for prompt, continuation in pairs:
+        alone = model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=6, do_sample=False,
+                               pad_token_id=63)[0, len(prompt):].tolist()
+        assert continuation == [t for t in alone if t != 63]
+
+
+def test_draft_text_command_writes_what_the_draft_continues(tmp_path):
+    from specviz.auto_trigram import read_draft_text
+    from specviz.train.cli import main
+    out = tmp_path / "smollm2.jsonl.gz"
+    main(["draft-text", "--draft", "smollm2-135m", "--max-prompts", "4", "--batch-size", "2",
+          "--new-tokens", "5", "--minutes", "5", "--out", str(out)])
+    texts = read_draft_text(out)
+    assert len(texts) == 4
+    assert all('"""' in t or "'''" in t for t in texts)        # documented-function prompts, continued

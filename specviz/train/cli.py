@@ -5,6 +5,7 @@
     python -m specviz.train data-corpus      # raw Python source, tokenised
     python -m specviz.train draft            # train the stage-1 draft model
     python -m specviz.train trigram          # build the stage-2 Katz-backoff trigram
+    python -m specviz.train draft-text --draft qwen2.5-coder-0.5b   # text a preset's draft writes, for its trigram:auto
     python -m specviz.train agreement        # measure top-1 agreement on HumanEval continuations
     python -m specviz.train manifest         # write assets/manifest.json + MANIFEST.md from the runs
 
@@ -22,6 +23,7 @@ from ..paths import ASSETS
 from .common import DATA, log, seed_everything
 from .data import cmd_data_corpus, cmd_data_eval, cmd_data_target, cmd_data_teacher
 from .draft import cmd_draft, cmd_output_vocab
+from .draft_text import cmd_draft_text
 from .evaluate import cmd_agreement
 from .manifest import cmd_manifest
 from .trigram import cmd_trigram
@@ -103,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-trigram", type=int, default=2)
     p.add_argument("--out", default=str(ASSETS / "trigram.npz"))
     p.set_defaults(func=cmd_trigram)
+
+    p = sub.add_parser("draft-text", help=cmd_draft_text.__doc__)
+    p.add_argument("--draft", required=True, help="a draft model spec, e.g. qwen2.5-coder-0.5b")
+    p.add_argument("--max-prompts", type=int, default=8000)
+    p.add_argument("--max-prompt-tokens", type=int, default=192)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy, as the app's default race decodes")
+    p.add_argument("--minutes", type=float, default=40)
+    p.add_argument("--out", default=None, help="default: assets/draft_text/<draft>.jsonl.gz")
+    p.set_defaults(func=cmd_draft_text)
 
     p = sub.add_parser("agreement", help=cmd_agreement.__doc__)
     p.add_argument("--draft", default=str(ASSETS / "draft"))

@@ -18,10 +18,14 @@ from .sources import documented_function_prompts
 
 @torch.no_grad()
 def sample_continuations(model, prompts: list[list[int]], new_tokens: int, batch_size: int,
-                         temperature: float, pad_id: int, minutes: float) -> list[list[int]]:
-    """Sampled continuations (only the new tokens) of left-padded prompt batches."""
+                         temperature: float, pad_id: int, minutes: float,
+                         seed: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """(prompt, continuation) pairs from left-padded batches of prompts of similar length, in the order
+    sampled (batches shuffled when seeded), until the minutes run out. Temperature 0 decodes greedily."""
     out, start = [], time.time()
-    for batch in batches_by_length(prompts, batch_size):
+    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 \
+        else dict(do_sample=False)
+    for batch in batches_by_length(prompts, batch_size, seed):
         if time.time() - start > minutes * 60:
             break
         rows = [prompts[j] for j in batch]
@@ -29,10 +33,9 @@ def sample_continuations(model, prompts: list[list[int]], new_tokens: int, batch
         ids = torch.tensor([[pad_id] * (longest - len(r)) + r for r in rows])
         mask = torch.tensor([[0] * (longest - len(r)) + [1] * len(r) for r in rows])
         gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens,
-                             do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                             pad_token_id=pad_id)
-        out += [g[longest:].tolist() for g in gen]
-        log(f"sampled {len(out)} continuations, {sum(map(len, out))} tokens")
+                             pad_token_id=pad_id, **sampling)
+        out += [(r, [t for t in g[longest:].tolist() if t != pad_id]) for r, g in zip(rows, gen)]
+        log(f"sampled {len(out)} continuations, {sum(len(c) for _, c in out)} tokens")
     return out
 
 
@@ -44,12 +47,12 @@ def cmd_trigram(args) -> None:
     if args.sample_minutes > 0 and not samples_path.exists():
         draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
         prompts = documented_function_prompts(tok, args.max_prompts, 192, args.seed + 1)
-        continuations = sample_continuations(draft, prompts, args.new_tokens, args.batch_size,
-                                             args.temperature, tok.pad_token_id, args.sample_minutes)
-        samples = [p + c for p, c in zip(prompts, continuations)]
+        pairs = sample_continuations(draft, prompts, args.new_tokens, args.batch_size,
+                                     args.temperature, tok.pad_token_id, args.sample_minutes)
+        samples = [p + c for p, c in pairs]
         np.savez(samples_path, tokens=np.concatenate(samples).astype(np.int32),
                  lengths=np.array(list(map(len, samples))),
-                 continuation_tokens=np.array(sum(map(len, continuations))))
+                 continuation_tokens=np.array(sum(len(c) for _, c in pairs)))
     sequences = []
     if samples_path.exists() and args.sample_minutes > 0:
         z = np.load(samples_path)
