@@ -3,6 +3,7 @@ packages): it loads offline, both models share one vocabulary, and every strateg
 equals baseline's in float32, compared within this run (never against tokens remembered from one CPU)."""
 import pytest
 
+from specviz.auto_trigram import draft_text_path, draft_texts
 from specviz.chunked import CHUNKED, available
 from specviz.strategies import STRATEGIES
 from specviz.presets import load_preset
@@ -22,6 +23,7 @@ def stack():
 def test_the_pair_shares_a_vocabulary_and_staged_has_a_cascade(stack):
     assert stack.dtype == "float32" and stack.drafts[0] == "qwen2.5-coder-0.5b"
     assert [d.kind for d in stack.drafter_for("staged").stages()] == ["model", "ngram"]
+    assert draft_texts(stack.drafts) == [draft_text_path("qwen2.5-coder-0.5b")]   # its trigram knows the 0.5B's text
     assert stack.vocab_size == stack.loaded["qwen2.5-coder-0.5b"].model.get_output_embeddings().weight.shape[0]
 
 

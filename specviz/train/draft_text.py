@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..auto_trigram import draft_text_path
 from ..models import load_model
-from .common import log
+from .common import DATA, log
 from .sources import documented_function_prompts
 from .trigram import sample_continuations
 
@@ -32,5 +32,8 @@ def cmd_draft_text(args) -> None:
     with gzip.open(out, "wt", encoding="utf-8") as f:
         for prompt, continuation in pairs:
             f.write(json.dumps({"text": tok.decode(prompt + continuation, skip_special_tokens=True)}) + "\n")
-    log(f"saved {len(pairs)} texts, {sum(len(c) for _, c in pairs)} generated tokens, to {out} "
-        f"({out.stat().st_size} bytes)")
+    info = {"command": args.command_line, "texts": len(pairs), "generated_tokens": sum(len(c) for _, c in pairs),
+            "prompt_tokens": sum(len(p) for p, _ in pairs), "bytes": out.stat().st_size}
+    DATA.mkdir(exist_ok=True)
+    (DATA / f"draft_text_{out.name.split('.')[0]}.json").write_text(json.dumps(info, indent=1))
+    log("saved", out, info)

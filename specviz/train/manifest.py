@@ -26,6 +26,14 @@ def recordings_artifact() -> dict:
             "note": "gpu-h100-*: recorded on a lent NVIDIA H100 with SPECVIZ_DTYPE=float32; cpu-*: on the 2-core CPU"}
 
 
+def draft_text_artifact() -> dict:
+    """The shipped draft-written text (specviz/train/draft_text.py), one entry per file with its run."""
+    files = sorted(str(p.relative_to(ASSETS)) for p in (ASSETS / "draft_text").glob("*.jsonl.gz"))
+    runs = {name: read_json(DATA / f"draft_text_{Path(name).name.split('.')[0]}.json") for name in files}
+    return {"files": files, "command": "python -m specviz.train draft-text --draft DRAFT",
+            **{f"run {name}": info for name, info in runs.items()}}
+
+
 def cmd_manifest(args) -> None:
     """Write assets/manifest.json and assets/MANIFEST.md from the recorded runs (data/*.json)."""
     draft = read_json(DATA / "draft_train_draft.json")
@@ -39,6 +47,7 @@ def cmd_manifest(args) -> None:
                   "target_fp32_weight_bytes": target_weight_bytes()},
         "trigram": {"files": ["trigram.npz"], **trigram},
         "recordings": recordings_artifact(),
+        "draft_text": draft_text_artifact(),
     }
     datasets = {"target_labelled": read_json(DATA / "target" / "info.json"),
                 "teacher_labelled": read_json(DATA / "teacher" / "info.json"),
