@@ -31,9 +31,9 @@ def main(draft_spec: str, text_path: str) -> None:
     source = [encode(p.read_text(encoding="utf-8", errors="replace")) for p in python_source_files()]
     written = [encode(t) for t in read_draft_text(text_path)]
     print(json.dumps({"source_tokens": sum(map(len, source)), "draft_text_tokens": sum(map(len, written))}))
-    for name, weight, sequences in (("stdlib", 0, source), ("stdlib + text", 1, None), ("stdlib + text x4", 4, None),
-                                    ("stdlib + text x16", 16, None), ("text only", 1, written)):
-        trigram = KatzTrigram.build(sequences or source + written * weight, len(tok))
+    for name, source_weight, text_weight in (("stdlib", 1, 0), ("stdlib + text", 1, 1), ("stdlib + text x4", 1, 4),
+                                             ("stdlib + text x16", 1, 16), ("text only", 0, 1)):
+        trigram = KatzTrigram.build(source * source_weight + written * text_weight, len(tok))
         row = {"trigram": name}
         for half, parity in (("even prompts (chose the weight)", 0), ("odd prompts (held out)", 1)):
             guesses, truth = [], []

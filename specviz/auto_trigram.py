@@ -56,9 +56,9 @@ def auto_trigram(tokenizer, name: str, texts: Sequence[Path] = (), limit_bytes: 
     `texts` (each counted `weight` times), and cached under a name that changes with those texts."""
     vocab = len(tokenizer)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in texts) + bytes([weight])).hexdigest()[:12] \
+    texts_id = "-" + hashlib.sha256(b"".join(p.read_bytes() for p in texts) + bytes([weight])).hexdigest()[:12] \
         if texts else ""
-    path = cache_dir() / "trigrams" / f"{safe}-{vocab}-{limit_bytes}{'-' + digest if digest else ''}.npz"
+    path = cache_dir() / "trigrams" / f"{safe}-{vocab}-{limit_bytes}{texts_id}.npz"
     if path.is_file():
         return KatzTrigram.load(path)
     sources = [p.read_text(encoding="utf-8", errors="replace") for p in python_source_files(limit_bytes)]

@@ -19,6 +19,11 @@ from .sources import documented_function_prompts
 from .trigram import sample_continuations
 
 
+def run_info_path(text_path: Path) -> Path:
+    """Where the run that wrote `text_path` keeps its record (read by the `manifest` command)."""
+    return DATA / f"draft_text_{Path(text_path).name.removesuffix('.jsonl.gz')}.json"
+
+
 def cmd_draft_text(args) -> None:
     """Continue documented-function prompts (Python source, never HumanEval) with a draft model; save the text."""
     draft = load_model(args.draft, "float32")
@@ -35,5 +40,5 @@ def cmd_draft_text(args) -> None:
     info = {"command": args.command_line, "texts": len(pairs), "generated_tokens": sum(len(c) for _, c in pairs),
             "prompt_tokens": sum(len(p) for p, _ in pairs), "bytes": out.stat().st_size}
     DATA.mkdir(exist_ok=True)
-    (DATA / f"draft_text_{out.name.split('.')[0]}.json").write_text(json.dumps(info, indent=1))
+    run_info_path(out).write_text(json.dumps(info, indent=1))
     log("saved", out, info)

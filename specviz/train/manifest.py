@@ -9,6 +9,7 @@ from ..markdown import md_table
 from ..models import load_model
 from ..paths import ASSETS
 from .common import DATA, TARGET, log, read_json
+from .draft_text import run_info_path
 
 
 def target_weight_bytes() -> int:
@@ -29,9 +30,8 @@ def recordings_artifact() -> dict:
 def draft_text_artifact() -> dict:
     """The shipped draft-written text (specviz/train/draft_text.py), one entry per file with its run."""
     files = sorted(str(p.relative_to(ASSETS)) for p in (ASSETS / "draft_text").glob("*.jsonl.gz"))
-    runs = {name: read_json(DATA / f"draft_text_{Path(name).name.split('.')[0]}.json") for name in files}
     return {"files": files, "command": "python -m specviz.train draft-text --draft DRAFT",
-            **{f"run {name}": info for name, info in runs.items()}}
+            **{f"run {name}": read_json(run_info_path(ASSETS / name)) for name in files}}
 
 
 def cmd_manifest(args) -> None:
