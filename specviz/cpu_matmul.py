@@ -1,13 +1,12 @@
 """Matrix products for a few tokens at a time on a CPU, at the speed of the memory.
 
 Decoding and verifying feed 1-16 tokens, so each linear layer is a product of a wide weight matrix
-with a few rows. nn.Linear computes rows @ W.T; on the 2-core AVX2 machines we run on, MKL streams
-the weights of that product at ~10 GB/s (one row: its matrix-vector kernel), while W @ rows.T with
-2-8 rows streams them at ~17 GB/s (all of a SmolLM2-135M's linear layers, float32: 48 ms for one
-row with nn.Linear, 30 ms for two to four rows this way; `python -m specviz.bench --cost-curve`).
-So the engine computes its linear layers as W @ rows.T and feeds a single row as two (the row
-twice): plain decoding gets the same kernel as verification, and a comparison between them
-measures speculation, not a kernel.
+with a few rows. nn.Linear computes rows @ W.T, which MKL runs at 9-19 GB/s of weights on our 2-core
+AVX2 machines. The engine's forwards use specviz's own kernel instead (`rows_kernel.py`: 27-38 GB/s
+up to 4 rows, and each row computed by the same operations whatever rows come with it). Where that
+kernel cannot run, they compute W @ rows.T, which MKL streams at ~17 GB/s for 2-8 rows, and feed a
+single row as two (the row twice). Either way plain decoding gets the same kernel as verification,
+so a comparison between them measures speculation, not a kernel.
 
 Only the engine's own forwards take this path (a thread-local switch set by `cache.KVModel`):
 transformers' generate() on the same model objects, as HF peers run, keeps nn.Linear's product.
@@ -21,6 +20,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from . import rows_kernel
 from .int4 import is_quantized
 
 MAX_ROWS = 16            # more rows (a prompt) go to nn.Linear's own product
@@ -29,8 +29,11 @@ _INSTALL_LOCK = threading.Lock()
 
 
 def rows_product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """rows @ weight.T for a few rows [n, in] -> [n, out], computed as weight @ rows.T (a single row
-    goes in twice, see the module's docstring)."""
+    """rows @ weight.T for a few rows [n, in] -> [n, out]: by the rows kernel, else as weight @ rows.T
+    (a single row goes in twice, see the module's docstring)."""
+    out = rows_kernel.product(weight, rows)
+    if out is not None:
+        return out
     n = rows.shape[0]
     rows = rows.repeat(2, 1) if n == 1 else rows.contiguous()    # a [in, n] layout of rows is 3x slower
     return (weight @ rows.T).T[:n]

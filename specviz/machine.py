@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from . import rows_kernel
+
 SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
               "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
 
@@ -34,7 +36,7 @@ def describe() -> str:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     kernels = torch.backends.cpu.get_cpu_capability()
     return (f"{name}, {os.cpu_count()} cores, SIMD {' '.join(simd) or 'unknown'}, torch {torch.__version__} "
-            f"({kernels} kernels, {torch.get_num_threads()} threads), {device}, {platform.system()} {platform.release()}")
+            f"({kernels} kernels, {torch.get_num_threads()} threads; few-row float32 products: {rows_kernel.status()}), {device}, {platform.system()} {platform.release()}")
 
 
 if __name__ == "__main__":

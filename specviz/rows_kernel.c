@@ -1,0 +1,69 @@
+/* y[n, N] = x[n, K] @ w[N, K].T in float32 with AVX2 + FMA, for the few rows (n <= 16) that decoding
+ * and verifying feed. See specviz/rows_kernel.py for why and how it is built.
+ *
+ * Each output y[r, o] is one accumulator: eight lanes of fused multiply-adds over k = 0, 8, 16, ...
+ * in order, then the lanes summed in a fixed order. No tiling choice changes that sequence, so a row's
+ * outputs are the same bits whatever other rows are fed with it: a tree's forward computes each token
+ * exactly as plain decoding does. Tiles of O outputs by R rows keep the accumulators in registers
+ * and read each weight row from memory once per tile of rows (later tiles find it in cache). */
+#include <immintrin.h>
+#include <stddef.h>
+
+#define MAX_O 8
+#define MAX_R 4
+
+static inline float lanes_sum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Outputs o0..o0+O-1 of rows r0..r0+R-1; O and R are constants at every call, so the loops unroll. */
+static inline __attribute__((always_inline)) void tile(const float *__restrict__ x, const float *__restrict__ w,
+        float *__restrict__ y, int K, int N, int r0, int o0, const int R, const int O) {
+    __m256 acc[MAX_O][MAX_R];
+    for (int o = 0; o < O; o++)
+        for (int r = 0; r < R; r++) acc[o][r] = _mm256_setzero_ps();
+    for (int k = 0; k < K; k += 8) {
+        __m256 xv[MAX_R];
+        for (int r = 0; r < R; r++) xv[r] = _mm256_loadu_ps(x + (size_t)(r0 + r) * K + k);
+        for (int o = 0; o < O; o++) {
+            __m256 wv = _mm256_loadu_ps(w + (size_t)(o0 + o) * K + k);
+            for (int r = 0; r < R; r++) acc[o][r] = _mm256_fmadd_ps(wv, xv[r], acc[o][r]);
+        }
+    }
+    for (int o = 0; o < O; o++)
+        for (int r = 0; r < R; r++) y[(size_t)(r0 + r) * N + o0 + o] = lanes_sum(acc[o][r]);
+}
+
+/* All rows of outputs o0..o0+O-1, in tiles of up to 4 rows. */
+#define ROWS_OF(O)                                                                   \
+    static void rows_of_##O(const float *x, const float *w, float *y, int n, int K, int N, int o0) { \
+        int r0 = 0;                                                                  \
+        for (; r0 + 4 <= n; r0 += 4) tile(x, w, y, K, N, r0, o0, 4, O);              \
+        switch (n - r0) {                                                            \
+        case 3: tile(x, w, y, K, N, r0, o0, 3, O); break;                            \
+        case 2: tile(x, w, y, K, N, r0, o0, 2, O); break;                            \
+        case 1: tile(x, w, y, K, N, r0, o0, 1, O); break;                            \
+        }                                                                            \
+    }
+ROWS_OF(1)
+ROWS_OF(2)
+ROWS_OF(3)
+
+/* x: [n, K], w: [N, K], y: [n, N], all contiguous float32; K a multiple of 8. */
+void rows_matmul(const float *x, const float *w, float *y, int n, int K, int N, int threads) {
+    if (n == 1) {      /* one row streams eight weight rows at a time */
+        int blocks = N / MAX_O;
+        #pragma omp parallel for schedule(static) num_threads(threads)
+        for (int b = 0; b < blocks; b++) tile(x, w, y, K, N, 0, b * MAX_O, 1, MAX_O);
+        for (int o = blocks * MAX_O; o < N; o++) tile(x, w, y, K, N, 0, o, 1, 1);
+        return;
+    }
+    int blocks = N / 3;
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int b = 0; b < blocks; b++) rows_of_3(x, w, y, n, K, N, b * 3);
+    if (N % 3 == 2) rows_of_2(x, w, y, n, K, N, blocks * 3);
+    if (N % 3 == 1) rows_of_1(x, w, y, n, K, N, blocks * 3);
+}
