@@ -2,8 +2,8 @@
 
 Decoding and verifying feed 1-16 tokens, so each linear layer is a product of a wide weight matrix
 with a few rows. nn.Linear computes rows @ W.T, which MKL runs at 9-19 GB/s of weights on our 2-core
-AVX2 machines. The engine's forwards use specviz's own kernel instead (`rows_kernel.py`: 27-38 GB/s
-up to 4 rows, and each row computed by the same operations whatever rows come with it). Where that
+AVX2 machines. The engine's forwards use specviz's own kernel instead (`rows_kernel.py`: about twice
+as fast up to 4 rows, and each row computed by the same operations whatever rows come with it). Where that
 kernel cannot run, they compute W @ rows.T, which MKL streams at ~17 GB/s for 2-8 rows, and feed a
 single row as two (the row twice). Either way plain decoding gets the same kernel as verification,
 so a comparison between them measures speculation, not a kernel.

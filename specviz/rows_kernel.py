@@ -2,9 +2,10 @@
 
 Decoding feeds one token per forward and verifying a tree 2-16, so every linear layer multiplies a
 wide weight matrix by a few rows, and its cost is reading the weights. On our 2-core AVX2 machines
-MKL's products read them at 9-19 GB/s for 1-16 rows; this kernel reads them at 27-38 GB/s up to 4
-rows (all linear layers of four Qwen2.5-1.5B blocks, 750 MB of float32, milliseconds by rows fed:
-`W @ rows.T` 44, 42, 41, 71, 89 against 19, 24, 28, 39, 61 here for 1, 2, 4, 8, 16 rows). It also
+MKL's products read them at 9-19 GB/s and this kernel at 13-42 GB/s (the fewer rows, the faster)
+(all linear layers of a Qwen2.5-1.5B, 6.2 GB of float32, milliseconds for 1, 2, 4, 8, 16 rows:
+`W @ rows.T` 314-336, 309-329, 302, 530-538, 704-730; here 148-210, 181-232, 224-249, 291-324,
+456-460; `scripts/linear_layer_speeds.py`, docs/BENCHMARKS.md). It also
 computes each row by the same sequence of operations whatever rows come with it, so the linear
 layers of a tree's forward compute each token exactly as plain decoding does, bit for bit.
 
