@@ -19,19 +19,29 @@ def cost_curve(model: torch.nn.Module, sizes=SIZES, context: int = 256, reps: in
     """Seconds per forward of n tree tokens (a root and n-1 children) after `context` committed
     tokens: the fastest of `reps` rounds, the sizes interleaved within each round so that machine
     noise hits them alike."""
-    vocab = model.get_input_embeddings().weight.shape[0]
-    kv = KVModel(model, "cost")
-    best = dict.fromkeys(sizes, float("inf"))
+    return cost_curves([model], sizes, context, reps)[0]
+
+
+def cost_curves(models: list[torch.nn.Module], sizes=SIZES, context: int = 256, reps: int = 10) -> list[dict[int, float]]:
+    """cost_curve for several models, interleaved within each round too: on a VM whose memory speed
+    drifts by tens of percent over seconds, models timed one after the other are compared at
+    different speeds."""
+    kvs = [KVModel(model, "cost") for model in models]
+    best = [dict.fromkeys(sizes, float("inf")) for _ in models]
     with torch.inference_mode():
-        kv.feed_committed([i % vocab for i in range(context)])
+        for kv, model in zip(kvs, models):
+            vocab = model.get_input_embeddings().weight.shape[0]
+            kv.feed_committed([i % vocab for i in range(context)])
         for _ in range(reps):
-            for n in sizes:
-                visible = torch.eye(n, dtype=torch.bool)
-                visible[:, 0] = True
-                started = perf_counter()
-                kv.forward([(context + i) % vocab for i in range(n)], [context] + [context + 1] * (n - 1), visible)
-                best[n] = min(best[n], perf_counter() - started)
-                kv.commit([])
+            for kv, seconds in zip(kvs, best):
+                vocab = kv.model.get_input_embeddings().weight.shape[0]
+                for n in sizes:
+                    visible = torch.eye(n, dtype=torch.bool)
+                    visible[:, 0] = True
+                    started = perf_counter()
+                    kv.forward([(context + i) % vocab for i in range(n)], [context] + [context + 1] * (n - 1), visible)
+                    seconds[n] = min(seconds[n], perf_counter() - started)
+                    kv.commit([])
     return best
 
 

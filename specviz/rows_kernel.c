@@ -38,8 +38,8 @@ static inline __attribute__((always_inline)) void tile(const float *__restrict__
 }
 
 /* All rows of outputs o0..o0+O-1, in tiles of up to 4 rows. */
-#define ROWS_OF(O)                                                                   \
-    static void rows_of_##O(const float *x, const float *w, float *y, int n, int K, int N, int o0) { \
+#define OUTPUTS(O)                                                                   \
+    static void outputs_##O(const float *x, const float *w, float *y, int n, int K, int N, int o0) { \
         int r0 = 0;                                                                  \
         for (; r0 + 4 <= n; r0 += 4) tile(x, w, y, K, N, r0, o0, 4, O);              \
         switch (n - r0) {                                                            \
@@ -48,22 +48,25 @@ static inline __attribute__((always_inline)) void tile(const float *__restrict__
         case 1: tile(x, w, y, K, N, r0, o0, 1, O); break;                            \
         }                                                                            \
     }
-ROWS_OF(1)
-ROWS_OF(2)
-ROWS_OF(3)
+OUTPUTS(1)
+OUTPUTS(3)
+OUTPUTS(4)
+OUTPUTS(6)
+OUTPUTS(8)
 
-/* x: [n, K], w: [N, K], y: [n, N], all contiguous float32; K a multiple of 8. */
+/* x: [n, K], w: [N, K], y: [n, N], all contiguous float32; K a multiple of 8. Fewer rows take wider tiles
+ * (more weight rows streamed at once, 8-12 accumulators either way). */
 void rows_matmul(const float *x, const float *w, float *y, int n, int K, int N, int threads) {
-    if (n == 1) {      /* one row streams eight weight rows at a time */
-        int blocks = N / MAX_O;
-        #pragma omp parallel for schedule(static) num_threads(threads)
-        for (int b = 0; b < blocks; b++) tile(x, w, y, K, N, 0, b * MAX_O, 1, MAX_O);
-        for (int o = blocks * MAX_O; o < N; o++) tile(x, w, y, K, N, 0, o, 1, 1);
-        return;
-    }
-    int blocks = N / 3;
+    const int O = n == 1 ? 8 : n == 2 ? 6 : n == 3 ? 4 : 3;
+    int blocks = N / O;
     #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int b = 0; b < blocks; b++) rows_of_3(x, w, y, n, K, N, b * 3);
-    if (N % 3 == 2) rows_of_2(x, w, y, n, K, N, blocks * 3);
-    if (N % 3 == 1) rows_of_1(x, w, y, n, K, N, blocks * 3);
+    for (int b = 0; b < blocks; b++) {
+        switch (O) {
+        case 8: outputs_8(x, w, y, n, K, N, b * 8); break;
+        case 6: outputs_6(x, w, y, n, K, N, b * 6); break;
+        case 4: outputs_4(x, w, y, n, K, N, b * 4); break;
+        default: outputs_3(x, w, y, n, K, N, b * 3); break;
+        }
+    }
+    for (int o = blocks * O; o < N; o++) outputs_1(x, w, y, n, K, N, o);
 }

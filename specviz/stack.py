@@ -13,7 +13,7 @@ import torch
 
 from .auto_trigram import auto_trigram, draft_texts
 from .cache import KVModel
-from .cost_curve import cost_curve
+from .cost_curve import cost_curves
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
@@ -31,13 +31,14 @@ DEFAULT_TRIGRAM = "trigram"
 STAGED_LEVEL_TOKENS = TreeSpec().level_width * (1 + LOOKAHEAD)   # a staged level: its nodes, each with the lower stage's guess
 
 
-def draft_probe_seconds(model: torch.nn.Module, under_lower_stage: bool) -> float:
-    """What a draft's forwards cost as it will run them, after a short prefix: one token per step of
-    a chain; under a lower stage (staged) also a level of its tree, fed with the lower stage's guesses.
-    On a CPU without bf16 units a bfloat16 0.5B reads one token 2.6x faster than in float32 but
-    4 tokens or more slower (docs/BENCHMARKS.md), so the answer depends on the feed."""
+def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) -> list[float]:
+    """What each candidate draft's forwards cost as it will run them, after a short prefix: one token
+    per step of a chain; under a lower stage (staged) also a level of its tree, fed with the lower
+    stage's guesses. On a CPU without bf16 units a bfloat16 0.5B reads one token 2.6x faster than in
+    float32 but 4 tokens or more slower (docs/BENCHMARKS.md), so the answer depends on the feed.
+    The candidates take turns in each round, so this machine's drifting speed hits them alike."""
     sizes = (1, STAGED_LEVEL_TOKENS) if under_lower_stage else (1,)
-    return sum(cost_curve(model, sizes=sizes, context=32, reps=3).values())
+    return [sum(curve.values()) for curve in cost_curves(models, sizes=sizes, context=64, reps=5)]
 
 
 def default_drafts() -> list[str]:
@@ -100,11 +101,10 @@ class Stack:
         check_tokenizers_match(self.target, model)
         if auto and dtype == "float32" and device == "cpu":
             lower = self.drafts.index(spec) < len(self.drafts) - 1
-            timed = [(0.9 * draft_probe_seconds(model.model, lower), model)]
-            for other in (BFLOAT16, INT4):
-                candidate = load_model(spec, other, device)
-                timed.append((draft_probe_seconds(candidate.model, lower), candidate))
-            return min(timed, key=lambda pair: pair[0])[1]
+            candidates = [model] + [load_model(spec, other, device) for other in (BFLOAT16, INT4)]
+            seconds = draft_probe_seconds([c.model for c in candidates], lower)
+            seconds[0] *= 0.9
+            return candidates[seconds.index(min(seconds))]
         return model
 
     @property

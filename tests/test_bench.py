@@ -226,6 +226,19 @@ def test_cost_curve_times_each_size_and_prints_a_table():
     assert len(table.splitlines()) == 5
 
 
+def test_cost_curves_of_several_models_take_turns_within_each_round(monkeypatch):
+    """The draft probe compares precisions on a machine whose speed drifts: every round times each model."""
+    from specviz.cache import KVModel
+    from specviz.cost_curve import cost_curves
+    models = [tiny_model("llama", 0), tiny_model("llama", 1)]
+    order, forward = [], KVModel.forward
+    monkeypatch.setattr(KVModel, "forward", lambda self, tokens, *rest: order.append(
+        (models.index(self.model), len(tokens))) or forward(self, tokens, *rest))
+    curves = cost_curves(models, sizes=(1, 4), context=20, reps=2)
+    assert [list(c) for c in curves] == [[1, 4], [1, 4]] and all(0 < s < 5 for c in curves for s in c.values())
+    assert order == [(0, 20), (1, 20)] + [(0, 1), (0, 4), (1, 1), (1, 4)] * 2     # the prefixes, then rounds
+
+
 def test_cost_curve_flag_writes_json(tmp_path, capsys):
     from specviz.cost_curve import SIZES
     from tiny import save_with_word_tokenizer

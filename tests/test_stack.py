@@ -67,12 +67,12 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
     import specviz.stack as stack_module
     seen = []
 
-    def fake_curve(model, sizes, context, reps):       # seconds by tokens fed, as on an AVX2 CPU
-        seen.append(tuple(sizes))
-        bf16 = next(model.parameters()).dtype == torch.bfloat16
-        return {n: (0.3 if bf16 else 1.0) if n == 1 else (3.0 if bf16 else 1.2) for n in sizes}
+    def fake_curves(models, sizes, context, reps):     # seconds by tokens fed, as on an AVX2 CPU
+        seen.extend([tuple(sizes)] * len(models))
+        bf16 = [next(model.parameters()).dtype == torch.bfloat16 for model in models]
+        return [{n: (0.3 if b else 1.0) if n == 1 else (3.0 if b else 1.2) for n in sizes} for b in bf16]
 
-    monkeypatch.setattr(stack_module, "cost_curve", fake_curve)
+    monkeypatch.setattr(stack_module, "cost_curves", fake_curves)
     monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
     _save_target_and_draft(tmp_path)
     chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto")
@@ -90,13 +90,13 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
     _save_target_and_draft(tmp_path)
     monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
     monkeypatch.setattr(stack_module, "draft_probe_seconds",
-                        lambda model, lower: 1.0 if LoadedModel("", model, None).dtype == fastest else 3.0)
+                        lambda models, lower: [1.0 if LoadedModel("", m, None).dtype == fastest else 3.0 for m in models])
     s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
     assert s.dtype == "float32" and s.loaded[str(tmp_path / "draft")].dtype == fastest
     assert s.precision() == f"float32 target, {fastest} draft"
     base = s.decoder([1, 2, 3, 4], "baseline", max_new_tokens=12, stop_at_eos=False).generate().tokens
     for strategy in ("speculative", "tree", "staged"):
         assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base
-    monkeypatch.setattr(stack_module, "draft_probe_seconds", lambda model, lower: 1.0)    # a tie keeps float32
+    monkeypatch.setattr(stack_module, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))    # a tie keeps float32
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto").precision() == "float32"
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="float32").precision() == "float32"
