@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
                      help="auto (default): bfloat16 where a short probe shows it faster on this CPU (or on a "
-                          "GPU), else float32; float32 for exactness checks; int4: linear layers in 4 bits (CPU)")
+                          "GPU), else float32; float32 for exactness checks; int4/int8: linear layers in 4/8 bits (CPU)")
     gen.add_argument("--compile", action="store_true",
                      help="torch.compile the target over a static KV cache (CUDA graphs on a GPU); the first "
                           "rounds compile, for minutes on a CPU")

@@ -19,7 +19,7 @@ import torch
 
 GROUP = 32                    # weights per scale and offset (GGUF's Q4_0/Q4_1/Q4_K blocks are 32 wide)
 INT4 = "int4"                 # the precision's name (`--dtype int4`)
-_MARK = "_specviz_int4"
+_MARK = "_specviz_quantized"
 
 
 class Int4Linear(torch.nn.Module):
@@ -68,18 +68,25 @@ def can_quantize(linear: torch.nn.Module) -> bool:
             and linear.out_features % 16 == 0 and linear.weight.device.type == "cpu")
 
 
-def quantize_model(model: torch.nn.Module, keep: tuple[torch.nn.Module, ...] = ()) -> torch.nn.Module:
+def quantize_model(model: torch.nn.Module, keep: tuple[torch.nn.Module, ...] = (), layer=Int4Linear,
+                   precision: str = INT4) -> torch.nn.Module:
     """Replace the model's linear layers but those in `keep` (the output layer included, untied from
-    the input embedding, which stays as it is) by Int4Linear, in place; returns the model."""
+    the input embedding, which stays as it is) by `layer` (Int4Linear, or int8.Int8Linear), in place;
+    marks the model with the precision's name; returns the model."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if can_quantize(child) and not any(child is k for k in keep):
-                setattr(parent, name, Int4Linear(child))
-    setattr(model, _MARK, True)
+                setattr(parent, name, layer(child))
+    setattr(model, _MARK, precision)
     if getattr(model.config, "tie_word_embeddings", False):
-        model.config.tie_word_embeddings = False      # the output layer is its own (4-bit) copy now
+        model.config.tie_word_embeddings = False      # the output layer is its own (quantized) copy now
     return model
 
 
+def quantized_precision(model: torch.nn.Module) -> str | None:
+    """`int4` or `int8` for a model quantize_model changed, else None."""
+    return getattr(model, _MARK, None)
+
+
 def is_quantized(model: torch.nn.Module) -> bool:
-    return getattr(model, _MARK, False)
+    return quantized_precision(model) is not None

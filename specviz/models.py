@@ -18,7 +18,8 @@ import torch
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
-from .int4 import INT4, is_quantized, quantize_model
+from .int4 import INT4, quantize_model, quantized_precision
+from .int8 import INT8, Int8Linear
 from .paths import ASSETS, cache_dir
 from .row_attention import use_row_attention
 
@@ -30,7 +31,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 AUTO_DTYPE = "auto"
 BFLOAT16 = "bfloat16"
-PRECISIONS = [AUTO_DTYPE, *DTYPES, INT4]     # what --dtype accepts (int4: specviz/int4.py, CPU only)
+PRECISIONS = [AUTO_DTYPE, *DTYPES, INT4, INT8]     # what --dtype accepts (int4, int8: specviz/int4.py, int8.py; CPU only)
 
 
 def check_dtype(dtype: str) -> None:
@@ -81,8 +82,8 @@ class LoadedModel:
 
     @property
     def dtype(self) -> str:
-        """The precision it computes in, as a name (`float32`, `bfloat16`, `int4`, ...)."""
-        return INT4 if is_quantized(self.model) else str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        """The precision it computes in, as a name (`float32`, `bfloat16`, `int4`, `int8`, ...)."""
+        return quantized_precision(self.model) or str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
     @property
     def weight_bytes(self) -> int:
@@ -160,10 +161,10 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     check_dtype(dtype)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
-    if dtype == INT4:        # de-quantised in float32, then its linear layers packed in 4 bits
+    if dtype in (INT4, INT8):        # de-quantised in float32, then its linear layers packed in 4 or 8 bits
         if device != "cpu":
-            raise ModelLoadError("int4 is a CPU precision; on a GPU use bfloat16 or float16")
-        return _quantized(load_model(spec, "float32", device))
+            raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
+        return _quantized(load_model(spec, "float32", device), dtype)
     dtype = resolve_dtype(dtype, device)
     location, gguf_file = resolve(spec)
     hf_logging.set_verbosity_error()
@@ -192,14 +193,17 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     return LoadedModel(name=spec, model=model, tokenizer=tokenizer, output_vocab=read_output_vocab(location))
 
 
-def _quantized(loaded: LoadedModel) -> LoadedModel:
-    """The model with its linear layers in 4 bits, attending one token at a time (so that verifying a
+def _quantized(loaded: LoadedModel, precision: str = INT4) -> LoadedModel:
+    """The model with its linear layers in 4 or 8 bits, attending one token at a time (so that verifying a
     token computes what plain decoding computes, bit for bit: specviz/row_attention.py). A draft that
     predicts a subset of tokens keeps its output layer as it is (the engine reads that layer's rows
     for those tokens only)."""
     use_row_attention(loaded.model)
     keep = () if loaded.output_vocab is None else (loaded.model.get_output_embeddings(),)
-    quantize_model(loaded.model, keep)
+    if precision == INT8:
+        quantize_model(loaded.model, keep, layer=Int8Linear, precision=INT8)
+    else:
+        quantize_model(loaded.model, keep)
     return loaded
 
 

@@ -34,11 +34,12 @@ SOURCE = Path(__file__).with_name("rows_kernel.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 SWITCH = "SPECVIZ_ROWS_KERNEL"       # "0" turns the kernel off (to measure torch's product instead)
 _ROW_STEP = 8                        # the kernel reads 8 floats at a time: rows must be a multiple wide
+KERNEL = "specviz AVX2 rows kernel"
 
 
 @functools.cache
-def _loaded() -> tuple[object | None, str]:
-    """(the kernel's entry point or None, a few words saying which product runs)."""
+def _loaded() -> tuple[ctypes.CDLL | None, str]:
+    """(the kernel's library or None, a few words saying which product runs)."""
     if os.environ.get(SWITCH, "1") == "0":
         return None, f"torch (the rows kernel is off: {SWITCH}=0)"
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
@@ -47,16 +48,17 @@ def _loaded() -> tuple[object | None, str]:
     if compiler is None:
         return None, "torch (no C compiler to build the rows kernel)"
     digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
-    library = cache_dir() / "kernels" / f"rows_kernel-{digest}.so"
+    path = cache_dir() / "kernels" / f"rows_kernel-{digest}.so"
     try:
-        if not library.exists():
-            _build(compiler, library)
-        entry = ctypes.CDLL(str(library)).rows_matmul
+        if not path.exists():
+            _build(compiler, path)
+        library = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as error:
         return None, f"torch (the rows kernel did not build: {str(error).splitlines()[0][:120]})"
-    entry.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4
-    entry.restype = None
-    return entry, "specviz AVX2 rows kernel"
+    for entry in (library.rows_matmul_f32, library.rows_matmul_q8):
+        entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
+        entry.restype = None
+    return library, KERNEL
 
 
 def _build(compiler: str, library: Path) -> None:
@@ -72,16 +74,33 @@ def status() -> str:
     return _loaded()[1]
 
 
-def product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
-    """rows @ weight.T ([n, in] and [out, in] -> [n, out]) by the kernel, or None where it does not apply."""
-    n, width = rows.shape
-    if (weight.dtype != torch.float32 or rows.dtype != torch.float32 or weight.device.type != "cpu"
-            or rows.device.type != "cpu" or width % _ROW_STEP or not weight.is_contiguous()):
-        return None
-    entry = _loaded()[0]
-    if entry is None:
-        return None
+def available() -> bool:
+    return _loaded()[0] is not None
+
+
+def _applies(weight: torch.Tensor, rows: torch.Tensor) -> bool:
+    return (rows.dtype == torch.float32 and weight.device.type == "cpu" and rows.device.type == "cpu"
+            and rows.shape[1] % _ROW_STEP == 0 and weight.is_contiguous() and available())
+
+
+def _run(entry, weight: torch.Tensor, scale: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
     rows = rows.contiguous()
-    out = torch.empty(n, weight.shape[0])
-    entry(rows.data_ptr(), weight.data_ptr(), out.data_ptr(), n, width, weight.shape[0], torch.get_num_threads())
+    out = torch.empty(rows.shape[0], weight.shape[0])
+    entry(rows.data_ptr(), weight.data_ptr(), 0 if scale is None else scale.data_ptr(), out.data_ptr(),
+          rows.shape[0], rows.shape[1], weight.shape[0], torch.get_num_threads())
     return out
+
+
+def product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
+    """rows @ weight.T ([n, in] and [out, in] float32 -> [n, out]) by the kernel, or None where it does not apply."""
+    if weight.dtype != torch.float32 or not _applies(weight, rows):
+        return None
+    return _run(_loaded()[0].rows_matmul_f32, weight, None, rows)
+
+
+def product_int8(weight: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
+    """rows @ (scale[:, None] * weight).T for an int8 weight [out, in] and float32 scales [out], by the
+    kernel (weights converted to float32 as they are read), or None where it does not apply."""
+    if weight.dtype != torch.int8 or not _applies(weight, rows):
+        return None
+    return _run(_loaded()[0].rows_matmul_q8, weight, scale.float().contiguous(), rows)

@@ -18,7 +18,9 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
 from .engine import Decoder
+from . import rows_kernel
 from .int4 import INT4
+from .int8 import INT8
 from .models import (ASSETS, AUTO_DTYPE, BFLOAT16, DEFAULT_TARGET, LoadedModel, ModelLoadError,
                      check_dtype, check_tokenizers_match, compile_model, load_model, resolve_dtype)
 from .sampling import Sampling
@@ -89,7 +91,7 @@ class Stack:
 
     def _load_source(self, spec: str, dtype: str, device: str, auto: bool = False):
         """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU whose
-        target runs in float32 is also tried in bfloat16 and in int4, and the precision whose
+        target runs in float32 is also tried in bfloat16, int4 and (with the rows kernel) int8, and the precision whose
         forwards are fastest as the stack will feed them is kept (draft_probe_seconds; another
         must be 10% faster than float32 to be chosen); a draft's precision only moves acceptance,
         never the output."""
@@ -101,7 +103,8 @@ class Stack:
         check_tokenizers_match(self.target, model)
         if auto and dtype == "float32" and device == "cpu":
             lower = self.drafts.index(spec) < len(self.drafts) - 1
-            candidates = [model] + [load_model(spec, other, device) for other in (BFLOAT16, INT4)]
+            others = (BFLOAT16, INT4, INT8) if rows_kernel.available() else (BFLOAT16, INT4)
+            candidates = [model] + [load_model(spec, other, device) for other in others]
             seconds = draft_probe_seconds([c.model for c in candidates], lower)
             seconds[0] *= 0.9
             return candidates[seconds.index(min(seconds))]

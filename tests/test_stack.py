@@ -76,13 +76,14 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
     monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
     _save_target_and_draft(tmp_path)
     chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto")
-    assert seen == [(1,)] * 3 and chain.precision() == "float32 target, bfloat16 draft"   # float32, bf16, int4
+    candidates = 4 if stack_module.rows_kernel.available() else 3          # float32, bf16, int4 (, int8)
+    assert seen == [(1,)] * candidates and chain.precision() == "float32 target, bfloat16 draft"
     seen.clear()
     staged = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
-    assert seen == [(1, stack_module.STAGED_LEVEL_TOKENS)] * 3 and staged.precision() == "float32"
+    assert seen == [(1, stack_module.STAGED_LEVEL_TOKENS)] * candidates and staged.precision() == "float32"
 
 
-@pytest.mark.parametrize("fastest", ["bfloat16", "int4"])
+@pytest.mark.parametrize("fastest", ["bfloat16", "int4", "int8"])
 def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tmp_path, monkeypatch, fastest):
     """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 or
     int4 draft still writes baseline's tokens."""

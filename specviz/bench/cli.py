@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
                         help="tree and staged: grow only paths the draft gives at least this probability (default 0.2)")
     parser.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
-                        help="auto: bfloat16 where a probe shows it faster here, else float32; int4: linear layers "
-                             "in 4 bits (CPU)")
+                        help="auto: bfloat16 where a probe shows it faster here, else float32; int4/int8: linear "
+                             "layers in 4/8 bits (CPU)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
                         help="our strategies run a torch.compile'd target over a static KV cache (CUDA graphs on "
