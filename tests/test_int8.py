@@ -1,5 +1,5 @@
 """Linear layers in 8 bits (specviz/int8.py) through the rows kernel: what they compute, and models built
-from them (a draft in int8 never changes the output; a target in int8 is exact against its own baseline)."""
+from them (every strategy with an int8 target and draft: tests/test_int4.py, parametrized)."""
 import copy
 
 import pytest
@@ -59,18 +59,3 @@ def test_an_int8_model_verifies_each_token_bit_for_bit_as_plain_decoding_compute
     for root in range(10, 16):
         assert torch.equal(*tree_and_sequential_logits(model, root))
 
-
-def test_every_strategy_writes_baselines_tokens_with_an_int8_target_and_draft(tmp_path):
-    from specviz.stack import Stack
-    from tiny import save_with_word_tokenizer
-
-    for name, noise in (("target", 0.0), ("draft", 0.05)):
-        save_with_word_tokenizer(gqa_model(noise=noise), tmp_path / name)
-    stack = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="int8")
-    assert stack.precision() == "int8"
-    prompt = [(7 * i) % 64 for i in range(40)]
-    base = stack.decoder(prompt, "baseline", max_new_tokens=40, stop_at_eos=False).generate().tokens
-    for strategy in ("speculative", "tree", "staged"):
-        run = stack.decoder(prompt, strategy, max_new_tokens=40, stop_at_eos=False).generate()
-        assert run.tokens == base, strategy
-        assert run.stats["tokens_per_target_forward"] > 1.2, strategy
