@@ -27,14 +27,13 @@ def cost_curves(models: list[torch.nn.Module], sizes=SIZES, context: int = 256, 
     drifts by tens of percent over seconds, models timed one after the other are compared at
     different speeds."""
     kvs = [KVModel(model, "cost") for model in models]
+    vocabs = [model.get_input_embeddings().weight.shape[0] for model in models]
     best = [dict.fromkeys(sizes, float("inf")) for _ in models]
     with torch.inference_mode():
-        for kv, model in zip(kvs, models):
-            vocab = model.get_input_embeddings().weight.shape[0]
+        for kv, vocab in zip(kvs, vocabs):
             kv.feed_committed([i % vocab for i in range(context)])
         for _ in range(reps):
-            for kv, seconds in zip(kvs, best):
-                vocab = kv.model.get_input_embeddings().weight.shape[0]
+            for kv, vocab, seconds in zip(kvs, vocabs, best):
                 for n in sizes:
                     visible = torch.eye(n, dtype=torch.bool)
                     visible[:, 0] = True

@@ -18,7 +18,7 @@ import torch
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
-from .int4 import INT4, quantize_model, quantized_precision
+from .int4 import INT4, Int4Linear, quantize_model, quantized_precision
 from .int8 import INT8, Int8Linear
 from .paths import ASSETS, cache_dir
 from .row_attention import use_row_attention
@@ -31,7 +31,8 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 AUTO_DTYPE = "auto"
 BFLOAT16 = "bfloat16"
-PRECISIONS = [AUTO_DTYPE, *DTYPES, INT4, INT8]     # what --dtype accepts (int4, int8: specviz/int4.py, int8.py; CPU only)
+QUANTIZED = {INT4: Int4Linear, INT8: Int8Linear}   # CPU precisions: their linear layers (specviz/int4.py, int8.py)
+PRECISIONS = [AUTO_DTYPE, *DTYPES, *QUANTIZED]     # what --dtype accepts
 
 
 def check_dtype(dtype: str) -> None:
@@ -161,7 +162,7 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     check_dtype(dtype)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
-    if dtype in (INT4, INT8):        # de-quantised in float32, then its linear layers packed in 4 or 8 bits
+    if dtype in QUANTIZED:        # de-quantised in float32, then its linear layers packed in 4 or 8 bits
         if device != "cpu":
             raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
         return _quantized(load_model(spec, "float32", device), dtype)
@@ -200,10 +201,7 @@ def _quantized(loaded: LoadedModel, precision: str = INT4) -> LoadedModel:
     for those tokens only)."""
     use_row_attention(loaded.model)
     keep = () if loaded.output_vocab is None else (loaded.model.get_output_embeddings(),)
-    if precision == INT8:
-        quantize_model(loaded.model, keep, layer=Int8Linear, precision=INT8)
-    else:
-        quantize_model(loaded.model, keep)
+    quantize_model(loaded.model, keep, layer=QUANTIZED[precision], precision=precision)
     return loaded
 
 
