@@ -71,7 +71,7 @@ def build() -> gr.Blocks:
                                     info="baseline: no guessing · speculative: one draft, a chain · tree: one draft, "
                                          "a tree · staged: a tree, with the draft itself sped up by an n-gram, plus "
                                          "a branch copied from earlier in the text")
-                max_new = gr.Slider(1, app_settings.MAX_NEW_TOKENS, value=32, step=1, label="Max new tokens",
+                max_new = gr.Slider(1, app_settings.MAX_NEW_TOKENS, value=app_settings.DEFAULT_NEW_TOKENS, step=1, label="Max new tokens",
                                     elem_id="max-new-tokens")
                 with gr.Accordion("Models", open=False):
                     preset = gr.Dropdown(app_settings.preset_choices(), value=preset_default,
@@ -215,7 +215,10 @@ def warm_up() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO)
-    log.info("default model stack for this machine: %s", stacks.default_preset())   # measured before any load
+    try:
+        log.info("default model stack for this machine: %s", stacks.default_preset())   # measured before any load
+    except ValueError as exc:        # SPECVIZ_PRESET names no preset
+        raise SystemExit(f"specviz: {exc}") from None
     if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
         threading.Thread(target=warm_up, daemon=True).start()
     demo = build()

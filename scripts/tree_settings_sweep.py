@@ -1,6 +1,7 @@
 """Tree settings side by side in one process: each prompt runs every setting before the next prompt
 (prompt-major, so machine noise hits all alike), greedy, no stop at end-of-sequence. Prints a table
-of per-prompt medians and writes JSON. Each setting is NAME=STRATEGY[:budget=N][:min_score=P][:lookup=N].
+of per-prompt medians and writes JSON. Each setting is
+NAME=STRATEGY[:budget=N][:max_depth=N][:min_score=P][:lookup=N]; `--new-tokens N` (default 64) comes first.
     python scripts/tree_settings_sweep.py qwen-coder docs/benchmarks/heldout_humaneval_132_135.jsonl out.json \
         base=baseline spec=speculative tree=tree tree8=tree:budget=8 staged=staged staged8=staged:budget=8
 The first setting is the reference of the ratios (docs/BENCHMARKS.md, "Tree budget").
@@ -15,7 +16,7 @@ from specviz.presets import load_preset
 from specviz.prompts import load_prompts
 
 NEW_TOKENS = 64
-NUMBERS = {"budget": int, "min_score": float, "lookup": int}
+NUMBERS = {"budget": int, "max_depth": int, "min_score": float, "lookup": int}
 
 
 def parse_setting(text: str) -> tuple[str, str, dict]:
@@ -25,7 +26,7 @@ def parse_setting(text: str) -> tuple[str, str, dict]:
     return name, strategy, tree
 
 
-def main(preset: str, prompt_file: str, out: str, *settings: str) -> None:
+def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: int = NEW_TOKENS) -> None:
     settings = [parse_setting(s) for s in settings]
     stack = load_preset(preset)
     greedy = parse_sampling("greedy", 0)
@@ -35,7 +36,7 @@ def main(preset: str, prompt_file: str, out: str, *settings: str) -> None:
     runs = {name: [] for name, _, _ in settings}
     for prompt_id, ids in prompts:
         for name, strategy, tree in settings:
-            run = run_strategy(stack, strategy, ids, greedy, NEW_TOKENS, tree)
+            run = run_strategy(stack, strategy, ids, greedy, new_tokens, tree)
             runs[name].append({key: run[key] for key in ("tokens", "wall_s", "target_forwards", "draft_forwards")})
             print(prompt_id, name, f"{len(run['tokens']) / run['wall_s']:.2f} tok/s", flush=True)
     reference = runs[settings[0][0]]
@@ -53,11 +54,15 @@ def main(preset: str, prompt_file: str, out: str, *settings: str) -> None:
         print(f"| {name} | {s['tok_s']:.2f} | {s['ratio']:.2f}x | {s['tok_per_fwd']:.2f} | {s['draft_forwards']} "
               f"| {s['same_tokens']}/{len(rows)} |")
     with open(out, "w") as f:
-        json.dump({"preset": preset, "prompts": [p for p, _ in prompts], "new_tokens": NEW_TOKENS,
+        json.dump({"preset": preset, "prompts": [p for p, _ in prompts], "new_tokens": new_tokens,
                    "settings": [s[0] for s in settings], "summary": summary,
                    "runs": {name: [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
                             for name, rows in runs.items()}}, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = sys.argv[1:]
+    if args[:1] == ["--new-tokens"]:
+        main(*args[2:], new_tokens=int(args[1]))
+    else:
+        main(*args)

@@ -50,24 +50,31 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
         return dtype
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
-    with _PROBE_LOCK:        # one probe at a time: threads would slow each other's timings
-        seconds = {name: _probe_layer(DTYPES[name]) for name in ("float32", "bfloat16")}
+    seconds = {name: sum(probe_seconds(name).values()) for name in ("float32", "bfloat16")}
     return "bfloat16" if seconds["bfloat16"] < 0.9 * seconds["float32"] else "float32"
 
 
+@functools.lru_cache(maxsize=None)
+def probe_seconds(dtype: str) -> dict[int, float]:
+    """The probe layer's seconds fed 1 token and 16 in `dtype` on this CPU (measured once per process)."""
+    with _PROBE_LOCK:        # one probe at a time: threads would slow each other's timings
+        return _probe_layer(DTYPES[dtype])
+
+
 _PROBE_LOCK = threading.Lock()
+PROBE_LAYERS_PER_1_5B = 33      # a Qwen2-1.5B holds 33 times the probe layer's weights (28 layers + its output matrix)
 
 
-def _probe_layer(dtype: torch.dtype, feeds=(1, 16), repeats: int = 3) -> float:
+def _probe_layer(dtype: torch.dtype, feeds=(1, 16), repeats: int = 3) -> dict[int, float]:
     """Seconds for one Qwen2-1.5B-shaped decoder layer (random weights) to read a 128-token prefix's
-    cache and `feeds` new tokens, fastest of `repeats` each (the cost curve's timing), summed over feeds."""
+    cache and each of `feeds` new tokens, fastest of `repeats` each (the cost curve's timing)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(vocab_size=256, hidden_size=1536, intermediate_size=8960, num_hidden_layers=1,
                          num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=1024)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(dtype).eval()      # parameters keep requires_grad, as loaded
-    return sum(cost_curve(model, sizes=feeds, context=128, reps=repeats).values())
+    return cost_curve(model, sizes=feeds, context=128, reps=repeats)
 
 
 class ModelLoadError(RuntimeError):

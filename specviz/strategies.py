@@ -53,7 +53,7 @@ def drafter_specs(strategy: str, drafts: list[str]) -> list[str]:
 
 
 def default_tree(strategy: str, budget: int | None = None, lookup: int | None = None,
-                 min_score: float | None = None) -> TreeSpec:
+                 min_score: float | None = None, max_depth: int | None = None) -> TreeSpec:
     """speculative drafts a chain; tree and staged a dynamic tree, and staged adds a context-lookup
     branch (`lookup` tokens; 0 = the paper's staged, whose n-gram stage only drafts for the draft)."""
     if lookup is None:
@@ -63,7 +63,7 @@ def default_tree(strategy: str, budget: int | None = None, lookup: int | None = 
         return TreeSpec(shape="chain", budget=length, max_depth=length, lookup=lookup)
     # min_score: stop growing where the draft is unsure. On a CPU each verified token costs 5-20% of
     # a one-token forward (bench --cost-curve), more than an unlikely node's chance of acceptance.
-    return TreeSpec(shape="dynamic", budget=budget or DYNAMIC_BUDGET,
+    return TreeSpec(shape="dynamic", budget=budget or DYNAMIC_BUDGET, max_depth=max_depth or TreeSpec.max_depth,
                     min_score=DEFAULT_MIN_SCORE if min_score is None else min_score, lookup=lookup)
 
 

@@ -357,3 +357,16 @@ def test_live_sessions_are_bounded_and_idle_ones_give_their_caches_back(tiny_def
     assert id(third) not in live.sessions
     dec, note = first.decoder_for(settings)                               # room again: told what happened
     assert dec is not None and "idle" in note and "released" in note and not first.released
+
+
+def test_an_unknown_preset_named_by_the_operator_stops_the_app_with_one_line():
+    import os
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "SPECVIZ_PRESET": "gpt5", "SPECVIZ_PRELOAD": "0", "GRADIO_ANALYTICS_ENABLED": "False"}
+    done = subprocess.run([sys.executable, str(root / "app.py")], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == ("specviz: SPECVIZ_PRESET='gpt5' is not a preset; choose one of "
+                                                    + ", ".join(__import__("specviz.presets").presets.PRESETS))

@@ -42,6 +42,9 @@ def server(tmp_path_factory):
     env = {**os.environ, "SPECVIZ_BENCHMARK": str(bench), "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
            "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "SPECVIZ_OPEN_RECORDING": "cpu-offline-humaneval0-greedy",     # as on a Space
+           # the small stack, whatever this machine's default: the page is under test here, and the
+           # real qwen-coder pair in tests/test_qwen_coder.py (a 1.5B race would take minutes)
+           "SPECVIZ_PRESET": "offline",
            "SPECVIZ_MAX_NEW_TOKENS": str(LONG_RUN)}      # a run long enough that Stop always comes first
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], cwd=ROOT, env=env, stdout=out,

@@ -39,19 +39,25 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
 def test_auto_dtype_follows_the_probe(monkeypatch):
     import specviz.models as models
     for faster, expected in (("bfloat16", "bfloat16"), ("float32", "float32")):
-        models.resolve_dtype.cache_clear()
-        monkeypatch.setattr(models, "_probe_layer", lambda dtype, f=faster: 1.0 if str(dtype).endswith(f) else 3.0)
+        clear_probe(models)
+        monkeypatch.setattr(models, "_probe_layer", lambda dtype, f=faster: {1: 0.5, 16: 0.5} if str(dtype).endswith(f)
+                            else {1: 1.0, 16: 2.0})
         assert models.resolve_dtype("auto") == expected
-    models.resolve_dtype.cache_clear()
-    monkeypatch.setattr(models, "_probe_layer", lambda dtype: 1.0)      # a tie is no reason for bf16
+    clear_probe(models)
+    monkeypatch.setattr(models, "_probe_layer", lambda dtype: {1: 1.0, 16: 1.0})      # a tie is no reason for bf16
     assert models.resolve_dtype("auto") == "float32"
     assert models.resolve_dtype("float16") == "float16"                 # names pass through
+    clear_probe(models)
+
+
+def clear_probe(models) -> None:
     models.resolve_dtype.cache_clear()
+    models.probe_seconds.cache_clear()
 
 
 def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):
     import specviz.models as models
-    assert models._probe_layer(__import__("torch").float32, feeds=(1,), repeats=1) > 0
+    assert models._probe_layer(__import__("torch").float32, feeds=(1,), repeats=1)[1] > 0
     tiny_model("llama").save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path), dtype="auto")
     assert loaded.dtype == models.resolve_dtype("auto") in ("float32", "bfloat16")

@@ -27,6 +27,37 @@ def test_unknown_preset_is_a_clear_error():
         get_preset("gpt5")
 
 
+@pytest.mark.parametrize("installed, memory_gib, token_s, device, expected", [
+    (True, 24, 0.25, "cpu", "qwen-coder"),        # our AVX2 machine with the rows kernel
+    (True, 24, 0.44, "cpu", "offline"),           # the same machine without it
+    (True, 8, 0.25, "cpu", "offline"),            # a fast CPU without room for both models
+    (False, 24, 0.25, "cpu", "offline"),          # its parts not installed
+    (True, 8, 9.0, "cuda", "qwen-coder"),         # a GPU: neither the CPU's speed nor its memory matter
+])
+def test_the_default_stack_is_chosen_by_measurement(monkeypatch, installed, memory_gib, token_s, device, expected):
+    import specviz.presets as presets
+    monkeypatch.delenv(presets.PRESET_ENV, raising=False)
+    monkeypatch.setattr(presets, "available", lambda chunked: installed)
+    monkeypatch.setattr(presets, "memory_bytes", lambda: memory_gib * 2**30)
+    monkeypatch.setattr(presets, "predicted_token_seconds", lambda: token_s)
+    assert presets.default_preset(device) == expected
+
+
+def test_an_operator_may_name_the_default_stack(monkeypatch):
+    import specviz.presets as presets
+    monkeypatch.setenv(presets.PRESET_ENV, "paper-gpt2")
+    assert presets.default_preset() == "paper-gpt2"
+    monkeypatch.setenv(presets.PRESET_ENV, "gpt5")
+    with pytest.raises(ValueError, match="^SPECVIZ_PRESET='gpt5' is not a preset; choose one of offline, qwen-coder"):
+        presets.default_preset()
+
+
+def test_the_token_time_is_predicted_from_the_probe_layer_here():
+    import specviz.presets as presets
+    seconds = presets.predicted_token_seconds()
+    assert seconds == specviz.models.probe_seconds(specviz.models.resolve_dtype("auto"))[1] * 33 and 0 < seconds < 60
+
+
 def test_hub_preset_without_network_says_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path))          # an empty hub cache
     monkeypatch.setattr(specviz.models, "hub_reachable", lambda timeout=3.0: False)

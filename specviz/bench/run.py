@@ -44,7 +44,7 @@ class ForwardClock:
 
 
 def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
-    """tree: overrides of the strategy's default tree (budget, lookup, min_score)."""
+    """tree: overrides of the strategy's default tree (budget, lookup, min_score, max_depth)."""
     models = [stack.target.model] + [m.model for m in stack.draft_models().values()]
     clock = ForwardClock(models)
     try:
