@@ -71,8 +71,8 @@ def build() -> gr.Blocks:
                                     info="baseline: no guessing · speculative: one draft, a chain · tree: one draft, "
                                          "a tree · staged: a tree, with the draft itself sped up by an n-gram, plus "
                                          "a branch copied from earlier in the text")
-                max_new = gr.Slider(1, app_settings.MAX_NEW_TOKENS, value=app_settings.DEFAULT_NEW_TOKENS, step=1, label="Max new tokens",
-                                    elem_id="max-new-tokens")
+                max_new = gr.Slider(1, app_settings.MAX_NEW_TOKENS, value=app_settings.DEFAULT_NEW_TOKENS, step=1,
+                                    label="Max new tokens", elem_id="max-new-tokens")
                 with gr.Accordion("Models", open=False):
                     preset = gr.Dropdown(app_settings.preset_choices(), value=preset_default,
                                          label="Model preset", elem_id="preset",

@@ -26,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--preset", default=None, help=f"a named model stack: {', '.join(PRESETS)} (default: qwen-coder where "
-                          "this machine runs it fast, else offline)")
+    gen.add_argument("--preset", default=None, help=f"a named model stack: {', '.join(PRESETS)} (default: $SPECVIZ_PRESET, else "
+                          "qwen-coder where this machine runs it fast, else offline)")
     gen.add_argument("--target", default=None, help=f"hub id, local directory or GGUF file (default: {DEFAULT_TARGET})")
     gen.add_argument("--draft", action="append", default=None, metavar="MODEL",
                      help="a drafter, top stage first; repeat for a cascade. MODEL is a hub id, local "

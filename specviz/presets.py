@@ -35,7 +35,7 @@ PRESETS: dict[str, Preset] = {
 
 
 QWEN_CODER_MEMORY = 16 * 2**30    # its weights hold 8.1 GB in float32; a race's HF lane and the app come on top
-QWEN_CODER_TOKEN_S = 0.35         # plain decoding of the 1.5B at 3 tokens/s or more: a 32-token race within a minute
+QWEN_CODER_TOKEN_S = 0.35         # plain decoding of the 1.5B at 3 tokens/s or more: a 64-token race in 1-1.5 minutes
 PRESET_ENV = "SPECVIZ_PRESET"     # an operator's choice of the default stack
 
 
@@ -45,7 +45,7 @@ def default_preset(device: str = "cpu") -> str:
     runs the 1.5B fast enough (a GPU, or a CPU where the probe layer predicts 0.35 s per token or less);
     else `offline`, SmolLM2-135M with the shipped draft. On our 2-core AVX2 CPU the 1.5B's float32 token
     takes 0.25 s with specviz's rows kernel and 0.44 s without it; there staged beats baseline in the app's
-    race on qwen-coder, and ties it on offline (docs/BENCHMARKS.md, "The app's default stack")."""
+    race on qwen-coder, and barely beats it on offline (docs/BENCHMARKS.md, "The app's default stack")."""
     chosen = os.environ.get(PRESET_ENV, "").strip()
     if chosen:
         if chosen not in PRESETS:

@@ -363,10 +363,11 @@ def test_an_unknown_preset_named_by_the_operator_stops_the_app_with_one_line():
     import os
     import subprocess
     import sys
+    from specviz.presets import PRESETS
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "SPECVIZ_PRESET": "gpt5", "SPECVIZ_PRELOAD": "0", "GRADIO_ANALYTICS_ENABLED": "False"}
     done = subprocess.run([sys.executable, str(root / "app.py")], cwd=root, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == ("specviz: SPECVIZ_PRESET='gpt5' is not a preset; choose one of "
-                                                    + ", ".join(__import__("specviz.presets").presets.PRESETS))
+                                                    + ", ".join(PRESETS))
