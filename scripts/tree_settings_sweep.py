@@ -1,7 +1,9 @@
 """Tree settings side by side in one process: each prompt runs every setting before the next prompt
 (prompt-major, so machine noise hits all alike), greedy, no stop at end-of-sequence. Prints a table
 of per-prompt medians and writes JSON. Each setting is
-NAME=STRATEGY[:budget=N][:max_depth=N][:min_score=P][:lookup=N]; `--new-tokens N` (default 64) comes first.
+NAME=STRATEGY[:budget=N][:max_depth=N][:min_score=P][:lookup=N][:vocab=full] (vocab=full: draft models
+predict over the whole vocabulary, not the stack's draft vocabulary); `--new-tokens N` (default 64)
+comes first.
     python scripts/tree_settings_sweep.py qwen-coder docs/benchmarks/heldout_humaneval_132_135.jsonl out.json \
         base=baseline spec=speculative tree=tree tree8=tree:budget=8 staged=staged staged8=staged:budget=8
 The first setting is the reference of the ratios (docs/BENCHMARKS.md, "Tree budget").
@@ -19,11 +21,13 @@ NEW_TOKENS = 64
 NUMBERS = {"budget": int, "max_depth": int, "min_score": float, "lookup": int}
 
 
-def parse_setting(text: str) -> tuple[str, str, dict]:
+def parse_setting(text: str) -> tuple[str, str, dict, bool]:
     name, _, spec = text.partition("=")
     strategy, *options = spec.split(":")
-    tree = {key: NUMBERS[key](value) for key, value in (option.split("=") for option in options)}
-    return name, strategy, tree
+    options = dict(option.split("=") for option in options)
+    full_vocab = options.pop("vocab", "") == "full"
+    tree = {key: NUMBERS[key](value) for key, value in options.items()}
+    return name, strategy, tree, full_vocab
 
 
 def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: int = NEW_TOKENS) -> None:
@@ -31,12 +35,18 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
     stack = load_preset(preset)
     greedy = parse_sampling("greedy", 0)
     prompts = [(p.id, stack.encode(p.text)) for p in load_prompts(prompt_file)]
-    for _, strategy, tree in settings:          # warm-up
-        run_strategy(stack, strategy, prompts[0][1], greedy, 8, tree)
-    runs = {name: [] for name, _, _ in settings}
+    vocabulary = stack.draft_vocabulary
+
+    def run_setting(strategy, ids, tokens, tree, full_vocab):
+        stack.draft_vocabulary = None if full_vocab else vocabulary
+        return run_strategy(stack, strategy, ids, greedy, tokens, tree)
+
+    for _, strategy, tree, full_vocab in settings:          # warm-up
+        run_setting(strategy, prompts[0][1], 8, tree, full_vocab)
+    runs = {name: [] for name, *_ in settings}
     for prompt_id, ids in prompts:
-        for name, strategy, tree in settings:
-            run = run_strategy(stack, strategy, ids, greedy, new_tokens, tree)
+        for name, strategy, tree, full_vocab in settings:
+            run = run_setting(strategy, ids, new_tokens, tree, full_vocab)
             runs[name].append({key: run[key] for key in ("tokens", "wall_s", "target_forwards", "draft_forwards")})
             print(prompt_id, name, f"{len(run['tokens']) / run['wall_s']:.2f} tok/s", flush=True)
     reference = runs[settings[0][0]]

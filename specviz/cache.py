@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .cpu_matmul import MAX_ROWS, engine_products, install, rows_product
+from .int8 import Int8Linear
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)     # static mode: feeds are padded to one of these sizes
 
@@ -58,9 +59,19 @@ def read_bytes(model: torch.nn.Module, output_vocab: torch.Tensor | None = None)
         once -= embedding.numel() * embedding.element_size()
         per_token = embedding.shape[1] * embedding.element_size()
     if output_vocab is not None:
-        output = output.weight
-        once -= (output.shape[0] - len(output_vocab)) * output.shape[1] * output.element_size()
+        rows = output.out_features
+        once -= (rows - len(output_vocab)) * parameter_bytes(output) // rows
     return once, per_token
+
+
+def output_rows(layer: torch.nn.Module, ids: torch.Tensor):
+    """The output layer for the tokens `ids` only: an int8 layer of those rows, or their float weight rows."""
+    return layer.output_rows(ids) if isinstance(layer, Int8Linear) else layer.weight[ids].contiguous()
+
+
+def restricts_output(layer: torch.nn.Module) -> bool:
+    """Whether an output layer can be computed for some tokens only (float and int8 layers; not int4)."""
+    return isinstance(layer, Int8Linear) or type(layer) is torch.nn.Linear
 
 
 class KVModel:
@@ -87,9 +98,8 @@ class KVModel:
         if self.fast and output_vocab is None:
             self.head = model.get_output_embeddings().weight
         elif output_vocab is not None:
-            weight = model.get_output_embeddings().weight
             self.output_vocab = output_vocab.to(self.device)
-            self.head = weight[self.output_vocab].contiguous()
+            self.head = output_rows(model.get_output_embeddings(), self.output_vocab)
         config = model.config
         layers = getattr(config, "num_hidden_layers", None) or config.n_layer
         heads = getattr(config, "num_attention_heads", None) or config.n_head
@@ -147,7 +157,10 @@ class KVModel:
         if self.head is None:
             return out.logits[0, :n]
         hidden = out.last_hidden_state[0, :n]
-        scores = rows_product(self.head, hidden) if self.fast and n <= MAX_ROWS else hidden @ self.head.T
+        if isinstance(self.head, Int8Linear):
+            scores = self.head(hidden)
+        else:
+            scores = rows_product(self.head, hidden) if self.fast and n <= MAX_ROWS else hidden @ self.head.T
         if self.output_vocab is None:
             return scores
         logits = torch.full((n, self.model.config.vocab_size), float("-inf"), dtype=self.dtype, device=self.device)

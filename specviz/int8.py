@@ -41,6 +41,16 @@ class Int8Linear(torch.nn.Module):
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
+    def output_rows(self, ids: torch.Tensor) -> "Int8Linear":
+        """A layer computing only the outputs `ids` (a draft's output vocabulary: specviz/cache.py)."""
+        part = Int8Linear.__new__(Int8Linear)
+        torch.nn.Module.__init__(part)
+        part.in_features, part.out_features = self.in_features, len(ids)
+        part.weight_int8 = torch.nn.Parameter(self.weight_int8[ids].contiguous(), requires_grad=False)
+        part.scale = torch.nn.Parameter(self.scale[ids].contiguous(), requires_grad=False)
+        part.bias = None if self.bias is None else torch.nn.Parameter(self.bias[ids].clone(), requires_grad=False)
+        return part
+
     def dequantized(self) -> torch.Tensor:
         """The weight this layer multiplies by, [out, in] in float32."""
         return self.weight_int8.float() * self.scale[:, None]

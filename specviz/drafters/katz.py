@@ -127,6 +127,10 @@ class KatzTrigram:
             return cls(vocab_size=int(z["vocab_size"]), d2=float(z["d2"]), d3=float(z["d3"]),
                        **arrays)
 
+    def seen_tokens(self) -> np.ndarray:
+        """The token ids its corpus holds (each one followed by another at least once)."""
+        return np.nonzero(self.bi_total)[0]
+
     # ------------------------------------------------------------------ lookup
 
     def _bigram_row(self, v: int):

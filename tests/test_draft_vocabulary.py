@@ -1,0 +1,90 @@
+"""A draft model restricted to the tokens its n-gram stage's corpus holds, the special tokens and the
+prompt's (Stack.restrict_draft_vocabulary): its output layer is cut to those rows, it never drafts another
+token, and every strategy still writes baseline's tokens."""
+import copy
+
+import torch
+
+from specviz import rows_kernel
+from specviz.cache import KVModel, read_bytes
+from specviz.drafters.katz import KatzTrigram
+from specviz.int8 import Int8Linear
+from specviz.models import LoadedModel, _quantized
+from specviz.sampling import Sampling
+from specviz.strategies import STRATEGIES, default_tree
+from tiny import TinyTokenizer, tiny_model, tiny_stack
+
+SPECIAL = 63
+
+
+class SpecialTokenizer(TinyTokenizer):
+    all_special_ids = [SPECIAL]
+
+
+def test_an_int8_output_layer_cut_to_some_rows_computes_those_outputs():
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.nn.Linear(96, 40))
+    ids = torch.tensor([3, 0, 17, 39])
+    part = layer.output_rows(ids)
+    x = torch.randn(5, 96)
+    if rows_kernel.available():       # each output computed alone: the same bits
+        assert torch.equal(part(x), layer(x)[:, ids])
+    else:
+        assert torch.allclose(part(x), layer(x)[:, ids], atol=1e-5)
+    assert part.out_features == 4 and part.weight_int8.is_contiguous()
+
+
+def int8_draft_stack() -> tuple:
+    """A tiny target, its noisy copy in int8 as draft, and a trigram whose corpus holds tokens 0-39 only."""
+    draft = copy.deepcopy(tiny_model("llama", noise=0.3))
+    _quantized(LoadedModel("draft", draft, None), "int8")
+    corpus = [[(7 * i + j) % 40 for j in range(30)] for i in range(20)]
+    table = KatzTrigram.build(corpus, 64)
+    stack = tiny_stack(("draft", "trigram:auto"), SpecialTokenizer(), loaded={"trigram:auto": table})
+    stack.loaded["draft"] = LoadedModel("draft", draft, SpecialTokenizer())
+    return stack, draft
+
+
+PROMPT = [5, 9, 44, 2, 50, 9]
+
+
+def test_the_draft_predicts_only_corpus_special_and_prompt_tokens_and_reads_fewer_bytes():
+    stack, draft = int8_draft_stack()
+    full = read_bytes(draft)[0]
+    assert stack._output_vocab(stack.loaded["draft"], PROMPT) is None          # not restricted unless asked
+    stack.restrict_draft_vocabulary()
+    vocab = stack._output_vocab(stack.loaded["draft"], PROMPT)
+    assert vocab.tolist() == list(range(40)) + [44, 50, SPECIAL]
+    kv = KVModel(draft, "draft", vocab)
+    assert kv.weight_bytes == full - 21 * (32 + 4)          # 21 int8 rows of 32 weights and their scales left out
+    with torch.inference_mode():
+        logits = kv.feed_committed([1, 2, 3])
+    assert torch.isinf(logits[:, 51:SPECIAL]).all() and torch.isfinite(logits[:, vocab]).all()
+
+
+def test_a_draft_with_its_own_output_vocabulary_keeps_it():
+    stack, _ = int8_draft_stack()
+    stack.restrict_draft_vocabulary()
+    own = torch.arange(0, 64, 2)
+    stack.loaded["draft"].output_vocab = own
+    assert stack._output_vocab(stack.loaded["draft"], PROMPT) is own
+
+
+def drafted_tokens(stack, strategy: str) -> tuple[list[int], set[int]]:
+    """A greedy run's tokens and the tokens its draft model proposed (every path tried: min score 0)."""
+    decoder = stack.decoder(PROMPT, strategy, default_tree(strategy, min_score=0.0), Sampling(),
+                            max_new_tokens=24, stop_at_eos=False)
+    tokens = decoder.generate().tokens
+    return tokens, {n.token for step in decoder.steps for n in step.nodes[1:] if n.stage == 1}
+
+
+def test_every_strategy_writes_baseline_tokens_with_the_cut_draft():
+    stack, _ = int8_draft_stack()
+    allowed = set(range(40)) | {44, 50, SPECIAL}
+    assert drafted_tokens(stack, "staged")[1] - allowed             # uncut, it drafts other tokens
+    stack.restrict_draft_vocabulary()
+    runs = {s: drafted_tokens(stack, s) for s in STRATEGIES}
+    for strategy, (tokens, drafted) in runs.items():
+        assert tokens == runs["baseline"][0], strategy
+        assert drafted <= allowed, strategy                 # the draft never proposes another token
+    assert runs["staged"][1]
