@@ -34,3 +34,16 @@ def test_every_strategy_equals_baseline_on_the_real_pair(stack, prompt):
     for strategy, run in runs.items():
         assert run.tokens == runs["baseline"].tokens, strategy
     assert runs["staged"].stats["target_forwards"] < runs["baseline"].stats["target_forwards"]   # over the run
+
+
+def test_staged_with_the_draft_cut_to_its_trigrams_tokens_equals_baseline(stack):
+    ids = stack.encode("def fibonacci(n):\n")
+    baseline = stack.decoder(ids, "baseline", max_new_tokens=NEW_TOKENS, stop_at_eos=False).generate()
+    stack.restrict_draft_vocabulary()
+    try:
+        decoder = stack.decoder(ids, "staged", max_new_tokens=NEW_TOKENS, stop_at_eos=False)
+        assert decoder.generate().tokens == baseline.tokens
+        vocab = stack._output_vocab(stack.loaded["qwen2.5-coder-0.5b"], ids)
+        assert 20_000 < len(vocab) < 40_000 and set(ids) <= set(vocab.tolist())
+    finally:
+        stack.draft_vocabulary = None          # the module's other tests run the whole vocabulary
