@@ -11,6 +11,7 @@ under a mask, and commits by moving the chosen slots in place.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -228,6 +229,12 @@ class KVModel:
         self.committed += n
         self.pending = 0
         return logits
+
+    def copy_committed(self, other: "KVModel") -> None:
+        """Start from a copy of another KVModel's committed entries (the same model, dynamic caches)."""
+        assert other.model is self.model and other.pending == 0 and self.length == 0 and self.static_len is None
+        self.cache = copy.deepcopy(other.cache)
+        self.committed = other.committed
 
     def commit(self, slots: list[int]) -> None:
         """Keep the committed prefix plus the given tree slots, in order. A slot is a position among the

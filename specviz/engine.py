@@ -6,6 +6,7 @@ round's trace record; `generate()` is the loop over `step()`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from time import perf_counter
 
 import torch
@@ -23,15 +24,35 @@ from .strategies import MAX_NEW_TOKENS
 from .verify import verify_greedy, verify_sampling
 
 
+@dataclass(frozen=True)
+class Prefill:
+    """A target's KV cache after reading a prompt but its last token (`prefill`). Decoders of that prompt
+    given it copy the cache instead of reading the prompt again: the lossless panel starts a hundred
+    generations of one prompt, and the 1.5B reads a 120-token prompt in about 3.4 s on our CPU."""
+    model: torch.nn.Module
+    tokens: tuple[int, ...]
+    kv: KVModel
+
+
+def prefill(target: torch.nn.Module, prompt_ids: list[int]) -> Prefill:
+    kv = KVModel(target, "prefill")
+    with torch.inference_mode():
+        if len(prompt_ids) > 1:
+            kv.feed_committed(prompt_ids[:-1])
+    return Prefill(target, tuple(prompt_ids[:-1]), kv)
+
+
 class Decoder:
     def __init__(self, target: torch.nn.Module, tokenizer, prompt_ids: list[int], *,
                  drafter: Drafter | None = None, strategy: str = "baseline",
                  tree: TreeSpec = TreeSpec(), sampling: Sampling = Sampling(),
                  max_new_tokens: int = 64, target_name: str = "target",
-                 stop_at_eos: bool = True, static_len: int | None = None, compiled=None):
+                 stop_at_eos: bool = True, static_len: int | None = None, compiled=None,
+                 prefilled: Prefill | None = None):
         """static_len: preallocate the target's KV cache with this many entries (fixed shapes and
         addresses); compiled: a compiled copy of the target (`models.compile_model`), which needs
-        a static cache and sizes one for this generation where static_len is not given."""
+        a static cache and sizes one for this generation where static_len is not given.
+        prefilled: this target's Prefill of this prompt, copied (a static cache reads the prompt itself)."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
@@ -69,8 +90,12 @@ class Decoder:
         self.steps: list[StepRecord] = []
         self.finished = False
         self.finish_reason = ""
+        if prefilled is not None and (prefilled.model is not target or prefilled.tokens != tuple(self.prompt[:-1])):
+            raise ValueError("the prefilled cache is of another model or prompt")
         with torch.inference_mode():
-            if len(self.prompt) > 1:
+            if prefilled is not None and static_len is None:
+                self.target.copy_committed(prefilled.kv)
+            elif len(self.prompt) > 1:
                 self.target.feed_committed(self.prompt[:-1])
             if drafter is not None:
                 drafter.start(self.prompt[:-1])

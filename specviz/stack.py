@@ -18,7 +18,7 @@ from .cost_curve import cost_curves
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
-from .engine import Decoder
+from .engine import Decoder, Prefill
 from . import rows_kernel
 from .int4 import INT4
 from .int8 import INT8
@@ -187,13 +187,14 @@ class Stack:
         return drafter
 
     def decoder(self, prompt_ids: list[int], strategy: str, tree: TreeSpec | None = None,
-                sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True) -> Decoder:
+                sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True,
+                prefilled: Prefill | None = None) -> Decoder:
         if tree is None:
             tree = default_tree(strategy)
         return Decoder(self.target.model, self.tokenizer, prompt_ids, drafter=self.drafter_for(strategy, prompt_ids),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
                        target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled,
-                       static_len=self.static_len)
+                       static_len=self.static_len, prefilled=prefilled)
 
     def encode(self, prompt: str) -> list[int]:
         if not prompt or not prompt.strip():

@@ -126,3 +126,25 @@ def test_a_context_lookup_branch_is_credited_and_saves_target_forwards():
     assert lookup_nodes and all(n.draft_prob == 1.0 for n in lookup_nodes)
     assert sum(s.committed_stage.count(2) for s in copied.steps) >= 5
     assert copied.stats["target_forwards"] < plain.stats["target_forwards"]
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=1.0, top_k=20, seed=7)])
+def test_a_decoder_given_the_prompts_prefill_writes_what_one_reading_it_writes(sampling):
+    from specviz.engine import prefill
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    read_once = prefill(tiny_model("llama"), prompt)
+    alone = staged_run(sampling=sampling)
+    reads = []
+    hook = tiny_model("llama").register_forward_hook(lambda *args: reads.append(1))
+    try:
+        copied = staged_run(sampling=sampling, prefilled=read_once)
+    finally:
+        hook.remove()
+    assert copied.target.committed == len(prompt) - 1 and not reads                 # the prompt is not read again
+    assert copied.generate().tokens == alone.generate().tokens
+    assert [s.accepted_path for s in copied.steps] == [s.accepted_path for s in alone.steps]
+    assert staged_run(prefilled=read_once).generate().tokens == staged_run().generate().tokens   # reusable
+    with pytest.raises(ValueError, match="another model or prompt"):
+        Decoder(tiny_model("llama"), TOK, prompt[:-2] + [7, 6], prefilled=read_once)
+    with pytest.raises(ValueError, match="another model or prompt"):
+        Decoder(tiny_model("llama", noise=0.3), TOK, prompt, prefilled=read_once)

@@ -79,18 +79,25 @@ def get_stack(key: tuple):
         return stack
 
 
-def new_decoder(stack, settings: Settings, strategy: str | None = None):
-    strategy = strategy or settings.strategy
+def prompt_ids(stack, settings: Settings) -> list[int]:
+    """The settings' prompt as token ids, or a UserError saying why it cannot be used."""
     try:
         ids = stack.encode(settings.prompt)
     except ValueError as exc:
         raise UserError(f"The prompt cannot be used: {one_line(exc)}") from exc
     if len(ids) > MAX_PROMPT_TOKENS:
         raise UserError(f"The prompt is too long ({len(ids)} tokens; at most {MAX_PROMPT_TOKENS}).")
+    return ids
+
+
+def new_decoder(stack, settings: Settings, strategy: str | None = None, prefilled=None):
+    """A decoder for the settings (strategy: another lane's); prefilled: engine.prefill of this prompt."""
+    strategy = strategy or settings.strategy
+    ids = prompt_ids(stack, settings)
     tree = tree_for_lane(strategy, settings.tree, settings.strategy)
     try:
         return stack.decoder(ids, strategy, tree=tree, sampling=settings.sampling,
-                             max_new_tokens=settings.max_new_tokens)
+                             max_new_tokens=settings.max_new_tokens, prefilled=prefilled)
     except (ValueError, ModelLoadError) as exc:
         raise UserError(f"{strategy}: {one_line(exc)}") from exc
 
