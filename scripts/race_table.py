@@ -12,24 +12,28 @@ from specviz.prompts import load_prompts
 from specviz.recording import load
 
 
-def lane_seconds(recording) -> dict[str, float]:
-    seconds = {name: lane.setup_s + sum(s.wall_s for s in lane.recorded_steps) for name, lane in recording.lanes.items()}
-    seconds |= {name: peer.arrivals[-1] for name, peer in recording.peers.items() if peer.arrivals}
-    return seconds
+def finished_race(recording):
+    """The recorded race replayed to the end: each lane's clock is the one the app shows (Race.elapsed)."""
+    race = recording.race_replay()
+    while not race.finished:
+        race.step()
+    return race
 
 
 def row(path: str, prompt_ids: dict[str, str]) -> dict:
     recording = load(path)
-    seconds = lane_seconds(recording)
-    staged = recording.lanes["staged"].recorded_steps
+    race = finished_race(recording)
+    seconds = {name: race.elapsed(name) for name in race.lanes()}
+    staged = race.decoders["staged"].steps
+    baseline = race.decoders["baseline"].new_tokens
     return {"file": path, "preset": recording.settings["preset"], "precision": recording.recorded["precision"],
             "prompt": prompt_ids.get(recording.settings["prompt"], "own text"),
             "max_new_tokens": recording.settings["max_new_tokens"], "seconds": seconds,
             "staged_vs_baseline": seconds["baseline"] / seconds["staged"],
             "staged_vs_hf_assisted": seconds["hf_assisted"] / seconds["staged"] if "hf_assisted" in seconds else None,
             "staged_tokens_per_pass": sum(len(s.committed_tokens) for s in staged) / len(staged),
-            "identical": all(lane.new_tokens == recording.lanes["baseline"].new_tokens       # greedy only
-                             for lane in recording.lanes.values()) if recording.settings["sampling"]["temperature"] == 0 else None}
+            "identical": all(lane.new_tokens == baseline for lane in race.decoders.values())       # greedy only
+            if recording.settings["sampling"]["temperature"] == 0 else None}
 
 
 def main(out: str, *paths: str) -> None:
