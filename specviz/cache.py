@@ -12,6 +12,8 @@ under a mask, and commits by moving the chosen slots in place.
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -128,22 +130,34 @@ class KVModel:
     def length(self) -> int:
         return self.committed + self.pending
 
-    def forward(self, tokens: list[int], positions: list[int], visible: torch.Tensor) -> torch.Tensor:
-        """Feed tokens; return their logits [n, vocab].
+    def forward(self, tokens: list[int], positions: list[int], visible: torch.Tensor,
+                keep: int | None = None) -> torch.Tensor:
+        """Feed tokens; return their logits [n, vocab], or the last `keep` tokens' logits only.
 
         visible: bool [n, pending + n], which uncommitted entries (earlier tree slots and the new
         tokens themselves) each new token attends to; the committed prefix is always visible.
+        keep: the output layer multiplies only these rows, as transformers' generate does with
+        `logits_to_keep` (a prompt's other rows are never read: 0.55 s of the 1.5B's 130-token read here).
         """
         n = len(tokens)
+        keep = n if keep is None else keep
+        if not 1 <= keep <= n:
+            raise ValueError(f"keep must be in [1, {n}], got {keep}")
         if self.static_len is not None:
-            return self._static_forward(tokens, positions, visible)
+            return self._static_forward(tokens, positions, visible)[-keep:]
         ids = torch.tensor([tokens], device=self.device)
         pos = torch.tensor([positions], device=self.device)
+        rows = {"logits_to_keep": keep} if self.head is None and self._keeps_logits else {}
         with engine_products(self.fast):
             out = self._body(input_ids=ids, position_ids=pos, attention_mask=self._mask(visible),
-                             past_key_values=self.cache, use_cache=True)
+                             past_key_values=self.cache, use_cache=True, **rows)
         self._logged(n)
-        return self._logits(out, n)
+        return self._logits(out, n, keep)
+
+    @functools.cached_property
+    def _keeps_logits(self) -> bool:
+        """Whether the model's forward takes `logits_to_keep` (transformers' causal LMs do)."""
+        return "logits_to_keep" in inspect.signature(self.model.forward).parameters
 
     @property
     def _body(self):
@@ -154,17 +168,19 @@ class KVModel:
         self.log.kv_entries.append(self.committed + self.pending + n)
         self.pending += n
 
-    def _logits(self, out, n: int) -> torch.Tensor:
+    def _logits(self, out, n: int, keep: int | None = None) -> torch.Tensor:
+        """The logits of the last `keep` (default all) of the n real tokens fed."""
+        rows = n if keep is None else keep
         if self.head is None:
-            return out.logits[0, :n]
-        hidden = out.last_hidden_state[0, :n]
+            return out.logits[0, :n][-rows:]
+        hidden = out.last_hidden_state[0, n - rows:n]
         if isinstance(self.head, Int8Linear):
             scores = self.head(hidden)
         else:
-            scores = rows_product(self.head, hidden) if self.fast and n <= MAX_ROWS else hidden @ self.head.T
+            scores = rows_product(self.head, hidden) if self.fast and rows <= MAX_ROWS else hidden @ self.head.T
         if self.output_vocab is None:
             return scores
-        logits = torch.full((n, self.model.config.vocab_size), float("-inf"), dtype=self.dtype, device=self.device)
+        logits = torch.full((rows, self.model.config.vocab_size), float("-inf"), dtype=self.dtype, device=self.device)
         logits[:, self.output_vocab] = scores
         return logits
 
@@ -220,12 +236,13 @@ class KVModel:
         mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
         return mask[None, None].to(self.device)
 
-    def feed_committed(self, tokens: list[int]) -> torch.Tensor:
-        """Feed tokens that are already part of the output (causal); they join the committed prefix."""
+    def feed_committed(self, tokens: list[int], keep: int | None = None) -> torch.Tensor:
+        """Feed tokens that are already part of the output (causal); they join the committed prefix.
+        keep: return the last `keep` tokens' logits only (see forward)."""
         assert self.pending == 0, "commit the tree before feeding committed tokens"
         n = len(tokens)
         logits = self.forward(tokens, list(range(self.committed, self.committed + n)),
-                              torch.ones(n, n, dtype=torch.bool).tril())
+                              torch.ones(n, n, dtype=torch.bool).tril(), keep)
         self.committed += n
         self.pending = 0
         return logits

@@ -31,7 +31,7 @@ def cost_curves(models: list[torch.nn.Module], sizes=SIZES, context: int = 256, 
     best = [dict.fromkeys(sizes, float("inf")) for _ in models]
     with torch.inference_mode():
         for kv, vocab in zip(kvs, vocabs):
-            kv.feed_committed([i % vocab for i in range(context)])
+            kv.feed_committed([i % vocab for i in range(context)], keep=1)
         for _ in range(reps):
             for kv, vocab, seconds in zip(kvs, vocabs, best):
                 for n in sizes:

@@ -38,7 +38,7 @@ def prefill(target: torch.nn.Module, prompt_ids: list[int]) -> Prefill:
     kv = KVModel(target, "prefill")
     with torch.inference_mode():
         if len(prompt_ids) > 1:
-            kv.feed_committed(prompt_ids[:-1])
+            kv.feed_committed(prompt_ids[:-1], keep=1)
     return Prefill(target, tuple(prompt_ids[:-1]), kv)
 
 
@@ -96,7 +96,7 @@ class Decoder:
             if prefilled is not None and static_len is None:
                 self.target.copy_committed(prefilled.kv)
             elif len(self.prompt) > 1:
-                self.target.feed_committed(self.prompt[:-1])
+                self.target.feed_committed(self.prompt[:-1], keep=1)     # the prompt's logits are never read
             if drafter is not None:
                 drafter.start(self.prompt[:-1])
         self.target.log.clear()

@@ -86,6 +86,26 @@ def test_output_vocab_gives_the_full_models_logits_on_the_subset_and_minus_inf_e
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])     # our output layer / the model's own
+@pytest.mark.parametrize("subset", [None, torch.tensor([0, 3, 7, 8, 20, 63])])
+@pytest.mark.parametrize("static_len", [None, 64])
+def test_keep_gives_the_last_rows_logits_and_the_same_cache(family, dtype, subset, static_len):
+    model = tiny_model(family, dtype=dtype)
+    every, last = (KVModel(model, name, output_vocab=subset, static_len=static_len) for name in ("every", "last"))
+    prompt = [5, 9, 2, 11, 40, 1, 7]
+    expected = every.feed_committed(prompt)
+    got = last.feed_committed(prompt, keep=2)
+    assert got.shape == (2, 64)
+    torch.testing.assert_close(got, expected[-2:], rtol=2e-2, atol=2e-2)
+    assert last.committed == every.committed == len(prompt)
+    visible = torch.ones(3, 3, dtype=torch.bool).tril()
+    torch.testing.assert_close(last.forward([3, 4, 6], [7, 8, 9], visible),       # the caches hold the same entries
+                               every.forward([3, 4, 6], [7, 8, 9], visible), rtol=2e-2, atol=2e-2)
+    with pytest.raises(ValueError, match="keep must be in"):
+        last.forward([1], [10], torch.ones(1, 1, dtype=torch.bool), keep=2)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
 @given(data=st.data())
 def test_static_cache_gives_the_dynamic_caches_logits_and_keeps_the_same_entries(family, data):
     """Over a few rounds, each tree fed in one or two forwards (padded to buckets), then a path

@@ -45,7 +45,7 @@ def replay(target, drafts: dict, recorded: dict, prompt_tokens: int, vocab: int)
     for kv in models:
         kv.reset()
         if prompt_tokens > 1:
-            kv.feed_committed(tokens(prompt_tokens - 1))
+            kv.feed_committed(tokens(prompt_tokens - 1), keep=1)
     _sync(target)
     started = perf_counter()
     new = forwards = 0

@@ -71,7 +71,7 @@ class ModelDrafter(Drafter):
     def _catch_up(self, context: list[int]) -> None:
         """Feed committed tokens the draft has not read yet, ending with the root."""
         with self.timer.phase(f"stage{self.stage}_draft"):
-            logits = self.kv.feed_committed(context[self.kv.committed:])
+            logits = self.kv.feed_committed(context[self.kv.committed:], keep=1)
         self.fed[()] = (-1, logits[-1])
 
     def _feed(self, chains: list[tuple[tuple[int, ...], list[int]]], root_position: int) -> None:
@@ -153,12 +153,12 @@ class ModelDrafter(Drafter):
                 start = self.kv.committed
                 count = len(fed) + len(proposal)
                 logits = self.kv.forward(fed + proposal, list(range(start, start + count)),
-                                         torch.ones(count, count, dtype=torch.bool).tril())
+                                         torch.ones(count, count, dtype=torch.bool).tril(), keep=len(proposal) + 1)
                 safe = 0
                 while safe < len(fed) and start + safe < len(self.known) and fed[safe] == self.known[start + safe]:
                     safe += 1
                 self.kv.commit(list(range(min(safe, len(fed) - 1))))   # the last token is re-fed next time
-                out += accepted_chain(fed[-1], proposal, logits[len(fed) - 1:])[: n - len(out)]
+                out += accepted_chain(fed[-1], proposal, logits)[: n - len(out)]
         return out
 
     def forward_logs(self):
