@@ -18,7 +18,7 @@ from .cost_curve import cost_curves
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
-from .engine import Decoder, Prefill
+from .engine import Decoder, Prefill, prefill
 from . import rows_kernel
 from .int4 import INT4
 from .int8 import INT8
@@ -177,6 +177,10 @@ class Stack:
                 or not restricts_output(draft.model.get_output_embeddings()):
             return draft.output_vocab
         return torch.unique(torch.cat([self.draft_vocabulary, torch.tensor(prompt, dtype=torch.long)]))
+
+    def prefill(self, prompt_ids: list[int]) -> Prefill:
+        """The target's and every draft model's read of the prompt, for decoders of it to copy."""
+        return prefill(self.target.model, prompt_ids, [m.model for m in self.draft_models().values()])
 
     def drafter_for(self, strategy: str, prompt: list[int] = ()) -> Drafter | None:
         """baseline: none; speculative and tree: the top stage alone; staged: the whole cascade."""

@@ -135,7 +135,7 @@ def test_a_decoder_given_the_prompts_prefill_writes_what_one_reading_it_writes(s
     read_once = prefill(tiny_model("llama"), prompt)
     alone = staged_run(sampling=sampling)
     reads = []
-    hook = tiny_model("llama").register_forward_hook(lambda *args: reads.append(1))
+    hook = tiny_model("llama").base_model.register_forward_hook(lambda *args: reads.append(1))   # the body runs in every feed
     try:
         copied = staged_run(sampling=sampling, prefilled=read_once)
     finally:
@@ -148,3 +148,21 @@ def test_a_decoder_given_the_prompts_prefill_writes_what_one_reading_it_writes(s
         Decoder(tiny_model("llama"), TOK, prompt[:-2] + [7, 6], prefilled=read_once)
     with pytest.raises(ValueError, match="another model or prompt"):
         Decoder(tiny_model("llama", noise=0.3), TOK, prompt, prefilled=read_once)
+
+
+def test_a_drafter_given_the_prompts_prefill_copies_its_models_read():
+    from specviz.engine import prefill
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    draft = tiny_model("llama", noise=0.3)
+    read_once = prefill(tiny_model("llama"), prompt, [draft])
+    fed = []
+    hook = draft.base_model.register_forward_hook(
+        lambda module, args, kwargs, out: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        copied = staged_run(prefilled=read_once)
+        run = copied.generate()
+    finally:
+        hook.remove()
+    assert fed[0] == 1            # the root alone: the prompt came from the copy
+    assert run.tokens == staged_run().generate().tokens
+    assert staged_run(prefilled=prefill(tiny_model("llama"), prompt)).drafter.kv.committed == 0   # no read to copy

@@ -23,9 +23,9 @@ def stack():
     return tiny_stack(("draft", "lookup"), noise=1.0)
 
 
-def counts(stack, strategy, n=N, seed=0):
+def counts(stack, strategy, n=N, seed=0, prefilled=None):
     new = lambda s: stack.decoder(PROMPT, strategy, sampling=replace(SAMPLING, seed=s), max_new_tokens=8,
-                                  stop_at_eos=False)
+                                  stop_at_eos=False, prefilled=prefilled)
     return Counter(first_tokens(new, n, seed))
 
 
@@ -56,6 +56,14 @@ def test_staged_sampling_follows_the_targets_distribution(stack):
     # the draft really disagrees with the target, so a verifier that trusts it is visible
     draft = next_token_distribution(stack.loaded["draft"].model, PROMPT, SAMPLING)
     assert 0.5 * (draft - exact).abs().sum() > 0.3
+
+
+def test_staged_copying_the_models_reads_of_the_prompt_follows_the_targets_distribution(stack):
+    """The panel's samples: the target and the draft read the prompt once, every decoder copies them."""
+    exact = next_token_distribution(stack.target.model, PROMPT, SAMPLING)
+    read_once = stack.prefill(PROMPT)
+    assert read_once.cache_of(stack.loaded["draft"].model) is not None
+    assert goodness_of_fit(counts(stack, "staged", seed=20_000, prefilled=read_once), exact).p_value > 1e-3
 
 
 def _forgets_the_residual(tree, probs, dists, generator):

@@ -12,7 +12,6 @@ from time import perf_counter
 import gradio as gr
 
 from .. import lossless, plots
-from ..engine import prefill
 from . import panels, replay, stacks, words
 from . import settings as app_settings
 from .race import COMPARED, Race
@@ -263,7 +262,7 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
     stack = stacks.get_stack(settings.stack_key())
     strategy = settings.strategy if settings.strategy != "baseline" else "staged"
     prompt_ids = stacks.prompt_ids(stack, settings)
-    read_once = prefill(stack.target.model, prompt_ids)      # every sample copies the target's read of the prompt
+    read_once = stack.prefill(prompt_ids)      # every sample copies the models' reads of the prompt
     decoders = {lane: lambda seed, lane=lane: stacks.new_decoder(
         stack, replace(settings, sampling=replace(settings.sampling, seed=seed)), lane, read_once)
         for lane in ("baseline", strategy)}

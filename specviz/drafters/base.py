@@ -32,8 +32,9 @@ class Drafter(ABC):
         """This drafter and the ones below it, top first."""
         return [self]
 
-    def start(self, tokens: list[int]) -> None:
-        """A new sequence begins with these committed tokens."""
+    def start(self, tokens: list[int], prefilled=None) -> None:
+        """A new sequence begins with these committed tokens; prefilled: an engine.Prefill of them,
+        whose caches a drafter may copy instead of reading the tokens."""
 
     @abstractmethod
     def expand(self, tree: Tree, nodes: list[int], context: list[int]) -> list[torch.Tensor | None]:

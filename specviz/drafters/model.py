@@ -60,12 +60,15 @@ class ModelDrafter(Drafter):
     def stages(self):
         return [self] + (self.lower.stages() if self.lower is not None else [])
 
-    def start(self, tokens):
+    def start(self, tokens, prefilled=None):
         self.kv.reset()
+        read = prefilled.cache_of(self.kv.model) if prefilled is not None else None
+        if read is not None:
+            self.kv.copy_committed(read)        # the root is fed at the first expand
         self.known = list(tokens)
         self._round_reset()
         if self.lower is not None:
-            self.lower.start(tokens)
+            self.lower.start(tokens, prefilled)
 
     # -- feeding ------------------------------------------------------------------------------
     def _catch_up(self, context: list[int]) -> None:
