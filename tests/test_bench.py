@@ -13,7 +13,7 @@ from tiny import WordTokenizer, tiny_model
 from tiny import tiny_stack as tiny
 
 KEYS = {"strategy", "sampling", "tokens_per_s_median", "tokens_per_s_p25", "tokens_per_s_p75",
-        "speedup_vs_hf_generate", "speedup_vs_baseline", "tokens_per_target_forward",
+        "speedup_vs_hf_generate", "speedup_vs_hf_assisted", "speedup_vs_baseline", "tokens_per_target_forward",
         "mean_accepted_per_target_forward", "bytes_relative_to_baseline", "phase_share", "exact_match", "prompts"}
 
 
@@ -47,8 +47,10 @@ def test_ratios_are_against_the_same_prompt(report):
     rows = {(r["prompt"], r["sampling"], r["strategy"]): r for r in report["per_prompt"]}
     for (prompt, sampling, strategy), row in rows.items():
         base, hf = rows[(prompt, sampling, "baseline")], rows[(prompt, sampling, "hf_generate")]
+        assisted = rows[(prompt, sampling, "hf_assisted")]
         assert row["speedup_vs_baseline"] == pytest.approx(row["tokens_per_s"] / base["tokens_per_s"])
         assert row["speedup_vs_hf_generate"] == pytest.approx(row["tokens_per_s"] / hf["tokens_per_s"])
+        assert row["speedup_vs_hf_assisted"] == pytest.approx(row["tokens_per_s"] / assisted["tokens_per_s"])
         if strategy.startswith("hf_"):
             assert row["bytes_relative_to_baseline"] is None
         else:
@@ -61,6 +63,8 @@ def test_ratios_are_against_the_same_prompt(report):
         if r["strategy"] == "hf_generate":
             assert r["speedup_vs_hf_generate"] == pytest.approx(1.0)
             assert r["tokens_per_target_forward"] == pytest.approx(1.0)
+        if r["strategy"] == "hf_assisted":
+            assert r["speedup_vs_hf_assisted"] == pytest.approx(1.0)
         if r["phase_share"]:
             assert sum(r["phase_share"].values()) == pytest.approx(1.0, abs=1e-6)
 

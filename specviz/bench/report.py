@@ -17,12 +17,13 @@ from .settings import ALL_STRATEGIES
 
 
 def compare_rows(rows: list[dict]) -> list[dict]:
-    """Add per-prompt comparisons with our baseline and HF generate; drop the token lists."""
+    """Add per-prompt comparisons with our baseline, HF generate and HF assisted generation; drop the token lists."""
     by_key = {(r["prompt"], r["sampling"], r["strategy"]): r for r in rows}
     out = []
     for r in rows:
         base = by_key.get((r["prompt"], r["sampling"], "baseline"))
         hf = by_key.get((r["prompt"], r["sampling"], "hf_generate"))
+        assisted = by_key.get((r["prompt"], r["sampling"], "hf_assisted"))
         n = len(r["tokens"])
         rate = n / r["wall_s"] if r["wall_s"] > 0 else 0.0
         row = {k: v for k, v in r.items() if k != "tokens" and not k.startswith("_")}
@@ -32,6 +33,7 @@ def compare_rows(rows: list[dict]) -> list[dict]:
                    bytes_relative_to_baseline=ratio(r["bytes_per_token"], base and base["bytes_per_token"]),
                    speedup_vs_baseline=ratio(rate, base and _rate(base)),
                    speedup_vs_hf_generate=ratio(rate, hf and _rate(hf)),
+                   speedup_vs_hf_assisted=ratio(rate, assisted and _rate(assisted)),
                    exact=(r["tokens"] == base["tokens"]) if base is not None and r["sampling"] == "greedy" else None)
         out.append(row)
     return out
@@ -61,6 +63,7 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
             "tokens_per_s_p25": float(np.percentile(rates, 25)),
             "tokens_per_s_p75": float(np.percentile(rates, 75)),
             "speedup_vs_hf_generate": median(r["speedup_vs_hf_generate"] for r in rows),
+            "speedup_vs_hf_assisted": median(r.get("speedup_vs_hf_assisted") for r in rows),
             "speedup_vs_baseline": median(r["speedup_vs_baseline"] for r in rows),
             "tokens_per_target_forward": tokens / forwards if forwards else None,
             "mean_accepted_per_target_forward": (
@@ -108,7 +111,7 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
 def format_table(results: list[dict], markdown: bool = False) -> str:
     """draft/verify/rest: shares of decode time by engine phase (rest = tree building, bookkeeping and
     untimed); outside fwd: share of end-to-end time spent outside model forward calls."""
-    head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs HF", "vs base", "tok/fwd", "bytes/base",
+    head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs HF", "vs assisted", "vs base", "tok/fwd", "bytes/base",
             "draft", "verify", "rest", "outside fwd", "exact")
     lines = [head]
     for r in results:
@@ -118,7 +121,8 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
         lines.append((
             r["sampling"], r["strategy"],
             f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",
-            fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), fmt(r["speedup_vs_baseline"], "{:.2f}x"),
+            fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), fmt(r.get("speedup_vs_hf_assisted"), "{:.2f}x"),
+            fmt(r["speedup_vs_baseline"], "{:.2f}x"),
             fmt(r["tokens_per_target_forward"], "{:.2f}"), fmt(r["bytes_relative_to_baseline"], "{:.2f}"),
             fmt(draft if split else None, "{:.0%}"), fmt(split.get("verify"), "{:.0%}"),
             fmt(split.get("overhead"), "{:.0%}"),
