@@ -210,7 +210,7 @@ def warm_up() -> None:
     try:
         stacks.get_stack((stacks.default_preset(),))
     except Exception as exc:  # noqa: BLE001 - the Step that needs it will show the message
-        log.warning("could not preload the offline default models: %s", app_settings.one_line(exc))
+        log.warning("could not preload the default models: %s", app_settings.one_line(exc))
 
 
 def main() -> None:
