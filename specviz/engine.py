@@ -166,9 +166,7 @@ class Decoder:
                             accept_prob=None if i == 0 else verdict.accept_probs[i],
                             accepted=i in accepted)
                  for i in range(len(tree))]
-        logs = {self.target.name: self.target.log}
-        if self.drafter is not None:
-            logs.update(self.drafter.forward_logs())
+        logs = {kv.name: kv.log for kv in self.kv_models()}
         costs = self.model_costs()
         forwards = {name: list(log.tokens) for name, log in logs.items()}
         read = {name: bytes_read(log, costs[name]) for name, log in logs.items()}
@@ -183,10 +181,15 @@ class Decoder:
     def model_costs(self) -> dict[str, tuple[int, int, int]]:
         """Per model, the target first: KVModel.costs() (weight bytes per forward, KV bytes per cached
         token, weight bytes per token fed)."""
-        costs = {self.target.name: self.target.costs()}
-        if self.drafter is not None:
-            costs.update(self.drafter.model_costs())
-        return costs
+        return {kv.name: kv.costs() for kv in self.kv_models()}
+
+    def kv_models(self) -> list[KVModel]:
+        """The target's cache, then those of the drafter's models, top stage first."""
+        return [self.target] + (self.drafter.kv_models() if self.drafter is not None else [])
+
+    def forward_seconds(self) -> float:
+        """Time spent in model forwards since this decoder began, the prompt's read included."""
+        return sum(kv.seconds for kv in self.kv_models())
 
     def _text(self, token: int) -> str:
         return self.tokenizer.decode([token])

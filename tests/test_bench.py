@@ -67,6 +67,8 @@ def test_ratios_are_against_the_same_prompt(report):
             assert r["speedup_vs_hf_assisted"] == pytest.approx(1.0)
         if r["phase_share"]:
             assert sum(r["phase_share"].values()) == pytest.approx(1.0, abs=1e-6)
+    for row in report["per_prompt"]:        # every row's clock sees its forwards (ours run the model's body)
+        assert 0 < row["forward_s"] <= row["wall_s"]
 
 
 def test_greedy_outputs_are_exact_and_counted(report):

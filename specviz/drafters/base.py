@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from ..cache import ForwardLog
+from ..cache import ForwardLog, KVModel
 from ..timing import PhaseTimer
 from ..tree import Tree
 
@@ -54,11 +54,15 @@ class Drafter(ABC):
     def guess(self, sequence: list[int], n: int) -> list[int]:
         """Up to n tokens this drafter would greedily continue `sequence` with."""
 
+    def kv_models(self) -> list[KVModel]:
+        """The caches of the models inside this drafter, top stage first (none for n-gram tables and lookup)."""
+        return []
+
     def forward_logs(self) -> dict[str, ForwardLog]:
         """Forward passes of the models inside this drafter since the last clear, by model name."""
-        return {}
+        return {kv.name: kv.log for kv in self.kv_models()}
 
     def model_costs(self) -> dict[str, tuple[int, int, int]]:
         """KVModel.costs() of the models inside this drafter: (weight bytes read per forward, KV bytes
         per cached token, weight bytes per token fed)."""
-        return {}
+        return {kv.name: kv.costs() for kv in self.kv_models()}

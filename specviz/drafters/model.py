@@ -164,14 +164,5 @@ class ModelDrafter(Drafter):
                 out += accepted_chain(fed[-1], proposal, logits)[: n - len(out)]
         return out
 
-    def forward_logs(self):
-        logs = {self.name: self.kv.log}
-        if self.lower is not None:
-            logs.update(self.lower.forward_logs())
-        return logs
-
-    def model_costs(self):
-        costs = {self.name: self.kv.costs()}
-        if self.lower is not None:
-            costs.update(self.lower.model_costs())
-        return costs
+    def kv_models(self):
+        return [self.kv] + (self.lower.kv_models() if self.lower is not None else [])
