@@ -245,6 +245,11 @@ class KVModel:
         mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
         return mask[None, None].to(self.device)
 
+    def read_prompt(self, prompt_ids: list[int]) -> None:
+        """Feed a prompt but its last token, which the first round feeds; the prompt's logits are never read."""
+        if len(prompt_ids) > 1:
+            self.feed_committed(prompt_ids[:-1], keep=1)
+
     def feed_committed(self, tokens: list[int], keep: int | None = None) -> torch.Tensor:
         """Feed tokens that are already part of the output (causal); they join the committed prefix.
         keep: return the last `keep` tokens' logits only (see forward)."""

@@ -43,8 +43,7 @@ class Prefill:
 def prefill(target: torch.nn.Module, prompt_ids: list[int], drafts: list[torch.nn.Module] = ()) -> Prefill:
     def read(model):
         kv = KVModel(model, "prefill")
-        if len(prompt_ids) > 1:
-            kv.feed_committed(prompt_ids[:-1], keep=1)
+        kv.read_prompt(prompt_ids)
         return kv
 
     with torch.inference_mode():
@@ -104,8 +103,8 @@ class Decoder:
         with torch.inference_mode():
             if prefilled is not None and static_len is None:
                 self.target.copy_committed(prefilled.kv)
-            elif len(self.prompt) > 1:
-                self.target.feed_committed(self.prompt[:-1], keep=1)     # the prompt's logits are never read
+            else:
+                self.target.read_prompt(self.prompt)
             if drafter is not None:
                 drafter.start(self.prompt[:-1], prefilled)
         self.target.log.clear()
