@@ -9,12 +9,13 @@ import statistics
 import sys
 
 from specviz.prompts import load_prompts
+from specviz.app.replay import race_of
 from specviz.recording import load
 
 
 def finished_race(recording):
     """The recorded race replayed to the end: each lane's clock is the one the app shows (Race.elapsed)."""
-    race = recording.race_replay()
+    race = race_of(recording)
     while not race.finished:
         race.step()
     return race

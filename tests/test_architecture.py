@@ -90,6 +90,14 @@ def test_the_core_imports_no_consumer():
     assert bad == []
 
 
+def test_only_the_app_imports_the_app():
+    """The app is the top layer: a helper it shares with another package lives below both. A package's
+    `__main__` is a command's entry point, not a layer (`python -m specviz.recording` runs app/record.py)."""
+    bad = sorted(f"{a} -> {b}" for a, targets in graph().items() for b in targets
+                 if area(b) == "app" and area(a) != "app" and not a.endswith(".__main__"))
+    assert bad == []
+
+
 def test_modules_stay_small_or_say_why():
     big = {}
     for name, path in modules().items():

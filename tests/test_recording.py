@@ -56,7 +56,7 @@ def test_a_saved_run_replays_to_the_same_figures_without_models(tiny_default, tm
         words.text_html(SETTINGS["prompt"], steps, live.decoder.stages)
     assert figure(plots.acceptance_figure(lane.steps)) == figure(plots.acceptance_figure(steps))
     assert stacks.stats_of(lane) == stacks.stats_of(live.decoder)
-    race = recording.race_replay()
+    race = app_replay.race_of(recording)
     while not race.finished:
         race.step()
     assert race.table_stats() == live.race.table_stats()
@@ -76,7 +76,7 @@ def test_shipped_recordings_open_and_replay_to_the_end():
         recording = app_replay.open_into(session, name)
         while not session.decoder.finished:
             session.decoder.step()
-        assert session.decoder.new_tokens and recording.race_replay() is not None
+        assert session.decoder.new_tokens and app_replay.race_of(recording) is not None
         assert app_replay.control_values(recording)["prompt"] == recording.settings["prompt"]
 
 

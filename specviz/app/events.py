@@ -203,7 +203,7 @@ def on_compare(session: Session, *values):
 
 def _race_loop(session: Session, settings, run_id: int):
     if session.recording is not None:
-        session.race = race = session.recording.race_replay()
+        session.race = race = replay.race_of(session.recording)
         if race is None:
             raise UserError("This recording holds no race: open one saved from Compare, or go back to live.")
     else:

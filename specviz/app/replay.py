@@ -14,6 +14,7 @@ from time import sleep
 
 from .. import recording as rec
 from ..recording import Recording, RecordingError
+from .race import PeerLane, Race
 from .record import of_session, settings_of
 from .settings import OFFLINE_DEFAULT, UserError, parse_settings, preset_names
 from .stacks import get_stack
@@ -30,6 +31,16 @@ def shipped_choices() -> list[tuple[str, str]]:
         except RecordingError:
             continue
     return choices
+
+
+def race_of(recording: Recording) -> Race | None:
+    """A fresh replay of the recorded race, or None where the recording holds none."""
+    if not recording.race:
+        return None
+    decoders = recording.race_lanes()
+    peers = {n: PeerLane(list(zip(p.arrivals, p.chunks)), p.max_new_tokens, p.target_forwards, texts=p.texts)
+             for n, p in recording.peers.items() if n in recording.race}
+    return Race(decoders, dict(recording.skipped), peers, {n: lane.setup_s for n, lane in decoders.items()})
 
 
 def label(recording: Recording) -> str:

@@ -60,7 +60,7 @@ def on_start(n_outputs: int):
         log.warning("cannot open %s at start: %s", START_RECORDING, exc)
         return session, *[gr.skip()] * (n_outputs - 1)
     session.decoder.step()
-    session.race = race = recording.race_replay()
+    session.race = race = replay.race_of(recording)
     while race is not None and not race.finished:
         race.step()
     step = render_step(session, f"Showing a recorded run ({replay.label(recording)}): press **Step**, **Run** or "

@@ -11,6 +11,8 @@ import os
 import re
 from pathlib import Path
 
+from ..environment import env_number
+
 NON_NEURAL = ("lookup", "trigram", "trigram:auto")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
@@ -18,18 +20,6 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 class PolicyError(ValueError):
     """A request this server does not allow; the message is one line for the visitor."""
-
-
-def env_number(name: str, default: float) -> float:
-    """An operator's numeric setting; a missing, malformed or non-positive value gives the default."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        return default
-    return value if value > 0 else default
 
 
 def custom_models_allowed() -> bool:

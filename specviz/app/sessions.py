@@ -13,7 +13,7 @@ from time import monotonic
 
 from .settings import Settings, UserError
 from .stacks import get_stack, new_decoder
-from .server_policy import env_number
+from ..environment import env_number
 
 MAX_LIVE_SESSIONS = int(env_number("SPECVIZ_MAX_SESSIONS", 16))
 SESSION_IDLE_S = env_number("SPECVIZ_SESSION_IDLE_S", 900)

@@ -12,7 +12,8 @@ from .. import presets
 from ..tree import TreeSpec
 from ..sampling import Sampling
 from ..strategies import DEFAULT_MIN_SCORE, STRATEGIES, default_tree, shape_for
-from .server_policy import custom_models_allowed, env_number
+from ..environment import env_number
+from .server_policy import custom_models_allowed
 
 MAX_PROMPT_CHARS = int(env_number("SPECVIZ_MAX_PROMPT_CHARS", 6000))
 MAX_PROMPT_TOKENS = int(env_number("SPECVIZ_MAX_PROMPT_TOKENS", 1024))

@@ -20,7 +20,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 from ..sampling import Sampling
-from ..app.server_policy import env_number
+from ..environment import env_number
 from ..trace import StageInfo, StepRecord
 
 FORMAT = "specviz-recording"
@@ -111,15 +111,9 @@ class Recording:
         """A fresh replay of the Step view's strategy."""
         return _fresh(self.lanes[self.settings["strategy"]])
 
-    def race_replay(self):
-        """A fresh replay of the recorded race (a specviz.app.race.Race of recorded lanes), or None."""
-        from ..app.race import PeerLane, Race
-        if not self.race:
-            return None
-        decoders = {n: _fresh(self.lanes[n]) for n in self.race if n in self.lanes}
-        peers = {n: PeerLane(list(zip(p.arrivals, p.chunks)), p.max_new_tokens, p.target_forwards, texts=p.texts)
-                 for n, p in self.peers.items() if n in self.race}
-        return Race(decoders, dict(self.skipped), peers, {n: lane.setup_s for n, lane in decoders.items()})
+    def race_lanes(self) -> dict[str, RecordedLane]:
+        """Fresh replays of the recorded race's own lanes (the app builds its race from them: app/replay.py)."""
+        return {n: _fresh(self.lanes[n]) for n in self.race if n in self.lanes}
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "settings": self.settings, "recorded": self.recorded,
