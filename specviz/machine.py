@@ -31,6 +31,26 @@ def cpu_info() -> tuple[str, list[str]]:
     return name, [f for f in SIMD_FLAGS if f in flags]
 
 
+CGROUP = Path("/sys/fs/cgroup")
+CGROUP_LIMIT_FILES = ("memory.max", "memory/memory.limit_in_bytes")     # cgroup v2, then v1
+
+
+def memory_bytes(cgroup: Path = CGROUP) -> int:
+    """The memory this process may use: the machine's physical memory, or less where a container's cgroup
+    limits it (in a container or on a Space, sysconf sees the host's memory, not the limit)."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min([physical, *filter(None, map(_cgroup_limit, (cgroup / name for name in CGROUP_LIMIT_FILES)))])
+
+
+def _cgroup_limit(path: Path) -> int | None:
+    """A cgroup memory limit in bytes; None where there is no file or no limit ("max" in v2, a huge number in v1)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
 def describe() -> str:
     name, simd = cpu_info()
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"

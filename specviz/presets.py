@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from .chunked import CHUNKED, available
+from .machine import memory_bytes
 from .models import AUTO_DTYPE, DEFAULT_TARGET, PROBE_LAYERS_PER_1_5B, ModelLoadError, probe_seconds, resolve_dtype
 from .stack import Stack
 
@@ -63,10 +64,6 @@ def default_preset(device: str = "cpu") -> str:
 def predicted_token_seconds() -> float:
     """One plain-decoding token of a Qwen2-1.5B on this CPU in the precision `auto` picks, from the probe layer."""
     return probe_seconds(resolve_dtype(AUTO_DTYPE))[1] * PROBE_LAYERS_PER_1_5B
-
-
-def memory_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def get_preset(name: str) -> Preset:
