@@ -180,6 +180,16 @@ def test_benchmark_results_are_optional(tmp_path):
     (tmp_path / "latest.json").write_text(json.dumps(BENCH))
     md = words.benchmark_md(words.load_benchmark(tmp_path / "latest.json"))
     assert "| staged | greedy | 12.5 | 2.00× | – | 0.30× | 3 / 3 |" in md
+    assert md.startswith("A saved benchmark run, not the race above: ")
+
+
+def test_the_benchmark_panel_names_its_stack_machine_and_date():
+    bench = {**BENCH, "machine": "AMD EPYC, 2 cores", "date": "2026-11-23 09:32 UTC",
+             "settings": {"target": "smollm2-135m", "drafts": ["assets/draft", "trigram"], "precision": "float32",
+                          "prompts": 10, "max_new_tokens": 48}}
+    assert words.benchmark_label(bench) == ("A saved benchmark run, not the race above: smollm2-135m + assets/draft + "
+                                            "trigram in float32, 10 prompts × 48 new tokens, on AMD EPYC, 2 cores, "
+                                            "2026-11-23 09:32 UTC.")
 
 
 def test_example_prompts_include_humaneval_and_plain_language():

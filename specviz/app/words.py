@@ -184,6 +184,16 @@ def benchmark_md(bench: dict | None) -> str:
              f"{fmt(r.get('exact_match'), '{}')} / {r.get('prompts', '?')}"] for r in bench["results"]]
     table = md_table(["strategy", "sampling", "tokens/s (median)", "speed-up vs HF generate", "tokens per target pass",
                       "memory traffic vs baseline", "identical outputs"], rows, "llrrrrr")
-    meta = ", ".join(f"{k}: {html.escape(str(bench[k]))}" for k in ("machine", "date") if bench.get(k))
     command = f"\n\nCommand: `{bench['command']}`" if bench.get("command") else ""
-    return (f"*{meta}*\n\n" if meta else "") + table + command
+    return benchmark_label(bench) + "\n\n" + table + command
+
+
+def benchmark_label(bench: dict) -> str:
+    """What a saved benchmark shows: its stack, precision, machine and date, said plainly, since the stack
+    racing above it may be another one on another machine."""
+    settings = bench.get("settings") or {}
+    stack = " + ".join(map(str, [settings.get("target", "?"), *settings.get("drafts", [])]))
+    precision = settings.get("precision") or settings.get("dtype") or "?"
+    return html.escape(f"A saved benchmark run, not the race above: {stack} in {precision}, "
+                       f"{settings.get('prompts', '?')} prompts × {settings.get('max_new_tokens', '?')} new tokens, "
+                       f"on {bench.get('machine', 'an unnamed machine')}, {bench.get('date', 'undated')}.")
