@@ -23,7 +23,7 @@ CHAIN_LENGTH = 3               # speculative's chain: feeds of up to ~4 tokens c
 DYNAMIC_BUDGET = 16            # tree and staged: drafted nodes per round at most
 STAGED_LOOKUP = 3              # context-lookup tokens staged verifies by default: feeds of up to ~4-8 tokens cost
                                # little more than one on a CPU (cost curve), longer ones do (docs/BENCHMARKS.md)
-DEFAULT_MIN_SCORE = 0.2        # measured on the 2-core CPU (docs/BENCHMARKS.md); 0.1 until session 4
+DEFAULT_MIN_SCORE = 0.2        # measured on the 2-core CPU (docs/BENCHMARKS.md); 0.1 until 2026-11-22 (f113afa)
 AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
 
 
