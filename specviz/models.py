@@ -161,6 +161,20 @@ def _converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
     return cache_dir() / "converted" / f"{Path(gguf_file).stem}-{stat.st_size}-{dtype}"
 
 
+def converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
+    """The de-quantised copy of a GGUF file in `dtype` (float32, float16 or bfloat16), made on first use
+    (setup makes the ones the defaults need: specviz/prepare.py)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    converted = _converted_copy(location, gguf_file, dtype)
+    if not (converted / "config.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(location, gguf_file=gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(location, gguf_file=gguf_file, dtype=torch.float32)
+        _save_atomically(model.to(DTYPES[dtype]), tokenizer, converted)
+        del model
+    return converted
+
+
 def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
     """Load a causal LM and its tokenizer; raise ModelLoadError with a one-line message on failure."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -179,14 +193,7 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     hf_logging.disable_progress_bar()
     try:
         if gguf_file is not None:
-            converted = _converted_copy(location, gguf_file, dtype)
-            if not (converted / "config.json").is_file():
-                tokenizer = AutoTokenizer.from_pretrained(location, gguf_file=gguf_file)
-                model = AutoModelForCausalLM.from_pretrained(location, gguf_file=gguf_file,
-                                                             dtype=torch.float32)
-                _save_atomically(model.to(DTYPES[dtype]), tokenizer, converted)
-                del model
-            location = str(converted)
+            location = str(converted_copy(location, gguf_file, dtype))
         local = Path(location).is_dir() or not hub_reachable()
         tokenizer = None if _lacks_tokenizer(location) else AutoTokenizer.from_pretrained(location, local_files_only=local)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=DTYPES[dtype], local_files_only=local)
