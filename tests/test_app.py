@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from specviz import llama_cpp
 from specviz.app import settings as app_settings
 from specviz.app import stacks, words
 from specviz.app.race import COMPARED, Race
@@ -204,7 +205,9 @@ def test_example_prompts_include_humaneval_and_plain_language():
 def test_the_race_runs_every_lane_to_the_same_text(tiny_default):
     tiny_default()
     race = Race.start(app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 10}))
-    assert list(race.lanes()) == list(COMPARED) and not race.skipped
+    ours = [lane for lane in COMPARED if lane not in llama_cpp.PEERS]
+    assert list(race.lanes()) == ours and set(race.skipped) == set(llama_cpp.PEERS)   # tiny models are no GGUF files
+    assert all("GGUF" in why for why in race.skipped.values())
     peer = race.peers["hf_assisted"]
     assert peer.shown == 0 and peer.chunks and all(a <= b for (a, _), (b, _) in zip(peer.chunks, peer.chunks[1:]))
     order = []
@@ -214,7 +217,7 @@ def test_the_race_runs_every_lane_to_the_same_text(tiny_default):
     assert all(len(lane.new_tokens) == 10 for lane in race.lanes().values())
     assert order.count("hf_assisted") == len(peer.chunks)      # each streamed chunk replayed in its turn
     stats, table = race.stats(), race.table_stats()
-    assert "hf_assisted" not in stats and set(table) == set(COMPARED)
+    assert "hf_assisted" not in stats and set(table) == set(ours)
     assert stats["baseline"]["tokens_per_target_forward"] == 1.0
     assert stats["staged"]["tokens_per_target_forward"] >= 1.0
     assert table["hf_assisted"]["wall_s"] == peer.chunks[-1][0] and table["hf_assisted"]["new_tokens"] == 10
@@ -266,7 +269,9 @@ def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
     assert "Showing a recorded run (recorded on " in status
     counters = outputs[2 + len(app_settings.SETTING_NAMES) + 3]
     assert "recorded on " in counters
-    assert all("done ✓" in column for column in outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(COMPARED)])
+    columns = dict(zip(COMPARED, outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(COMPARED)]))
+    assert all("done ✓" in columns[name] for name in session.race.lanes())
+    assert all("not in this recording" in columns[name] for name in COMPARED if name not in session.race.lanes())
     assert "tokens per pass" in outputs[-1]
 
 

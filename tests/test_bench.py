@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from specviz import bench
+from specviz import bench, llama_cpp
 from specviz.bench import run_bench
 from specviz.hf_peers import hf_generate
 from specviz.prompts import Prompt, load_prompts
@@ -13,7 +13,7 @@ from tiny import WordTokenizer, tiny_model
 from tiny import tiny_stack as tiny
 
 KEYS = {"strategy", "sampling", "tokens_per_s_median", "tokens_per_s_p25", "tokens_per_s_p75",
-        "speedup_vs_hf_generate", "speedup_vs_hf_assisted", "speedup_vs_baseline", "tokens_per_target_forward",
+        "speedup_vs_hf_generate", "speedup_vs_hf_assisted", "speedup_vs_baseline", "speedup_vs_reference", "tokens_per_target_forward",
         "mean_accepted_per_target_forward", "bytes_relative_to_baseline", "phase_share", "exact_match", "prompts"}
 
 
@@ -32,14 +32,16 @@ def report():
 
 def test_report_has_every_strategy_and_the_schema(report):
     results = report["results"]
-    assert {(r["sampling"], r["strategy"]) for r in results} == {
-        (s, t) for s in ("greedy", "topk50") for t in bench.ALL_STRATEGIES}
+    ours = [t for t in bench.ALL_STRATEGIES if t not in llama_cpp.PEERS]     # tiny models are no GGUF files
+    assert {(r["sampling"], r["strategy"]) for r in results} == {(s, t) for s in ("greedy", "topk50") for t in ours}
+    assert [note.split(" skipped: ")[0] for note in report["settings"]["notes"]] == list(llama_cpp.PEERS)
+    assert report["reference"]["strategy"] == "baseline" and "our baseline in float32" == report["reference"]["what"]
     for r in results:
         assert KEYS <= set(r)
         assert r["prompts"] == 2
         assert r["tokens_per_s_p25"] <= r["tokens_per_s_median"] <= r["tokens_per_s_p75"]
     json.loads(json.dumps(report))            # plain data
-    assert len(report["per_prompt"]) == 2 * 2 * len(bench.ALL_STRATEGIES)
+    assert len(report["per_prompt"]) == 2 * 2 * len(ours)
     assert all(row["new_tokens"] == 12 for row in report["per_prompt"])
 
 
@@ -51,6 +53,7 @@ def test_ratios_are_against_the_same_prompt(report):
         assert row["speedup_vs_baseline"] == pytest.approx(row["tokens_per_s"] / base["tokens_per_s"])
         assert row["speedup_vs_hf_generate"] == pytest.approx(row["tokens_per_s"] / hf["tokens_per_s"])
         assert row["speedup_vs_hf_assisted"] == pytest.approx(row["tokens_per_s"] / assisted["tokens_per_s"])
+        assert row["speedup_vs_reference"] == pytest.approx(row["speedup_vs_baseline"])   # no llama.cpp here
         if strategy.startswith("hf_"):
             assert row["bytes_relative_to_baseline"] is None
         else:

@@ -180,6 +180,8 @@ def render_race(session: Session, status: str, charts: bool = True):
         elif race is not None and name in race.skipped:
             columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b>: not in this race. '
                            f"{race.skipped[name]}</div>")
+        elif race is not None and session.recording is not None:
+            columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b>: not in this recording.</div>')
         else:
             columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b></div>')
     stats = race.stats() if race is not None else {}
@@ -188,7 +190,8 @@ def render_race(session: Session, status: str, charts: bool = True):
     caption = f"\n\n*Replay: {replay.label(session.recording)}; timings as recorded.*" if session.recording else ""
     speed = panels.speed_view({name: lane.steps for name, lane in race.decoders.items()}) if race else None
     stages = {name: lane.stages for name, lane in race.decoders.items()} if race else {}
-    return (session, status, *columns, words.compare_table_md(table) + caption, plots.latency_figure(stats, stages),
+    return (session, status, *columns, words.compare_table_md(table, race.precision if race else "") + caption,
+            plots.latency_figure(stats, stages),
             plots.forwards_figure(stats), plots.memory_figure(stats, stages), panels.speed_figure(speed),
             panels.speed_md(speed))
 
@@ -209,8 +212,8 @@ def _race_loop(session: Session, settings, run_id: int):
     else:
         if not stacks.stack_loaded(settings.stack_key()):
             yield render_race(session, "Loading the models (first time only)…", charts=False)
-        yield render_race(session, "Timing HF assisted generation (transformers' generate with the same draft)…",
-                          charts=False)
+        yield render_race(session, "Timing llama.cpp (plain and speculative) and HF assisted generation (transformers' "
+                          "generate with the same draft)…", charts=False)
         LIVE.admit(session)
         session.race = race = Race.start(settings)
     skipped = " ".join(race.skipped.values())
@@ -226,7 +229,8 @@ def _race_loop(session: Session, settings, run_id: int):
             return
         replay.pace(race.lanes()[race.step()])
         yield render_race(session, "Racing… press Stop to end early.")
-    outcome = "Race finished. " + words.sameness_note(race.differing(), settings.sampling.greedy)
+    outcome = (f"Race finished. {words.reference_note(race.table_stats())} "
+               f"{words.sameness_note(race.differing(), settings.sampling.greedy)}")
     yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
 
 

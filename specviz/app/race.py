@@ -1,23 +1,29 @@
 """The Compare race: the same prompt and settings with several strategies, stepped fairly by compute time.
 
-Our strategies are decoders stepped one round at a time. HF assisted generation (transformers'
-`generate(assistant_model=...)` with the same draft, in the same dtype) is what a user would run
-instead; it cannot be paused, so it runs once when the race starts with a streamer noting when each
-chunk of tokens arrived, and its lane replays those arrival times in turn with the others. Every
-lane's clock includes its own set-up (reading the prompt), as a user would time it.
+Our strategies are decoders stepped one round at a time. What a user would run instead cannot be paused:
+HF assisted generation (transformers' `generate(assistant_model=...)` with the same draft, in the same dtype),
+and llama.cpp on the same GGUF files, plain (the reference: the fastest plain decoder on the machine) and with
+its own speculation. Each runs once when the race starts, noting when each chunk of tokens arrived, and its
+lane replays those arrival times in turn with the others. Every lane's clock includes its own set-up (reading
+the prompt), as a user would time it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from time import perf_counter
 
+import torch
+
+from .. import llama_cpp
 from ..hf_peers import ArrivalClock, hf_generate
 from .settings import Settings, UserError
 from .stacks import get_stack, new_decoder, stats_of
 
 ENGINE_LANES = ("baseline", "speculative", "staged")
 PEER_LANE = "hf_assisted"
-COMPARED = ENGINE_LANES + (PEER_LANE,)
+REFERENCE_LANE = llama_cpp.PLAIN
+PEER_LANES = (PEER_LANE, *llama_cpp.PEERS)
+COMPARED = (REFERENCE_LANE, *ENGINE_LANES, PEER_LANE, llama_cpp.SPECULATIVE)
 
 
 @dataclass
@@ -40,6 +46,18 @@ class PeerLane:
         run = hf_generate(stack.target.model, prompt_ids, settings.sampling, settings.max_new_tokens,
                           assistant=draft, stop_at_eos=True, streamer=clock)
         return cls(clock.chunks, settings.max_new_tokens, run.target_forwards, tokenizer=stack.tokenizer)
+
+    @classmethod
+    def llama(cls, stack, settings: Settings, prompt_ids: list[int], peer: str) -> "PeerLane":
+        """llama.cpp's own program on the stack's GGUF files, with as many threads as ours (llama_cpp.py)."""
+        try:
+            run = llama_cpp.generate(peer, llama_cpp.gguf_file(stack.target.name), stack.tokenizer.decode(prompt_ids),
+                                     settings.sampling, settings.max_new_tokens, torch.get_num_threads(),
+                                     llama_cpp.gguf_file(stack.assistant()[0]))
+        except llama_cpp.LlamaCppMissing as exc:
+            raise UserError(str(exc)) from None
+        chunks = llama_cpp.token_chunks(run, stack.tokenizer, settings.max_new_tokens)
+        return cls(chunks, settings.max_new_tokens, run.target_forwards, tokenizer=stack.tokenizer)
 
     @property
     def finished(self) -> bool:
@@ -77,16 +95,19 @@ class Race:
     skipped: dict[str, str]                     # lane -> why it is not in the race
     peers: dict[str, PeerLane] = field(default_factory=dict)
     setup_s: dict[str, float] = field(default_factory=dict)
+    precision: str = ""                         # our lanes' precision, as the stack names it
 
     @classmethod
     def start(cls, settings: Settings, lanes=COMPARED) -> "Race":
         stack = get_stack(settings.stack_key())
-        race = cls({}, {})
+        race = cls({}, {}, precision=stack.precision())
         for lane in lanes:
             started = perf_counter()
             try:
                 if lane == PEER_LANE:
                     race.peers[lane] = PeerLane.run(stack, settings, stack.encode(settings.prompt))
+                elif lane in llama_cpp.PEERS:
+                    race.peers[lane] = PeerLane.llama(stack, settings, stack.encode(settings.prompt), lane)
                 else:
                     race.decoders[lane] = new_decoder(stack, settings, lane)    # reads the prompt
                     race.setup_s[lane] = perf_counter() - started
@@ -124,7 +145,7 @@ class Race:
     def differing(self) -> list[str]:
         """Lanes whose output is not baseline's (only greedy output is expected to be identical)."""
         base = self.decoders["baseline"].new_tokens
-        return [name for name, lane in self.lanes().items() if lane.new_tokens != base]
+        return [name for name, lane in self.lanes().items() if not _same_output(lane, base)]
 
     def stats(self) -> dict[str, dict]:
         """Our strategies' statistics (from their traces), for the charts."""
@@ -138,3 +159,12 @@ class Race:
                 wall = self.elapsed(name)
                 rows[name] = {**s, "wall_s": wall, "tokens_per_s": s["new_tokens"] / max(wall, 1e-9)}
         return rows | {name: peer.stats() for name, peer in self.peers.items()}
+
+
+def _same_output(lane, base: list[int]) -> bool:
+    """A live peer's text is compared as text over the shorter of the two (llama.cpp's is tokenized again by
+    us, and may end mid-round); otherwise token by token."""
+    if isinstance(lane, PeerLane) and lane.tokenizer is not None:
+        a, b = lane.text(), lane.tokenizer.decode(base, skip_special_tokens=True)
+        return a[: len(b)] == b[: len(a)]
+    return lane.new_tokens == base

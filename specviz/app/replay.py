@@ -40,7 +40,8 @@ def race_of(recording: Recording) -> Race | None:
     decoders = recording.race_lanes()
     peers = {n: PeerLane(list(zip(p.arrivals, p.chunks)), p.max_new_tokens, p.target_forwards, texts=p.texts)
              for n, p in recording.peers.items() if n in recording.race}
-    return Race(decoders, dict(recording.skipped), peers, {n: lane.setup_s for n, lane in decoders.items()})
+    return Race(decoders, dict(recording.skipped), peers, {n: lane.setup_s for n, lane in decoders.items()},
+                precision=recording.recorded.get("precision", ""))
 
 
 def label(recording: Recording) -> str:

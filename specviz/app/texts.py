@@ -36,11 +36,15 @@ large *n* are budget spent in vain: a smaller or narrower tree would do as well.
 COMPARE_HELP = """
 **The race.** The same prompt and settings run with plain decoding (*baseline*: one target pass per token),
 single-stage *speculative* decoding (one draft proposes a chain) and *staged* decoding (a tree, drafted by a
-model that is itself sped up by an n-gram model, plus a branch copied from earlier in the text), next to
-*hf_assisted*: what you would run instead, transformers' `generate()` with the same draft model
-(`assistant_model=`), timed once as it streams its tokens and replayed at the times they arrived. The lanes
-take turns on the processor; at any moment each column shows how far its strategy got in the same amount of
-its own compute time (reading the prompt included). Under greedy decoding every lane writes the same text.
+model that is itself sped up by an n-gram model, plus a branch copied from earlier in the text), next to what you
+would run instead: *llama_cpp*, llama.cpp's plain decoding of the same GGUF file with as many threads (the
+**reference**: the fastest plain decoder on this machine, which every speed-up is also given against),
+*llama_cpp_speculative*, llama.cpp's own speculation with the same draft file, and *hf_assisted*, transformers'
+`generate()` with the same draft model (`assistant_model=`). Those three are timed once as they stream their tokens
+and replayed at the times they arrived. The lanes take turns on the processor; at any moment each column shows how
+far its strategy got in the same amount of its own compute time (reading the prompt included). Under greedy
+decoding every lane of ours writes the same text; llama.cpp computes in its own numerics, and a difference there is
+counted, not hidden.
 """
 
 CHARTS_HELP = """

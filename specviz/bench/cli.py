@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from time import perf_counter
 
+from ..llama_cpp import LlamaCppMissing
 from ..machine import describe
 from ..models import AUTO_DTYPE, PRECISIONS, ModelLoadError, load_model
 from ..presets import PRESETS, get_preset, load_preset
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return bench(args, argv)
-    except (BenchError, PromptError, ValueError, ModelLoadError, OSError) as exc:
+    except (BenchError, PromptError, ValueError, ModelLoadError, LlamaCppMissing, OSError) as exc:
         print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

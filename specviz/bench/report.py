@@ -10,20 +10,29 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import llama_cpp
 from ..strategies import STRATEGIES
 from ..markdown import md_table
 from ..metrics import time_split
 from .settings import ALL_STRATEGIES
 
 
+def reference_strategy(rows: list[dict]) -> str:
+    """The fastest plain decoder this run measured: llama.cpp's where it ran, else our baseline."""
+    return llama_cpp.PLAIN if any(r["strategy"] == llama_cpp.PLAIN for r in rows) else "baseline"
+
+
 def compare_rows(rows: list[dict]) -> list[dict]:
-    """Add per-prompt comparisons with our baseline, HF generate and HF assisted generation; drop the token lists."""
+    """Add per-prompt comparisons with the reference (the fastest plain decoder), our baseline, HF generate and
+    HF assisted generation; drop the token lists and texts."""
     by_key = {(r["prompt"], r["sampling"], r["strategy"]): r for r in rows}
+    reference = reference_strategy(rows)
     out = []
     for r in rows:
         base = by_key.get((r["prompt"], r["sampling"], "baseline"))
         hf = by_key.get((r["prompt"], r["sampling"], "hf_generate"))
         assisted = by_key.get((r["prompt"], r["sampling"], "hf_assisted"))
+        ref = by_key.get((r["prompt"], r["sampling"], reference))
         n = len(r["tokens"])
         rate = n / r["wall_s"] if r["wall_s"] > 0 else 0.0
         row = {k: v for k, v in r.items() if k != "tokens" and not k.startswith("_")}
@@ -34,9 +43,19 @@ def compare_rows(rows: list[dict]) -> list[dict]:
                    speedup_vs_baseline=ratio(rate, base and _rate(base)),
                    speedup_vs_hf_generate=ratio(rate, hf and _rate(hf)),
                    speedup_vs_hf_assisted=ratio(rate, assisted and _rate(assisted)),
-                   exact=(r["tokens"] == base["tokens"]) if base is not None and r["sampling"] == "greedy" else None)
+                   speedup_vs_reference=ratio(rate, ref and _rate(ref)),
+                   exact=same_output(r, base) if base is not None and r["sampling"] == "greedy" else None)
         out.append(row)
     return out
+
+
+def same_output(row: dict, base: dict) -> bool:
+    """Whether a row wrote baseline's output: the same token ids; llama.cpp's text (tokenized again by us)
+    is compared as text, over the shorter of the two."""
+    if row["strategy"] in llama_cpp.PEERS:
+        a, b = row["_text"], base["_text"]
+        return a[: len(b)] == b[: len(a)]
+    return row["tokens"] == base["tokens"]
 
 
 def _rate(row: dict) -> float:
@@ -65,13 +84,15 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
             "speedup_vs_hf_generate": median(r["speedup_vs_hf_generate"] for r in rows),
             "speedup_vs_hf_assisted": median(r.get("speedup_vs_hf_assisted") for r in rows),
             "speedup_vs_baseline": median(r["speedup_vs_baseline"] for r in rows),
+            "speedup_vs_reference": median(r.get("speedup_vs_reference") for r in rows),
             "tokens_per_target_forward": tokens / forwards if forwards else None,
             "mean_accepted_per_target_forward": (
                 sum(r["mean_accepted_per_target_forward"] * r["steps"] for r in rows) / sum(r["steps"] for r in rows)
                 if engine else None),
             "bytes_relative_to_baseline": _bytes_relative(rows) if engine else None,
             "phase_share": _phase_share(rows) if engine else None,
-            "forward_share": sum(r["forward_s"] for r in rows) / sum(r["wall_s"] for r in rows),
+            "forward_share": (sum(r["forward_s"] for r in rows) / sum(r["wall_s"] for r in rows)
+                              if all(r["forward_s"] is not None for r in rows) else None),
             "exact_match": sum(bool(r["exact"]) for r in rows) if rows[0]["exact"] is not None else None,
             "prompts": len(rows),
         })
@@ -109,9 +130,12 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
 
 
 def format_table(results: list[dict], markdown: bool = False) -> str:
-    """draft/verify/rest: shares of decode time by engine phase (rest = tree building, bookkeeping and
-    untimed); outside fwd: share of end-to-end time spent outside model forward calls."""
-    head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs HF", "vs assisted", "vs base", "tok/fwd", "bytes/base",
+    """vs ref: against the reference, the fastest plain decoder measured in the run (llama.cpp where it ran);
+    vs base: against our baseline in the run's precision. draft/verify/rest: shares of decode time by engine
+    phase (rest = tree building, bookkeeping and untimed); outside fwd: share of end-to-end time spent
+    outside model forward calls."""
+    head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs ref", "vs HF", "vs assisted", "vs base", "tok/fwd",
+            "bytes/base",
             "draft", "verify", "rest", "outside fwd", "exact")
     lines = [head]
     for r in results:
@@ -121,12 +145,12 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
         lines.append((
             r["sampling"], r["strategy"],
             f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",
-            fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), fmt(r.get("speedup_vs_hf_assisted"), "{:.2f}x"),
+            fmt(r.get("speedup_vs_reference"), "{:.2f}x"), fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), fmt(r.get("speedup_vs_hf_assisted"), "{:.2f}x"),
             fmt(r["speedup_vs_baseline"], "{:.2f}x"),
             fmt(r["tokens_per_target_forward"], "{:.2f}"), fmt(r["bytes_relative_to_baseline"], "{:.2f}"),
             fmt(draft if split else None, "{:.0%}"), fmt(split.get("verify"), "{:.0%}"),
             fmt(split.get("overhead"), "{:.0%}"),
-            fmt(1.0 - r["forward_share"], "{:.0%}"),
+            fmt(None if r["forward_share"] is None else 1.0 - r["forward_share"], "{:.0%}"),
             "-" if r["exact_match"] is None else f"{r['exact_match']}/{r['prompts']}"))
     if markdown:
         return md_table(list(head), lines[1:])

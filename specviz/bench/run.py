@@ -7,11 +7,12 @@ from time import perf_counter
 
 import torch
 
+from .. import llama_cpp, reference
 from ..hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
 from ..prompts import Prompt
-from ..strategies import default_tree
+from ..strategies import STRATEGIES, default_tree
 from .projection import project
-from .report import compare_rows, summarise
+from .report import compare_rows, reference_strategy, summarise
 from .settings import BenchError, parse_sampling, usable_strategies, with_seed
 
 WARMUP_TOKENS = 8
@@ -84,9 +85,25 @@ def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
             "bytes_per_token": None, "decode_wall_s": None, "phase_s": None, "forward_s": clock.seconds}
 
 
+def run_llama_cpp(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
+    """llama.cpp's own program on the stack's GGUF files, as many threads as ours. Its clock stops when
+    the max_new_tokens-th token arrived; its text is compared with baseline's as text (llama_cpp.py)."""
+    target, draft = llama_cpp.gguf_file(stack.target.name), llama_cpp.gguf_file(stack.assistant()[0])
+    prompt = stack.tokenizer.decode(prompt_ids)
+    run = llama_cpp.generate(strategy, target, prompt, sampling, max_new_tokens, torch.get_num_threads(), draft)
+    chunks = llama_cpp.token_chunks(run, stack.tokenizer, max_new_tokens)
+    return {"tokens": [t for _, chunk in chunks for t in chunk], "wall_s": chunks[-1][0] if chunks else run.seconds,
+            "target_forwards": run.target_forwards, "draft_forwards": run.drafted or 0,
+            "mean_accepted_per_target_forward": None if run.accepted is None else run.accepted / run.target_forwards,
+            "steps": None, "bytes_per_token": None, "decode_wall_s": None, "phase_s": None, "forward_s": None,
+            "_text": run.text}
+
+
 def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
     if strategy in PEERS:
         return run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens)
+    if strategy in llama_cpp.PEERS:
+        return run_llama_cpp(stack, strategy, prompt_ids, sampling, max_new_tokens)
     return run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree)
 
 
@@ -107,7 +124,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     encoded = [(p, stack.encode(p.text)) for p in prompts]
     if compile:
         from ..engine import static_length
-        trees = [default_tree(s, **(tree or {})) for s in strategies if s not in PEERS]
+        trees = [default_tree(s, **(tree or {})) for s in strategies if s in STRATEGIES]
         stack.compile(max(static_length(len(ids), max_new_tokens, t) for _, ids in encoded for t in trees))
     if warmup:
         for name, sampling in settings.items():
@@ -121,11 +138,14 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
             for strategy in strategies:
                 bar.set_description(f"{prompt.id} {name} {strategy}", refresh=False)
                 run = run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree)
+                run.setdefault("_text", stack.tokenizer.decode(run["tokens"]))
                 rows.append({"prompt": prompt.id, "prompt_tokens": len(ids), "sampling": name,
                              "strategy": strategy, **run})
                 bar.update()
     bar.close()
     per_prompt = compare_rows(rows)
+    results = summarise(per_prompt)
+    ref = reference_strategy(rows)
     report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
                            "tree": tree or {}, "compiled": compile,
@@ -134,11 +154,14 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                            "precision": stack.precision(),
                            "assistant": stack.assistant()[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
                            "notes": notes},
-              "results": summarise(per_prompt), "per_prompt": per_prompt}
+              "results": results, "per_prompt": per_prompt,
+              "reference": reference.entry(ref, stack.precision(), f"measured in this run on the same prompts, "
+                                           f"{torch.get_num_threads()} threads, prompt read included; median over "
+                                           "prompts of the first sampling",
+                                           next(r["tokens_per_s_median"] for r in results if r["strategy"] == ref))}
     if projection:
         report["projection"] = project(rows, projection, device, dtype)
     return report
-
 
 
 def _progress(total: int, enabled: bool):

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import re
 
+from .. import llama_cpp
 from ..strategies import STRATEGIES
 from ..hf_peers import PEERS
 from ..sampling import Sampling
 
-ALL_STRATEGIES = PEERS + STRATEGIES
+ALL_STRATEGIES = llama_cpp.PEERS + PEERS + STRATEGIES
 DEFAULT_SAMPLINGS = ("greedy", "topk50")
 
 
@@ -44,6 +45,12 @@ def usable_strategies(stack, wanted: list[str]) -> tuple[list[str], list[str]]:
     """The strategies this stack can run, and one note per strategy it cannot."""
     usable, notes = [], []
     for strategy in wanted:
+        if strategy in llama_cpp.PEERS:
+            reason = llama_cpp.missing_reason(strategy, llama_cpp.gguf_file(stack.target.name),
+                                              llama_cpp.gguf_file(stack.assistant()[0]))
+            if reason:
+                notes.append(f"{strategy} skipped: {reason}")
+                continue
         if strategy == "hf_assisted" and stack.assistant()[0] is None:
             notes.append("hf_assisted skipped: the stack has no neural draft model (pass --draft MODEL)")
             continue

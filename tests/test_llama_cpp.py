@@ -1,0 +1,117 @@
+"""llama.cpp as a peer and the reference, on the shipped SmolLM2 GGUF file (tiny and fast): its programs' output
+and clocks, the bench rows, the race lanes, the reference label, and one line where llama.cpp is missing."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specviz import llama_cpp
+from specviz.app import settings as app_settings, words
+from specviz.app.race import COMPARED, Race
+from specviz.bench import run_bench
+from specviz.presets import load_preset
+from specviz.prompts import Prompt
+from specviz.sampling import Sampling
+
+PROMPT = 'def running_max(values: list[int]) -> list[int]:\n    """Return the running maximum of values."""\n'
+GGUF = llama_cpp.gguf_file("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def self_drafted():
+    """SmolLM2 drafting for itself: the one stack whose target and draft are both GGUF files offline."""
+    return load_preset("offline", "float32", drafts=["smollm2-135m"])
+
+
+def test_the_stacks_gguf_files_are_found():
+    assert GGUF is not None and GGUF.suffix == ".gguf" and GGUF.is_file()
+    assert llama_cpp.gguf_file("assets/draft") is None and llama_cpp.gguf_file(None) is None
+    assert llama_cpp.program("llama-completion") is not None, "setup builds llama.cpp into .venv/llama.cpp"
+
+
+def test_plain_decoding_streams_its_text_on_its_own_clock():
+    run = llama_cpp.generate(llama_cpp.PLAIN, GGUF, PROMPT, Sampling(), 12, 2)
+    assert run.new_tokens == 12 == run.target_forwards and run.drafted is None
+    assert "".join(piece for _, piece in run.chunks) == run.text and run.text.strip()
+    assert not run.text.startswith(PROMPT)                      # the prompt's echo is removed
+    times = [t for t, _ in run.chunks]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] <= run.seconds + 1e-9   # on its clock
+
+
+def test_its_own_speculation_drafts_and_verifies():
+    run = llama_cpp.generate(llama_cpp.SPECULATIVE, GGUF, PROMPT, Sampling(), 16, 2, draft_gguf=GGUF)
+    assert run.new_tokens >= 16 and 0 < run.accepted <= run.drafted
+    assert run.target_forwards == run.new_tokens - run.accepted < run.new_tokens   # a model drafting for itself
+
+
+def test_sampling_is_passed_as_ours_with_nothing_else_in_the_chain():
+    assert llama_cpp.sampling_args(Sampling()) == ["--temp", "0"]
+    assert llama_cpp.sampling_args(Sampling(1.0, 50, 1.0, 7)) == ["--temp", "1.0", "--top-k", "50", "--top-p", "1.0",
+                                                                  "--min-p", "0", "--seed", "7"]
+
+
+def test_bench_rows_and_the_reference(self_drafted):
+    report = run_bench(self_drafted, [Prompt("p", PROMPT)], ["llama_cpp", "llama_cpp_speculative", "baseline"],
+                       ["greedy"], max_new_tokens=10, progress=False, warmup=False)
+    rows = {r["strategy"]: r for r in report["results"]}
+    assert set(rows) == {"llama_cpp", "llama_cpp_speculative", "baseline"} and not report["settings"]["notes"]
+    assert report["reference"]["strategy"] == "llama_cpp" and "llama-completion" in report["reference"]["what"]
+    assert report["reference"]["tokens_per_s"] == rows["llama_cpp"]["tokens_per_s_median"]
+    assert rows["llama_cpp"]["speedup_vs_reference"] == pytest.approx(1.0)
+    base = rows["baseline"]
+    assert base["speedup_vs_reference"] == pytest.approx(base["tokens_per_s_median"] / rows["llama_cpp"]["tokens_per_s_median"])
+    assert all(r["exact_match"] in (0, 1) for r in rows.values()) and base["exact_match"] == 1
+    assert rows["llama_cpp_speculative"]["tokens_per_target_forward"] > 1.0
+    assert all(row["new_tokens"] == 10 for row in report["per_prompt"])
+
+
+def test_the_race_runs_llama_cpp_lanes_and_says_where_the_reference_stands():
+    settings = app_settings.parse_settings(PROMPT, "staged", "offline", "", "", "greedy", 0.0, 0, 1.0, 0, 8, "dynamic",
+                                           4, 4, 3, 10)
+    race = Race.start(settings)
+    assert "llama_cpp" in race.peers and "GGUF draft" in race.skipped["llama_cpp_speculative"]
+    assert COMPARED[0] == "llama_cpp" and set(race.lanes()) == set(COMPARED) - {"llama_cpp_speculative"}
+    while not race.finished:
+        race.step()
+    table = race.table_stats()
+    assert len(race.peers["llama_cpp"].new_tokens) == 10
+    assert "vs reference (llama.cpp plain" in words.compare_table_md(table, race.precision)
+    assert race.precision in words.compare_table_md(table, race.precision)
+    note = words.reference_note(table)
+    assert f"{table['llama_cpp']['tokens_per_s']:.1f}" in note
+    assert note.startswith("No strategy of ours beats the reference") or " beats the reference" in note
+
+
+def test_the_reference_note_tells_who_beats_whom():
+    slow, fast = {"tokens_per_s": 5.0}, {"tokens_per_s": 20.0}
+    assert words.reference_note({"llama_cpp": fast, "staged": slow}).startswith("No strategy of ours beats")
+    assert "more cores, bf16 or AMX units, a GPU" in words.reference_note({"llama_cpp": fast, "staged": slow})
+    assert words.reference_note({"llama_cpp": slow, "staged": fast}).startswith("staged beats the reference")
+    assert words.reference_note({"staged": fast}).startswith("No reference in this race")
+
+
+def test_without_llama_cpp_the_rows_lanes_and_cli_say_so_in_one_line(tmp_path, monkeypatch, self_drafted):
+    monkeypatch.setenv(llama_cpp.DIR_ENV, str(tmp_path))            # a folder without its programs
+    report = run_bench(self_drafted, [Prompt("p", PROMPT)], ["llama_cpp", "baseline"], ["greedy"],
+                       max_new_tokens=4, progress=False, warmup=False)
+    assert [r["strategy"] for r in report["results"]] == ["baseline"]
+    assert report["settings"]["notes"] == [f"llama_cpp skipped: {llama_cpp.missing_reason('llama_cpp', GGUF, GGUF)}"]
+    assert "not installed here" in report["settings"]["notes"][0] and report["reference"]["strategy"] == "baseline"
+    result = subprocess.run([sys.executable, "-m", "specviz", "generate", "--preset", "offline", "--prompt", PROMPT,
+                             "--strategy", "baseline", "--max-new-tokens", "4", "--dtype", "float32", "--json"],
+                            capture_output=True, text=True, env={**__import__("os").environ, llama_cpp.DIR_ENV: str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-1000:]
+    out = json.loads(result.stdout)
+    assert out["reference"]["tokens_per_s"] is None and "not installed here" in out["reference"]["how"]
+    assert out["speedup_vs_reference"] is None
+
+
+def test_the_cli_gives_its_speed_against_the_reference():
+    result = subprocess.run([sys.executable, "-m", "specviz", "generate", "--preset", "offline", "--prompt", PROMPT,
+                             "--strategy", "staged", "--max-new-tokens", "8", "--dtype", "float32"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-1000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("reference: llama.cpp plain decoding (llama-completion) of the same GGUF file, ")
+    assert "x the reference" in line
