@@ -40,40 +40,62 @@ def check_dtype(dtype: str) -> None:
         raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(PRECISIONS)}")
 
 
+def cpu_precisions() -> tuple[str, ...]:
+    """What a CPU can run here: float32, bfloat16, int4, and int8 where the rows kernel runs."""
+    from . import rows_kernel
+    return ("float32", BFLOAT16, INT4) + ((INT8,) if rows_kernel.available() else ())
+
+
 @functools.lru_cache(maxsize=None)
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
-    """`auto`: bfloat16 on a GPU that supports it; on a CPU, bfloat16 only where a short probe (one
-    decoder layer of a 1.5B model fed 1 token and 16, as decoding and verifying do) runs clearly faster
-    than in float32: CPUs with bf16 units gain 2-3x, CPUs without them (AVX2 only) lose when verifying.
-    Other names pass through."""
+    """`auto`: bfloat16 on a GPU that supports it; on a CPU, the precision in which a short probe (one decoder
+    layer of a 1.5B model fed 1 token and 16, as decoding and verifying do) runs fastest: float32 unless
+    another is at least 10% faster. Other names pass through. On our 2-core CPUs the 4-bit one reads a
+    token several times faster than float32 or bfloat16 (docs/BENCHMARKS.md)."""
     if dtype != AUTO_DTYPE:
         return dtype
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
-    seconds = {name: sum(probe_seconds(name).values()) for name in ("float32", "bfloat16")}
-    return "bfloat16" if seconds["bfloat16"] < 0.9 * seconds["float32"] else "float32"
+    seconds = auto_probe()
+    best = min(seconds, key=seconds.get)
+    return best if seconds[best] < 0.9 * seconds["float32"] else "float32"
+
+
+def auto_probe() -> dict[str, float]:
+    """The probe layer's seconds for 1 token plus 16, per precision this CPU can run."""
+    return {name: sum(probe_seconds(name).values()) for name in cpu_precisions()}
+
+
+def auto_reason(device: str = "cpu") -> str:
+    """Why `auto` picked what it picked here, with the measurement (shown where the precision is shown)."""
+    if device.startswith("cuda"):
+        return f"auto: {resolve_dtype(AUTO_DTYPE, device)} on a GPU"
+    timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(auto_probe().items(), key=lambda x: x[1]))
+    return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer reading 1 token "
+            f"and verifying 16 took {timings}")
 
 
 @functools.lru_cache(maxsize=None)
 def probe_seconds(dtype: str) -> dict[int, float]:
     """The probe layer's seconds fed 1 token and 16 in `dtype` on this CPU (measured once per process)."""
     with _PROBE_LOCK:        # one probe at a time: threads would slow each other's timings
-        return _probe_layer(DTYPES[dtype])
+        return _probe_layer(dtype)
 
 
 _PROBE_LOCK = threading.Lock()
 PROBE_LAYERS_PER_1_5B = 33      # a Qwen2-1.5B holds 33 times the probe layer's weights (28 layers + its output matrix)
 
 
-def _probe_layer(dtype: torch.dtype, feeds=(1, 16), repeats: int = 3) -> dict[int, float]:
-    """Seconds for one Qwen2-1.5B-shaped decoder layer (random weights) to read a 128-token prefix's
-    cache and each of `feeds` new tokens, fastest of `repeats` each (the cost curve's timing)."""
+def _probe_layer(dtype: str, feeds=(1, 16), repeats: int = 3) -> dict[int, float]:
+    """Seconds for one Qwen2-1.5B-shaped decoder layer (random weights) in precision `dtype` to read a 128-token
+    prefix's cache and each of `feeds` new tokens, fastest of `repeats` each (the cost curve's timing)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(vocab_size=256, hidden_size=1536, intermediate_size=8960, num_hidden_layers=1,
                          num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=1024)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(dtype).eval()      # parameters keep requires_grad, as loaded
+    model = Qwen2ForCausalLM(config).eval()      # parameters keep requires_grad, as loaded
+    model = quantize_in_place(model, dtype) if dtype in QUANTIZED else model.to(DTYPES[dtype])
     return cost_curve(model, sizes=feeds, context=128, reps=repeats)
 
 
@@ -183,11 +205,11 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     check_dtype(dtype)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
+    dtype = resolve_dtype(dtype, device)
     if dtype in QUANTIZED:        # de-quantised in float32, then its linear layers packed in 4 or 8 bits
         if device != "cpu":
             raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
         return _quantized(load_model(spec, "float32", device), dtype)
-    dtype = resolve_dtype(dtype, device)
     location, gguf_file = resolve(spec)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -213,10 +235,15 @@ def _quantized(loaded: LoadedModel, precision: str = INT4) -> LoadedModel:
     token computes what plain decoding computes, bit for bit: specviz/row_attention.py). A draft that
     predicts a subset of tokens keeps its output layer as it is (the engine reads that layer's rows
     for those tokens only)."""
-    use_row_attention(loaded.model)
     keep = () if loaded.output_vocab is None else (loaded.model.get_output_embeddings(),)
-    quantize_model(loaded.model, keep, layer=QUANTIZED[precision], precision=precision)
+    quantize_in_place(loaded.model, precision, keep)
     return loaded
+
+
+def quantize_in_place(model: torch.nn.Module, precision: str, keep: tuple = ()) -> torch.nn.Module:
+    """The model's linear layers (but `keep`) in 4 or 8 bits, each token attending alone (row_attention)."""
+    use_row_attention(model)
+    return quantize_model(model, keep, layer=QUANTIZED[precision], precision=precision)
 
 
 OUTPUT_VOCAB_FILE = "output_vocab.npy"

@@ -19,11 +19,9 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
 from .engine import Decoder, Prefill, prefill
-from . import rows_kernel
-from .int4 import INT4
-from .int8 import INT8
-from .models import (ASSETS, AUTO_DTYPE, BFLOAT16, DEFAULT_TARGET, LoadedModel, ModelLoadError,
-                     check_dtype, check_tokenizers_match, compile_model, load_model, resolve_dtype)
+from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError, check_dtype,
+                     auto_reason, check_tokenizers_match, compile_model, cpu_precisions, load_model,
+                     resolve_dtype)
 from .sampling import Sampling
 from .strategies import default_tree, drafter_specs, is_ngram
 
@@ -67,6 +65,7 @@ class Stack:
     compiled: object = None         # the compiled target every decoder uses (see compile())
     static_len: int | None = None   # ...and the static KV cache length they share, if fixed
     draft_vocabulary: torch.Tensor | None = None    # see restrict_draft_vocabulary
+    precision_reason: str = ""      # under `auto`: why this precision, with the probe's timings (models.auto_reason)
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
@@ -80,6 +79,7 @@ class Stack:
                 stack.loaded[spec] = stack._load_source(spec, dtype, device, auto)
         if auto:
             stack.restrict_draft_vocabulary()
+            stack.precision_reason = auto_reason(device)
         return stack
 
     def restrict_draft_vocabulary(self) -> None:
@@ -104,21 +104,20 @@ class Stack:
                 KVModel(self.target.model, "compile", static_len=context, compiled=self.compiled).compile_buckets()
 
     def _load_source(self, spec: str, dtype: str, device: str, auto: bool = False):
-        """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU whose
-        target runs in float32 is also tried in bfloat16, int4 and (with the rows kernel) int8, and the precision whose
-        forwards are fastest as the stack will feed them is kept (draft_probe_seconds; another
-        must be 10% faster than float32 to be chosen); a draft's precision only moves acceptance,
-        never the output."""
+        """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU is tried in every
+        precision this CPU runs (float32, bfloat16, int4 and, with the rows kernel, int8), and the one whose
+        forwards are fastest as the stack will feed them is kept (draft_probe_seconds; another must be 10%
+        faster than the target's precision to be chosen); a draft's precision only moves acceptance, never
+        the output."""
         if spec == "trigram:auto":
             return auto_trigram(self.tokenizer, self.target_name, draft_texts(self.drafts))
         if is_ngram(spec):
             return load_trigram(spec)
         model = load_model(spec, dtype, device)
         check_tokenizers_match(self.target, model)
-        if auto and dtype == "float32" and device == "cpu":
+        if auto and device == "cpu":
             lower = self.drafts.index(spec) < len(self.drafts) - 1
-            others = (BFLOAT16, INT4, INT8) if rows_kernel.available() else (BFLOAT16, INT4)
-            candidates = [model] + [load_model(spec, other, device) for other in others]
+            candidates = [model] + [load_model(spec, other, device) for other in cpu_precisions() if other != dtype]
             seconds = draft_probe_seconds([c.model for c in candidates], lower)
             seconds[0] *= 0.9
             return candidates[seconds.index(min(seconds))]

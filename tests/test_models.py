@@ -38,11 +38,13 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
 
 def test_auto_dtype_follows_the_probe(monkeypatch):
     import specviz.models as models
-    for faster, expected in (("bfloat16", "bfloat16"), ("float32", "float32")):
+    for faster in ("bfloat16", "float32", "int4", *(["int8"] if "int8" in models.cpu_precisions() else [])):
         clear_probe(models)
-        monkeypatch.setattr(models, "_probe_layer", lambda dtype, f=faster: {1: 0.5, 16: 0.5} if str(dtype).endswith(f)
+        monkeypatch.setattr(models, "_probe_layer", lambda dtype, f=faster: {1: 0.5, 16: 0.5} if dtype == f
                             else {1: 1.0, 16: 2.0})
-        assert models.resolve_dtype("auto") == expected
+        assert models.resolve_dtype("auto") == faster                   # by absolute speed, not by a ratio
+        assert models.auto_reason().startswith(f"auto picked {faster}, the fastest here: ")
+        assert f"{faster} 1000 ms" in models.auto_reason()
     clear_probe(models)
     monkeypatch.setattr(models, "_probe_layer", lambda dtype: {1: 1.0, 16: 1.0})      # a tie is no reason for bf16
     assert models.resolve_dtype("auto") == "float32"
@@ -57,10 +59,10 @@ def clear_probe(models) -> None:
 
 def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):
     import specviz.models as models
-    assert models._probe_layer(__import__("torch").float32, feeds=(1,), repeats=1)[1] > 0
+    assert all(models._probe_layer(name, feeds=(1,), repeats=1)[1] > 0 for name in models.cpu_precisions())
     tiny_model("llama").save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path), dtype="auto")
-    assert loaded.dtype == models.resolve_dtype("auto") in ("float32", "bfloat16")
+    assert loaded.dtype == models.resolve_dtype("auto") in models.cpu_precisions()
 
 
 def test_models_load_as_from_pretrained_leaves_them(tmp_path):

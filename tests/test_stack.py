@@ -76,7 +76,7 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
     monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
     _save_target_and_draft(tmp_path)
     chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto")
-    candidates = 4 if stack_module.rows_kernel.available() else 3          # float32, bf16, int4 (, int8)
+    candidates = len(stack_module.cpu_precisions())          # float32, bf16, int4 (, int8)
     assert seen == [(1,)] * candidates and chain.precision() == "float32 target, bfloat16 draft"
     seen.clear()
     staged = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")

@@ -79,7 +79,8 @@ def render_step(session: Session, status: str):
     if session.recording is not None:
         precision = f"{session.recording.recorded['precision']} · {replay.label(session.recording)}"
     else:
-        precision = stacks.get_stack(session.settings.stack_key()).precision()
+        stack = stacks.get_stack(session.settings.stack_key())
+        precision = stack.precision() + (f" ({stack.precision_reason})" if stack.precision_reason else "")
     return (session, status, plots.tree_figure(last), words.text_html(session.settings.prompt, dec.steps, dec.stages),
             words.step_caption(last, dec.sampling.greedy),
             words.counters_md(stats, dec.max_new_tokens, dec.finished, precision),
