@@ -9,10 +9,12 @@ import torch
 from . import llama_cpp
 
 
-def entry(strategy: str, precision: str, how: str, tokens_per_s: float | None = None) -> dict:
-    """What a `vs ref` ratio is taken against, and how it was measured (the bench's and the CLI's `reference`)."""
+def entry(strategy: str | None, precision: str, how: str, tokens_per_s: float | None = None) -> dict:
+    """What a `vs ref` ratio is taken against, and how it was measured (the bench's and the CLI's `reference`);
+    strategy None: no plain decoder ran (a bench without llama_cpp and baseline rows)."""
     what = (f"llama.cpp plain decoding ({llama_cpp.PROGRAMS[llama_cpp.PLAIN]}) of the same GGUF file"
-            if strategy == llama_cpp.PLAIN else f"our baseline in {precision}")
+            if strategy == llama_cpp.PLAIN else f"our baseline in {precision}" if strategy else
+            "none: this run measured no plain decoder (add llama_cpp or baseline to --strategies)")
     return {"strategy": strategy, "what": what, "tokens_per_s": tokens_per_s, "how": how}
 
 

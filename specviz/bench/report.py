@@ -17,9 +17,10 @@ from ..metrics import time_split
 from .settings import ALL_STRATEGIES
 
 
-def reference_strategy(rows: list[dict]) -> str:
-    """The fastest plain decoder this run measured: llama.cpp's where it ran, else our baseline."""
-    return llama_cpp.PLAIN if any(r["strategy"] == llama_cpp.PLAIN for r in rows) else "baseline"
+def reference_strategy(rows: list[dict]) -> str | None:
+    """The fastest plain decoder this run measured: llama.cpp's where it ran, else our baseline, else none."""
+    ran = {r["strategy"] for r in rows}
+    return next((name for name in (llama_cpp.PLAIN, "baseline") if name in ran), None)
 
 
 def compare_rows(rows: list[dict]) -> list[dict]:
