@@ -15,7 +15,7 @@ from collections import Counter
 import gradio as gr
 
 from specviz import plots
-from specviz.app import panels, replay, stacks, words
+from specviz.app import panels, regime, replay, stacks, words
 from specviz.app import settings as app_settings
 from specviz.app.events import on_compare, on_lossless, on_reset, on_run, on_step, on_stop
 from specviz.app.race import COMPARED
@@ -153,6 +153,8 @@ def build() -> gr.Blocks:
                         with gr.Accordion("Why it is fast, in numbers", open=True, elem_id="speed-box"):
                             speed_plot = gr.Plot(panels.speed_figure(None), label="Why it is fast", elem_id="speed-plot")
                             speed_md = gr.Markdown(panels.speed_md(None), elem_id="speed-md")
+                            regime_plot = gr.Plot(regime.regime_figure(None), label="The regime", elem_id="regime-plot")
+                            regime_md = gr.Markdown(regime.regime_md(None), elem_id="regime-md")
                         with gr.Accordion("Is it lossless? Sample the next token many times", open=False,
                                           elem_id="lossless-box"):
                             gr.Markdown(LOSSLESS_HELP)
@@ -182,7 +184,7 @@ def build() -> gr.Blocks:
         run_btn.click(on_run, [session, *settings], step_outputs, show_progress="hidden", **engine)
         reset_btn.click(on_reset, [session], step_outputs, show_progress="hidden")
         compare_outputs = [session, status, *racers, table, latency_plot, forwards_plot, memory_plot, speed_plot,
-                           speed_md]
+                           speed_md, regime_plot, regime_md]
         compare_btn.click(on_compare, [session, *settings], compare_outputs, show_progress="hidden",
                                         **engine)
         lossless_btn.click(on_lossless, [session, samples, *settings], [session, status, lossless_plot, lossless_md],

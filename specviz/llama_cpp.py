@@ -185,3 +185,19 @@ def gguf_file(spec: str | None) -> Path | None:
     except ModelLoadError:
         return None
     return Path(location) / name if name else None
+
+
+def cost_curve(gguf: Path, threads: int, sizes=(1, 2, 4, 8, 16), repeats: int = 2) -> dict[int, float]:
+    """Seconds per forward of n tokens by llama.cpp on this GGUF file (its own `llama-bench`, prompt
+    processing of n tokens), the fastest plain decoder's cost of verifying n tokens."""
+    import json
+
+    bench = program(BENCH_PROGRAM)
+    if bench is None:
+        raise LlamaCppMissing(f"llama.cpp is not installed here ({BENCH_PROGRAM} not found)")
+    args = [str(bench), "-m", str(gguf), "-p", ",".join(map(str, sizes)), "-n", "0", "-t", str(threads),
+            "-r", str(repeats), "-o", "json"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise LlamaCppMissing(f"{BENCH_PROGRAM} failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}")
+    return {row["n_prompt"]: row["avg_ns"] / 1e9 for row in json.loads(done.stdout)}

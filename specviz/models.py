@@ -49,9 +49,10 @@ def cpu_precisions() -> tuple[str, ...]:
 @functools.lru_cache(maxsize=None)
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     """`auto`: bfloat16 on a GPU that supports it; on a CPU, the precision in which a short probe (one decoder
-    layer of a 1.5B model fed 1 token and 16, as decoding and verifying do) runs fastest: float32 unless
-    another is at least 10% faster. Other names pass through. On our 2-core CPUs the 4-bit one reads a
-    token several times faster than float32 or bfloat16 (docs/BENCHMARKS.md)."""
+    layer of a 1.5B model) reads one token fastest, as plain decoding does: float32 unless another is at least
+    10% faster. Other names pass through. Plain decoding is the reference's regime: on our 2-core CPUs
+    verifying many tokens costs several times one (the cost curves), so the fastest lossless run is one whose
+    single-token forward is fastest, with few, cheap guesses on top (docs/BENCHMARKS.md)."""
     if dtype != AUTO_DTYPE:
         return dtype
     if device.startswith("cuda"):
@@ -62,8 +63,8 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
 
 
 def auto_probe() -> dict[str, float]:
-    """The probe layer's seconds for 1 token plus 16, per precision this CPU can run."""
-    return {name: sum(probe_seconds(name).values()) for name in cpu_precisions()}
+    """The probe layer's seconds for one token, per precision this CPU can run."""
+    return {name: probe_seconds(name)[1] for name in cpu_precisions()}
 
 
 def auto_reason(device: str = "cpu") -> str:
@@ -71,13 +72,17 @@ def auto_reason(device: str = "cpu") -> str:
     if device.startswith("cuda"):
         return f"auto: {resolve_dtype(AUTO_DTYPE, device)} on a GPU"
     timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(auto_probe().items(), key=lambda x: x[1]))
-    return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer reading 1 token "
-            f"and verifying 16 took {timings}")
+    return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer read one token "
+            f"in {timings}")
+
+
+PROBE_FEEDS = (1, 2, 4, 8, 16)    # tokens fed: decoding one, verifying a few
 
 
 @functools.lru_cache(maxsize=None)
 def probe_seconds(dtype: str) -> dict[int, float]:
-    """The probe layer's seconds fed 1 token and 16 in `dtype` on this CPU (measured once per process)."""
+    """The probe layer's seconds fed 1, 2, 4, 8 and 16 tokens in `dtype` on this CPU (measured once per process):
+    its cost curve, which the app's regime panel draws next to llama.cpp's."""
     with _PROBE_LOCK:        # one probe at a time: threads would slow each other's timings
         return _probe_layer(dtype)
 
@@ -86,7 +91,7 @@ _PROBE_LOCK = threading.Lock()
 PROBE_LAYERS_PER_1_5B = 33      # a Qwen2-1.5B holds 33 times the probe layer's weights (28 layers + its output matrix)
 
 
-def _probe_layer(dtype: str, feeds=(1, 16), repeats: int = 3) -> dict[int, float]:
+def _probe_layer(dtype: str, feeds=PROBE_FEEDS, repeats: int = 3) -> dict[int, float]:
     """Seconds for one Qwen2-1.5B-shaped decoder layer (random weights) in precision `dtype` to read a 128-token
     prefix's cache and each of `feeds` new tokens, fastest of `repeats` each (the cost curve's timing)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -243,8 +243,9 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     for e in view["explained"].values():
         assert e.tokens_measured >= 1.0 and e.tokens_predicted >= 1.0 and e.speedup_measured > 0
     assert "| speculative | 3.0 |" in panels.speed_md(view)
-    *_, figure, summary = events.render_race(session, "")
+    *_, figure, summary, regime_figure, regime_text = events.render_race(session, "")
     assert "tokens per pass" in summary and len(figure.data) >= 3
+    assert "the target is no GGUF file" in regime_text and len(regime_figure.data) >= 3    # measured on the tiny target
 
     greedy = list(events.on_lossless(session, 20, *controls()))
     assert "all 12 tokens identical" in greedy[-1][-1] and "baseline" not in greedy[-1][-1].split("\n", 1)[1]
@@ -272,7 +273,7 @@ def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
     columns = dict(zip(COMPARED, outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(COMPARED)]))
     assert all("done ✓" in columns[name] for name in session.race.lanes())
     assert all("not in this recording" in columns[name] for name in COMPARED if name not in session.race.lanes())
-    assert "tokens per pass" in outputs[-1]
+    assert "tokens per pass" in outputs[-3] and "live models" in outputs[-1]      # why it is fast; the regime
 
 
 def test_the_race_says_when_lanes_differ():

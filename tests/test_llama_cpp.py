@@ -115,3 +115,29 @@ def test_the_cli_gives_its_speed_against_the_reference():
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("reference: llama.cpp plain decoding (llama-completion) of the same GGUF file, ")
     assert "x the reference" in line
+
+
+def test_llama_bench_gives_its_cost_curve():
+    curve = llama_cpp.cost_curve(GGUF, 2, sizes=(1, 4), repeats=1)
+    assert set(curve) == {1, 4} and 0 < curve[1] < curve[4]
+
+
+def test_the_regime_panel_draws_ours_llama_cpp_and_each_precision(self_drafted):
+    from specviz.app import regime
+    from specviz.models import cpu_precisions
+
+    view = regime.regime_view(self_drafted)
+    assert set(view["ours"]) == set(view["llama"]) == set(regime.SIZES) and set(view["probes"]) == set(cpu_precisions())
+    figure = regime.regime_figure(view)
+    assert len(figure.data) == 2 + 2 + len(cpu_precisions())        # two guides, ours, llama.cpp, each precision
+    assert all(trace.y[0] == 1.0 for trace in figure.data)          # costs relative to one token
+    text = regime.regime_md(view)
+    need = regime.break_even(view["ours"], view["llama"][1])
+    assert text.count("Analysis (from these curves") == 1 and f"{need[16]:.1f} tokens at k = 16" in text
+    assert "llama.cpp on the same GGUF file" in text and "more cores, bf16 or AMX units" in text
+    assert "live models" in regime.regime_md(None) and not regime.regime_figure(None).data
+
+
+def test_break_even_is_the_verification_cost_in_reference_tokens():
+    from specviz.app import regime
+    assert regime.break_even({1: 0.06, 4: 0.105}, 0.035) == pytest.approx({1: 0.06 / 0.035, 4: 3.0})

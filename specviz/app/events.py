@@ -12,7 +12,7 @@ from time import perf_counter
 import gradio as gr
 
 from .. import lossless, plots
-from . import panels, replay, stacks, words
+from . import panels, regime, replay, stacks, words
 from . import settings as app_settings
 from .race import COMPARED, Race
 from .sessions import LIVE, Session
@@ -165,7 +165,7 @@ def on_stop(session: Session | None):
 
 # -- Compare ---------------------------------------------------------------------------------------
 
-COMPARE_OUTPUTS = 2 + len(COMPARED) + 6
+COMPARE_OUTPUTS = 2 + len(COMPARED) + 8
 
 
 def render_race(session: Session, status: str, charts: bool = True):
@@ -187,14 +187,14 @@ def render_race(session: Session, status: str, charts: bool = True):
             columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b></div>')
     stats = race.stats() if race is not None else {}
     if not charts:
-        return (session, status, *columns, *[gr.skip()] * 6)
+        return (session, status, *columns, *[gr.skip()] * 8)
     caption = f"\n\n*Replay: {replay.label(session.recording)}; timings as recorded.*" if session.recording else ""
     speed = panels.speed_view({name: lane.steps for name, lane in race.decoders.items()}) if race else None
     stages = {name: lane.stages for name, lane in race.decoders.items()} if race else {}
     return (session, status, *columns, words.compare_table_md(table, race.precision if race else "") + caption,
             plots.latency_figure(stats, stages),
             plots.forwards_figure(stats), plots.memory_figure(stats, stages), panels.speed_figure(speed),
-            panels.speed_md(speed))
+            panels.speed_md(speed), regime.regime_figure(session.regime), regime.regime_md(session.regime))
 
 
 @guarded(COMPARE_OUTPUTS)
@@ -230,6 +230,10 @@ def _race_loop(session: Session, settings, run_id: int):
             return
         replay.pace(race.lanes()[race.step()])
         yield render_race(session, "Racing… press Stop to end early.")
+    if session.recording is None:
+        yield render_race(session, "Race finished; measuring what verifying k tokens costs here (once per stack)…",
+                          charts=False)
+        session.regime = regime.regime_view(stacks.get_stack(settings.stack_key()))
     outcome = (f"Race finished. {words.reference_note(race.table_stats())} "
                f"{words.sameness_note(race.differing(), settings.sampling.greedy)}")
     yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))

@@ -27,6 +27,7 @@ class Session:
     decoder: object = None
     settings: Settings | None = None
     race: object = None                 # the Compare race (specviz.app.race.Race), if one ran
+    regime: dict | None = None          # the cost curves of the last live race's stack (specviz.app.regime)
     recording: object = None            # an open recording (specviz.recording.Recording): views replay it
     run_id: int = 0
     stopped_run: int = -1               # the run that Stop ended, so its loop can say so
