@@ -234,8 +234,15 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.get_by_role("tab", name="Compare").click()
     page.locator("#compare-btn").click()
     expect(status).to_contain_text("Race finished", timeout=400_000)
+    expect(status).to_contain_text("the reference")            # whether a strategy of ours beat llama.cpp's plain decoding
     for name in COMPARED:
-        expect(page.locator(f"#race-{name}")).to_contain_text("done ✓")
+        if name == "llama_cpp_speculative":       # the offline stack's draft is no GGUF file
+            expect(page.locator(f"#race-{name}")).to_contain_text("needs a GGUF draft model")
+        else:
+            expect(page.locator(f"#race-{name}")).to_contain_text("done ✓")
+    expect(page.locator("#compare-table")).to_contain_text("vs reference (llama.cpp plain")
+    expect(page.locator("#regime-md")).to_contain_text("Analysis (from these curves")
+    expect(page.locator("#regime-plot .js-plotly-plot")).to_be_visible()
     for chart in ("latency-plot", "forwards-plot", "memory-plot"):
         expect(page.locator(f"#{chart} .js-plotly-plot")).to_be_visible()
         expect(page.locator(f"#{chart} .legend")).to_be_visible()
