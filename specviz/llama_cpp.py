@@ -201,3 +201,15 @@ def cost_curve(gguf: Path, threads: int, sizes=(1, 2, 4, 8, 16), repeats: int = 
     if done.returncode != 0:
         raise LlamaCppMissing(f"{BENCH_PROGRAM} failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}")
     return {row["n_prompt"]: row["avg_ns"] / 1e9 for row in json.loads(done.stdout)}
+
+
+def generate_for(stack, peer: str, prompt_ids: list[int], sampling: Sampling,
+                 max_new_tokens: int) -> tuple[LlamaRun, list[tuple[float, list[int]]]]:
+    """llama.cpp on one of our stacks: its target's (and first draft's) GGUF file, the prompt as our tokenizer
+    reads it back, as many threads as our engine; with the run's first max_new_tokens tokens in our ids, in the
+    chunks they arrived in (token_chunks)."""
+    import torch
+
+    run = generate(peer, gguf_file(stack.target.name), stack.tokenizer.decode(prompt_ids), sampling, max_new_tokens,
+                   torch.get_num_threads(), gguf_file(stack.assistant()[0]))
+    return run, token_chunks(run, stack.tokenizer, max_new_tokens)

@@ -23,8 +23,7 @@ def measure(stack, prompt_ids: list[int], sampling, max_new_tokens: int) -> dict
     run, an entry whose `how` says why in one line and whose speed is None."""
     threads = torch.get_num_threads()
     try:
-        run = llama_cpp.generate(llama_cpp.PLAIN, llama_cpp.gguf_file(stack.target.name),
-                                 stack.tokenizer.decode(prompt_ids), sampling, max_new_tokens, threads)
+        run, _ = llama_cpp.generate_for(stack, llama_cpp.PLAIN, prompt_ids, sampling, max_new_tokens)
     except llama_cpp.LlamaCppMissing as exc:
         return entry("baseline", stack.precision(), f"llama.cpp did not run: {exc}")
     return entry(llama_cpp.PLAIN, stack.precision(), f"measured just now on this prompt, {threads} threads, "

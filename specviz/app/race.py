@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from time import perf_counter
 
-import torch
-
 from .. import llama_cpp
 from ..hf_peers import ArrivalClock, hf_generate
 from .settings import Settings, UserError
@@ -51,12 +49,9 @@ class PeerLane:
     def llama(cls, stack, settings: Settings, prompt_ids: list[int], peer: str) -> "PeerLane":
         """llama.cpp's own program on the stack's GGUF files, with as many threads as ours (llama_cpp.py)."""
         try:
-            run = llama_cpp.generate(peer, llama_cpp.gguf_file(stack.target.name), stack.tokenizer.decode(prompt_ids),
-                                     settings.sampling, settings.max_new_tokens, torch.get_num_threads(),
-                                     llama_cpp.gguf_file(stack.assistant()[0]))
+            run, chunks = llama_cpp.generate_for(stack, peer, prompt_ids, settings.sampling, settings.max_new_tokens)
         except llama_cpp.LlamaCppMissing as exc:
             raise UserError(str(exc)) from None
-        chunks = llama_cpp.token_chunks(run, stack.tokenizer, settings.max_new_tokens)
         return cls(chunks, settings.max_new_tokens, run.target_forwards, tokenizer=stack.tokenizer)
 
     @property

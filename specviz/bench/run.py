@@ -88,10 +88,7 @@ def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
 def run_llama_cpp(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
     """llama.cpp's own program on the stack's GGUF files, as many threads as ours. Its clock stops when
     the max_new_tokens-th token arrived; its text is compared with baseline's as text (llama_cpp.py)."""
-    target, draft = llama_cpp.gguf_file(stack.target.name), llama_cpp.gguf_file(stack.assistant()[0])
-    prompt = stack.tokenizer.decode(prompt_ids)
-    run = llama_cpp.generate(strategy, target, prompt, sampling, max_new_tokens, torch.get_num_threads(), draft)
-    chunks = llama_cpp.token_chunks(run, stack.tokenizer, max_new_tokens)
+    run, chunks = llama_cpp.generate_for(stack, strategy, prompt_ids, sampling, max_new_tokens)
     return {"tokens": [t for _, chunk in chunks for t in chunk], "wall_s": chunks[-1][0] if chunks else run.seconds,
             "target_forwards": run.target_forwards, "draft_forwards": run.drafted or 0,
             "mean_accepted_per_target_forward": None if run.accepted is None else run.accepted / run.target_forwards,
