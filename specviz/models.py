@@ -91,7 +91,7 @@ _PROBE_LOCK = threading.Lock()
 PROBE_LAYERS_PER_1_5B = 33      # a Qwen2-1.5B holds 33 times the probe layer's weights (28 layers + its output matrix)
 
 
-def _probe_layer(dtype: str, feeds=PROBE_FEEDS, repeats: int = 3) -> dict[int, float]:
+def _probe_layer(dtype: str, feeds=PROBE_FEEDS, repeats: int = 7) -> dict[int, float]:
     """Seconds for one Qwen2-1.5B-shaped decoder layer (random weights) in precision `dtype` to read a 128-token
     prefix's cache and each of `feeds` new tokens, fastest of `repeats` each (the cost curve's timing)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -231,7 +231,8 @@ def _race_loop(session: Session, settings, run_id: int):
         replay.pace(race.lanes()[race.step()])
         yield render_race(session, "Racing… press Stop to end early.")
     if session.recording is None:
-        yield render_race(session, "Race finished; measuring what verifying k tokens costs here (once per stack)…",
+        # not "Race finished" yet: that is the final status, which a watcher waits for
+        yield render_race(session, "All lanes done; measuring what verifying k tokens costs here (once per stack)…",
                           charts=False)
         session.regime = regime.regime_view(stacks.get_stack(settings.stack_key()))
     outcome = (f"Race finished. {words.reference_note(race.table_stats())} "

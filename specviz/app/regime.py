@@ -94,5 +94,7 @@ def regime_figure(view: dict | None) -> go.Figure:
     curves |= {f"{name}, one 1.5B layer": curve for name, curve in view["probes"].items()}
     for label, curve in curves.items():
         fig.add_trace(go.Scatter(x=ks, y=[curve[k] / curve[1] for k in ks], mode="lines+markers", name=label))
-    fig.update_layout(xaxis_title="tokens fed to one forward (k)", yaxis_title="cost relative to one token")
-    return base_layout(fig, title, 440)
+    base_layout(fig, title, 480)
+    fig.update_layout(xaxis_title="tokens fed to one forward (k)", yaxis_title="cost relative to one token",
+                      legend=dict(y=-0.2))            # below the axis title
+    return fig
