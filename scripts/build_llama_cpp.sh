@@ -3,7 +3,7 @@
 # from the llama.cpp source that the PyPI sdist of llama-cpp-python carries (no prebuilt binary can be
 # downloaded here). Only the three programs the bench and the app run are built, statically, for this CPU
 # (GGML_NATIVE): llama-completion (plain decoding), llama-speculative-simple (llama.cpp's own draft-model
-# speculation) and llama-bench (its cost curve). About 10 minutes on 2 cores; skipped when built already.
+# speculation) and llama-bench (its cost curve). 3.5-5 minutes on 2 cores; skipped when built already.
 set -euo pipefail
 VERSION=0.3.36                      # llama-cpp-python's sdist; its vendor/llama.cpp is what we build
 TARGETS=(llama-completion llama-speculative-simple llama-bench)
@@ -31,7 +31,7 @@ echo "llama.cpp: configuring (static, for this CPU) ..."
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
     >"$work/configure.log" 2>&1 || { tail -20 "$work/configure.log"; exit 1; }
-echo "llama.cpp: building ${TARGETS[*]} on $(nproc) cores (about 10 minutes on 2) ..."
+echo "llama.cpp: building ${TARGETS[*]} on $(nproc) cores (3.5-5 minutes on 2) ..."
 start=$SECONDS
 cmake --build "$work/build" -j"$(nproc)" --target "${TARGETS[@]}" >"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
 mkdir -p "$dest/bin"
