@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -103,12 +104,19 @@ def _run(args: list[str]) -> tuple[list[tuple[float, bytes]], str]:
     with tempfile.TemporaryFile() as log:
         started = perf_counter()
         process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+        watchdog = threading.Timer(TIMEOUT_S, process.kill)     # a program that hangs must not hang the bench or app
+        watchdog.start()
         chunks = []
-        while block := os.read(process.stdout.fileno(), 1 << 16):
-            chunks.append((perf_counter() - started, block))
-        code = process.wait(timeout=TIMEOUT_S)
+        try:
+            while block := os.read(process.stdout.fileno(), 1 << 16):
+                chunks.append((perf_counter() - started, block))
+            code = process.wait()
+        finally:
+            watchdog.cancel()
         log.seek(0)
         text = log.read().decode("utf-8", "replace")
+    if code == -9 and perf_counter() - started >= TIMEOUT_S:
+        raise LlamaCppMissing(f"{Path(args[0]).name} ran past {TIMEOUT_S} s and was stopped")
     if code != 0:
         last = [line for line in text.splitlines() if line.strip()][-1:] or [f"exit code {code}"]
         raise LlamaCppMissing(f"{Path(args[0]).name} failed: {last[0].strip()[:200]}")

@@ -141,3 +141,13 @@ def test_the_regime_panel_draws_ours_llama_cpp_and_each_precision(self_drafted):
 def test_break_even_is_the_verification_cost_in_reference_tokens():
     from specviz.app import regime
     assert regime.break_even({1: 0.06, 4: 0.105}, 0.035) == pytest.approx({1: 0.06 / 0.035, 4: 3.0})
+
+
+def test_a_program_that_hangs_is_stopped_with_one_line(tmp_path, monkeypatch):
+    hanging = tmp_path / "llama-completion"
+    hanging.write_text("#!/bin/sh\nexec sleep 30\n")
+    hanging.chmod(0o755)
+    monkeypatch.setenv(llama_cpp.DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(llama_cpp, "TIMEOUT_S", 1)
+    with pytest.raises(llama_cpp.LlamaCppMissing, match="^llama-completion ran past 1 s and was stopped$"):
+        llama_cpp.generate(llama_cpp.PLAIN, GGUF, PROMPT, Sampling(), 4, 2)
