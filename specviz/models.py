@@ -50,16 +50,19 @@ def cpu_precisions() -> tuple[str, ...]:
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     """`auto`: bfloat16 on a GPU that supports it; on a CPU, the precision in which a short probe (one decoder
     layer of a 1.5B model) reads one token fastest, as plain decoding does: float32 unless another is at least
-    10% faster. Other names pass through. Plain decoding is the reference's regime: on our 2-core CPUs
+    10% faster, and a later one in cpu_precisions() only where it is 10% faster than the pick so far (int4 and int8
+    read a token within a few percent of each other here: a bare minimum flipped between them from run to run). Other names pass through. Plain decoding is the reference's regime: on our 2-core CPUs
     verifying many tokens costs several times one (the cost curves), so the fastest lossless run is one whose
     single-token forward is fastest, with few, cheap guesses on top (docs/BENCHMARKS.md)."""
     if dtype != AUTO_DTYPE:
         return dtype
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
-    seconds = auto_probe()
-    best = min(seconds, key=seconds.get)
-    return best if seconds[best] < 0.9 * seconds["float32"] else "float32"
+    seconds, best = auto_probe(), "float32"
+    for name in cpu_precisions():       # each must beat the pick so far by 10%: close timings must not flip it per process
+        if seconds[name] < 0.9 * seconds[best]:
+            best = name
+    return best
 
 
 def auto_probe() -> dict[str, float]:

@@ -52,7 +52,7 @@ def test_cli_compile_flag_gives_the_eager_output(tmp_path):
 
     save_with_word_tokenizer(tiny_model("llama"), tmp_path)
     args = ("--prompt", "w3 w4 w5 w6", "--target", str(tmp_path), "--strategy", "baseline",
-            "--max-new-tokens", "6", "--json")
+            "--max-new-tokens", "6", "--dtype", "float32", "--json")    # not auto: its pick may differ per process
     eager, compiled = cli(*args), cli(*args, "--compile")
     assert compiled.returncode == 0, compiled.stderr[-2000:]
     assert json.loads(compiled.stdout)["tokens"] == json.loads(eager.stdout)["tokens"]

@@ -46,6 +46,10 @@ def test_auto_dtype_follows_the_probe(monkeypatch):
         assert models.auto_reason().startswith(f"auto picked {faster}, the fastest here: ")
         assert f"{faster} 500 ms" in models.auto_reason()         # its one-token time
     clear_probe(models)
+    close = {"float32": 1.0, "bfloat16": 0.8, "int4": 0.5, "int8": 0.48}      # int8 within 10% of int4: int4 stays
+    monkeypatch.setattr(models, "_probe_layer", lambda dtype: {1: close[dtype]})
+    assert models.resolve_dtype("auto") == "int4"
+    clear_probe(models)
     monkeypatch.setattr(models, "_probe_layer", lambda dtype: {1: 1.0, 16: 1.0})      # a tie is no reason for bf16
     assert models.resolve_dtype("auto") == "float32"
     assert models.resolve_dtype("float16") == "float16"                 # names pass through
