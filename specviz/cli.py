@@ -8,6 +8,7 @@ from pathlib import Path
 from time import perf_counter
 
 from . import reference
+from .bench.report import ratio
 
 from .tree import SHAPES, TreeSpec
 from .models import AUTO_DTYPE, DEFAULT_TARGET, PRECISIONS, ModelLoadError
@@ -107,10 +108,6 @@ def generate(args) -> int:
         if ref is not None:
             print(reference_line(speed, ref), file=sys.stderr)
     return 0
-
-
-def ratio(a: float, b: float | None) -> float | None:
-    return a / b if b else None
 
 
 def reference_line(speed: float, ref: dict) -> str:

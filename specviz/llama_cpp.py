@@ -144,23 +144,26 @@ def _parse(peer: str, raw: list[tuple[float, bytes]], log: str, prompt: str) -> 
         drafted, accepted = int(_number(r"n_drafted\s*=\s*(\d+)", log)), int(_number(r"n_accept\s*=\s*(\d+)", log))
         forwards = new_tokens - accepted         # each verification writes its accepted tokens and one of its own
         echo, closing = "\n\n" + prompt, b"\n\n\n\n"
-    data = b"".join(block for _, block in raw)
-    ends, total = [], 0
-    for arrived, block in raw:
-        total += len(block)
-        ends.append((arrived, total))
-    head = len(echo.encode("utf-8")) if data.decode("utf-8", "replace").startswith(echo) else 0
+    data, echo = b"".join(block for _, block in raw), echo.encode("utf-8")
+    head = len(echo) if data.startswith(echo) else 0
     tail = len(data) - len(closing) if data.endswith(closing) else len(data)
     last = raw[-1][0] if raw else 0.0
-    chunks, shown, decoder = [], head, codecs.getincrementaldecoder("utf-8")("replace")
-    for arrived, end in ends:
-        end = min(end, tail)
+    chunks, shown, received, decoder = [], head, 0, codecs.getincrementaldecoder("utf-8")("replace")
+    for arrived, block in raw:
+        received += len(block)
+        end = min(received, tail)
         if end > shown:         # a character split between blocks arrives with the block that completes it
             piece = decoder.decode(data[shown:end], final=end == tail)
             chunks.append((max(0.0, arrived - last + seconds), piece))
             shown = end
     text = data[head:tail].decode("utf-8", "replace")
     return LlamaRun(text, chunks, seconds, new_tokens, forwards, drafted, accepted)
+
+
+def same_text(ours: str, theirs: str) -> bool:
+    """Whether two texts agree over the shorter of the two: llama.cpp's text is tokenized again by us, and a
+    speculative round may end past ours."""
+    return ours[: len(theirs)] == theirs[: len(ours)]
 
 
 def token_chunks(run: LlamaRun, tokenizer, max_new_tokens: int) -> list[tuple[float, list[int]]]:

@@ -20,7 +20,6 @@ from .stacks import get_stack, new_decoder, stats_of
 ENGINE_LANES = ("baseline", "speculative", "staged")
 PEER_LANE = "hf_assisted"
 REFERENCE_LANE = llama_cpp.PLAIN
-PEER_LANES = (PEER_LANE, *llama_cpp.PEERS)
 COMPARED = (REFERENCE_LANE, *ENGINE_LANES, PEER_LANE, llama_cpp.SPECULATIVE)
 
 
@@ -160,6 +159,5 @@ def _same_output(lane, base: list[int]) -> bool:
     """A live peer's text is compared as text over the shorter of the two (llama.cpp's is tokenized again by
     us, and may end mid-round); otherwise token by token."""
     if isinstance(lane, PeerLane) and lane.tokenizer is not None:
-        a, b = lane.text(), lane.tokenizer.decode(base, skip_special_tokens=True)
-        return a[: len(b)] == b[: len(a)]
+        return llama_cpp.same_text(lane.tokenizer.decode(base, skip_special_tokens=True), lane.text())
     return lane.new_tokens == base

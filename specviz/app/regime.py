@@ -15,7 +15,6 @@ from ..models import cpu_precisions, probe_seconds
 from ..plots import base_layout, empty_figure
 
 SIZES = (1, 2, 4, 8, 16)
-OURS, LLAMA = "ours", "llama.cpp"
 
 
 _MEASURED: dict[tuple[str, str], dict] = {}      # per target and precision, once per process
@@ -52,11 +51,9 @@ def regime_md(view: dict | None) -> str:
     if view is None:
         return "*The cost curves are measured with live models: run **Compare** (not a recording).*"
     ours, llama = view["ours"], view["llama"]
-    rows = [[f"{view['target']} ({view['precision']}), ours", *(f"{ours[k] * 1e3:.0f} ms ({ours[k] / ours[1]:.1f}×)"
-                                                               for k in SIZES)]]
-    if llama:
-        rows.append([f"llama.cpp on the same GGUF file", *(f"{llama[k] * 1e3:.0f} ms ({llama[k] / llama[1]:.1f}×)"
-                                                           for k in SIZES)])
+    curves = {f"{view['target']} ({view['precision']}), ours": ours} | ({"llama.cpp on the same GGUF file": llama}
+                                                                       if llama else {})
+    rows = [[label, *(f"{c[k] * 1e3:.0f} ms ({c[k] / c[1]:.1f}×)" for k in SIZES)] for label, c in curves.items()]
     text = [md_table(["one forward of k tokens", *(f"k = {k}" for k in SIZES)], rows, "l" + "r" * len(SIZES))]
     reference = llama[1] if llama else ours[1]
     who = "llama.cpp's plain decoding" if llama else "our plain decoding"

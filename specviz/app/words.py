@@ -9,6 +9,7 @@ from pathlib import Path
 from ..markdown import md_table
 from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
 from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
+from ..strategies import STRATEGIES
 from ..trace import StageInfo, StepRecord
 from .. import llama_cpp
 from .settings import BENCHMARK_FILE
@@ -150,7 +151,7 @@ def sameness_note(differing: list[str], greedy: bool) -> str:
     if theirs:
         note += (f"{', '.join(theirs)} wrote other text: llama.cpp computes with 8-bit activations and products "
                  "that depend on the batch, so a near-tie can go the other way.")
-    return note.strip() or "Every lane of ours wrote exactly baseline's text."
+    return note.strip()
 
 
 REFERENCE_WORDS = "llama.cpp plain, the fastest plain decoder here"
@@ -179,8 +180,7 @@ def reference_note(stats: dict[str, dict]) -> str:
     """The race's verdict against the reference: whether any strategy of ours beat llama.cpp's plain decoding,
     with the numbers, and what would change it where none did."""
     ref = (stats.get(llama_cpp.PLAIN) or {}).get("tokens_per_s")
-    ours = {name: s["tokens_per_s"] for name, s in stats.items() if s and name not in llama_cpp.PEERS
-            and not name.startswith("hf_")}
+    ours = {name: s["tokens_per_s"] for name, s in stats.items() if s and name in STRATEGIES}
     if not ref or not ours:
         return ("No reference in this race: llama.cpp did not run, so speed-ups are against our baseline only, "
                 "which is not the fastest plain decoder a user may have.")

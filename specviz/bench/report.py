@@ -54,8 +54,7 @@ def same_output(row: dict, base: dict) -> bool:
     """Whether a row wrote baseline's output: the same token ids; llama.cpp's text (tokenized again by us)
     is compared as text, over the shorter of the two."""
     if row["strategy"] in llama_cpp.PEERS:
-        a, b = row["_text"], base["_text"]
-        return a[: len(b)] == b[: len(a)]
+        return llama_cpp.same_text(base["_text"], row["_text"])
     return row["tokens"] == base["tokens"]
 
 
