@@ -1,23 +1,30 @@
-"""Linear layers with 4-bit weights, for a model run on a CPU without bf16 units.
+"""Linear layers with 4-bit weights, for a model run on a CPU.
 
 Decoding reads every weight once per forward, so on a small CPU a forward of a few tokens costs
 what reading the weights costs. Stored in 4 bits (groups of 32 weights along the input, each with a
-scale and an offset, as GGUF's Q4 formats store them) a Qwen2.5-Coder-0.5B's linear layers are
-read 3.8x faster than in float32 on our 2-core AVX2 machines (1 token: 42 ms against 160 ms; 16
-tokens: 282 ms against 321 ms), through PyTorch's own CPU kernel (`_weight_int4pack_mm_for_cpu`,
-which computes in bfloat16). Only the linear layers change: embeddings, norms and attention keep
-float32.
+bfloat16 scale and offset, as GGUF's Q4 formats store them), a model's linear layers are multiplied
+by specviz's own kernel (`rows_kernel.c`, `rows_matmul_q4`): each input row rounded to int8 per
+group of 32, as llama.cpp's Q8_0 does, and integer dot products (VNNI where the CPU has it). On a
+2-core AVX512 machine it reads a Qwen2.5-Coder-1.5B's 4-bit layers at about 37 GB/s for one token,
+against about 17 GB/s for PyTorch's own `_weight_int4pack_mm_for_cpu` (docs/BENCHMARKS.md). Where
+the kernel cannot run (no AVX2 or no C compiler) the layer takes PyTorch's kernel, which computes in
+bfloat16: the same weights, another numerical model (`kernel()` says which). Only the linear layers
+change: embeddings, norms and attention keep float32.
 
 A draft's precision moves acceptance only, never the output, so a draft may always take this. A
 target in `int4` is a different numerical model from the same target in float32: the exactness
-promise is then against our baseline in `int4`, and holds bit for bit because the kernel computes
+promise is then against our baseline in `int4`, and holds bit for bit because both kernels compute
 each row alone and an int4 model attends one token at a time (specviz/row_attention.py).
 """
 from __future__ import annotations
 
 import torch
 
+from . import rows_kernel
+
 GROUP = 32                    # weights per scale and offset (GGUF's Q4_0/Q4_1/Q4_K blocks are 32 wide)
+TILE = 4                      # output rows the kernel reads as one stream (rows_kernel.c)
+CHUNK = 8                     # groups whose scales the kernel reads at once
 INT4 = "int4"                 # the precision's name (`--dtype int4`)
 _MARK = "_specviz_quantized"
 
@@ -28,38 +35,76 @@ class Int4Linear(torch.nn.Module):
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        packed, scales_and_zeros = quantize(linear.weight.detach())
+        q, scale, zero = groups(linear.weight.detach())
+        self.own = rows_kernel.available() and self.in_features % (2 * GROUP) == 0 and self.out_features % TILE == 0
         # Parameters (frozen) rather than buffers, so that weight counts include them
-        self.packed = torch.nn.Parameter(packed, requires_grad=False)
-        self.scales_and_zeros = torch.nn.Parameter(scales_and_zeros, requires_grad=False)
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        frozen = lambda t: torch.nn.Parameter(t, requires_grad=False)
+        if self.own:
+            self.packed, self.scales, self.zeros = map(frozen, tiled(q, scale, zero))
+        else:
+            self.packed = frozen(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+            self.scales_and_zeros = frozen(torch.stack([scale, zero], -1).permute(1, 0, 2).contiguous())
+        self.bias = None if linear.bias is None else frozen(linear.bias.detach().clone())
+
+    def kernel(self) -> str:
+        return "specviz q4 x q8" if self.own else "torch int4 (bfloat16)"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, GROUP, self.scales_and_zeros)
+        rows = x.reshape(-1, self.in_features)
+        if self.own:
+            y = rows_kernel.product_q4(self.packed, self.scales, self.zeros, rows.float(), self.out_features)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows.to(torch.bfloat16), self.packed, GROUP, self.scales_and_zeros)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
     def dequantized(self) -> torch.Tensor:
-        """The weight this layer multiplies by, [out, in] in float32 (for tests; the kernel's float32 path)."""
-        eye = torch.eye(self.in_features)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_and_zeros.float()).T
+        """The weight this layer multiplies by, [out, in] in float32 (for tests)."""
+        if not self.own:
+            eye = torch.eye(self.in_features)
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_and_zeros.float()).T
+        q, scale, zero = untiled(self.packed, self.scales, self.zeros, self.out_features, self.in_features)
+        spread = lambda t: t.float().repeat_interleave(GROUP, 1)
+        return (q.float() - 8) * spread(scale) + spread(zero)
 
 
-def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[out, in] float weight -> (the kernel's packed 4-bit weight, bf16 scales and zeros [in/32, out, 2]).
-    Each group's scale and zero are rounded to bfloat16 first and its 4-bit values chosen against
-    the rounded ones, so the rounding does not add to the error."""
+def groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[out, in] float weight -> (q [out, in] uint8 in 0..15, scale and zero [out, in/32] bfloat16), the
+    weight being (q - 8) * scale + zero per group. Each group's scale and zero are rounded to bfloat16
+    first and its 4-bit values chosen against the rounded ones, so the rounding does not add to the error."""
     out_features, in_features = weight.shape
-    groups = weight.float().reshape(out_features, in_features // GROUP, GROUP)
-    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+    grouped = weight.float().reshape(out_features, in_features // GROUP, GROUP)
+    low, high = grouped.amin(-1, keepdim=True), grouped.amax(-1, keepdim=True)
     scale = ((high - low) / 15).to(torch.bfloat16).float()
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))     # a constant group: q = 8, w = zero
     zero = (low + 8 * scale).to(torch.bfloat16).float()
-    q = torch.clamp(torch.round((groups - zero) / scale) + 8, 0, 15).to(torch.int32)
-    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.reshape(out_features, in_features), 1)
-    scales_and_zeros = torch.cat([scale, zero], -1).permute(1, 0, 2).contiguous().to(torch.bfloat16)
-    return packed, scales_and_zeros
+    q = torch.clamp(torch.round((grouped - zero) / scale) + 8, 0, 15).to(torch.uint8)
+    return q.reshape(out_features, in_features), scale[..., 0].to(torch.bfloat16), zero[..., 0].to(torch.bfloat16)
+
+
+def tiled(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """groups() in the layout rows_kernel.c reads: per tile of 4 output rows, per pair of groups, each
+    row's 32 bytes (byte j: q[j] of the pair's first group, and of its second in the high nibble); the
+    scales and zeros per tile, per chunk of 8 groups (padded with zeros), each row's 8 values."""
+    out_features, in_features = q.shape
+    pairs = q.reshape(out_features // TILE, TILE, in_features // (2 * GROUP), 2, GROUP)
+    packed = (pairs[:, :, :, 0] | (pairs[:, :, :, 1] << 4)).transpose(1, 2).contiguous()
+
+    def chunked(t: torch.Tensor) -> torch.Tensor:
+        padded = torch.nn.functional.pad(t, (0, -t.shape[1] % CHUNK))
+        return padded.reshape(out_features // TILE, TILE, -1, CHUNK).transpose(1, 2).contiguous()
+    return packed.reshape(out_features, -1), chunked(scale).reshape(out_features, -1), chunked(zero).reshape(out_features, -1)
+
+
+def untiled(packed, scales, zeros, out_features: int, in_features: int):
+    """tiled()'s inverse: (q, scale, zero) as groups() gave them."""
+    pairs = packed.reshape(out_features // TILE, in_features // (2 * GROUP), TILE, GROUP).transpose(1, 2)
+    q = torch.stack([pairs & 15, pairs >> 4], 3).reshape(out_features, in_features)
+    groups_per_row = in_features // GROUP
+
+    def unchunked(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(out_features // TILE, -1, TILE, CHUNK).transpose(1, 2).reshape(out_features, -1)[:, :groups_per_row]
+    return q, unchunked(scales), unchunked(zeros)
 
 
 def can_quantize(linear: torch.nn.Module) -> bool:

@@ -28,11 +28,14 @@ from pathlib import Path
 
 import torch
 
+from .cpu import cpu_info
 from .paths import cache_dir
 
 SOURCE = Path(__file__).with_name("rows_kernel.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
-SWITCH = "SPECVIZ_ROWS_KERNEL"       # "0" turns the kernel off (to measure torch's product instead)
+# 8-bit dot products in one instruction where the CPU has them (the 4-bit product's integer sums are the same either way)
+VNNI_FLAGS = {"avx512_vnni": ("-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
+SWITCH = "SPECVIZ_ROWS_KERNEL"       # "0" turns the kernel off (to measure torch's product instead), "avx2" leaves out VNNI
 _ROW_STEP = 8                        # the kernel reads 8 floats at a time: rows must be a multiple wide
 KERNEL = "specviz AVX2 rows kernel"
 
@@ -47,26 +50,35 @@ def _loaded() -> tuple[ctypes.CDLL | None, str]:
     compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
     if compiler is None:
         return None, "torch (no C compiler to build the rows kernel)"
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    flags = _flags()
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:12]
     path = cache_dir() / "kernels" / f"rows_kernel-{digest}.so"
     try:
         if not path.exists():
-            _build(compiler, path)
+            _build(compiler, flags, path)
         library = ctypes.CDLL(str(path))
     except (OSError, subprocess.CalledProcessError) as error:
         return None, f"torch (the rows kernel did not build: {str(error).splitlines()[0][:120]})"
     for entry in (library.rows_matmul_f32, library.rows_matmul_q8):
         entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
         entry.restype = None
-    return library, KERNEL
+    library.rows_matmul_q4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+    library.rows_matmul_q4.restype = None
+    return library, KERNEL + (" with VNNI" if len(flags) > len(FLAGS) else "")
 
 
-def _build(compiler: str, library: Path) -> None:
+def _flags() -> tuple[str, ...]:
+    simd = cpu_info()[1] if os.environ.get(SWITCH) != "avx2" else []
+    vnni = next((extra for flag, extra in VNNI_FLAGS.items() if flag in simd and (flag != "avx512_vnni" or "avx512vl" in simd)), ())
+    return FLAGS + vnni
+
+
+def _build(compiler: str, flags: tuple[str, ...], library: Path) -> None:
     """Compile next to the target and rename into place, so concurrent first uses never load half a file."""
     library.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built = Path(scratch) / library.name
-        subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(built)], check=True, capture_output=True, text=True)
+        subprocess.run([compiler, *flags, str(SOURCE), "-o", str(built)], check=True, capture_output=True, text=True)
         os.replace(built, library)
 
 
@@ -104,3 +116,16 @@ def product_int8(weight: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor) 
     if weight.dtype != torch.int8 or not _applies(weight, rows):
         return None
     return _run(_loaded()[0].rows_matmul_q8, weight, scale.float().contiguous(), rows)
+
+
+def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, rows: torch.Tensor,
+               out_features: int) -> torch.Tensor:
+    """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/int4.py's
+    tiled(), each row rounded to int8 per group of 32 as it is read. The caller checks available()."""
+    rows = rows.contiguous()
+    n, K = rows.shape
+    out = torch.empty(n, out_features)
+    scratch = torch.empty(n * (K + 8 * scales.shape[1]), dtype=torch.uint8)     # the rows in int8, and per group two floats
+    _loaded()[0].rows_matmul_q4(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
+                                n, K, out_features, torch.get_num_threads(), scratch.data_ptr())
+    return out

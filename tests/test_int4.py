@@ -1,19 +1,37 @@
 """Linear layers in 4 bits (specviz/int4.py): what they compute, and models built from them."""
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+from specviz import rows_kernel
 from specviz.cache import KVModel, parameter_bytes, read_bytes
 from specviz.int4 import GROUP, Int4Linear, is_quantized, quantize_model
 from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
 from specviz.tree import ancestor_matrix
 from tiny import tiny_model
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def linear(inputs=256, outputs=96, seed=0) -> torch.nn.Linear:
     torch.manual_seed(seed)
     return torch.nn.Linear(inputs, outputs)
+
+
+def rows_as_the_kernel_reads_them(x: torch.Tensor, q: Int4Linear) -> torch.Tensor:
+    """specviz's kernel rounds each row to int8 per group of 32 (scale: the group's largest magnitude / 127,
+    ties to even); PyTorch's rounds it to bfloat16."""
+    if not q.own:
+        return x.bfloat16().float()
+    groups = x.reshape(x.shape[0], -1, GROUP)
+    amax = groups.abs().amax(-1, keepdim=True)
+    ints = torch.round(groups * torch.where(amax > 0, 127 / amax, 0))
+    return (ints * (amax / 127)).reshape(x.shape)
 
 
 def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding():
@@ -27,9 +45,24 @@ def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding
     assert (error <= 0.5 * step + slack).all()
     assert error.max() > 0                                   # it did quantize
     x = torch.randn(5, 256)
-    expected = x.bfloat16().float() @ w4.T + layer.bias
-    assert torch.allclose(q(x), expected, rtol=1e-2, atol=1e-2)
+    expected = rows_as_the_kernel_reads_them(x, q).double() @ w4.double().T + layer.bias
+    assert torch.allclose(q(x).double(), expected, atol=1e-5 if q.own else 1e-2)
+    assert not torch.allclose(q(x).double(), x.double() @ w4.double().T + layer.bias, atol=1e-5)   # its inputs are rounded
     assert q(x[None]).shape == (1, 5, 96)                    # any leading dimensions
+
+
+def test_specviz_kernel_and_pytorchs_hold_the_same_weights(monkeypatch):
+    if not rows_kernel.available():
+        pytest.skip("no kernel here: every layer is PyTorch's")
+    layer = linear(192, 32)
+    own = Int4Linear(layer)
+    assert own.own and own.kernel() == "specviz q4 x q8"
+    monkeypatch.setattr(rows_kernel, "available", lambda: False)
+    fallback = Int4Linear(layer)
+    assert not fallback.own and fallback.kernel().startswith("torch")
+    assert torch.equal(own.dequantized(), fallback.dequantized())
+    x = torch.randn(3, 192)
+    assert torch.allclose(own(x), fallback(x), atol=0.05)
 
 
 def test_a_weight_already_on_a_4bit_grid_is_kept_exactly():
@@ -48,14 +81,36 @@ def test_a_weight_already_on_a_4bit_grid_is_kept_exactly():
     assert torch.equal(Int4Linear(layer).dequantized(), weight)
 
 
-def test_each_row_is_computed_alone():
+@pytest.mark.parametrize("inputs", [64, 192, 512, 896])     # the kernel's chunks of 8 groups: 2, 6, 16, 28 groups
+def test_each_row_is_computed_alone(inputs):
     """Plain decoding feeds one token and verification many: each token's product must not depend on
     how many are fed with it (bit for bit), or the two would round differently."""
-    q = Int4Linear(linear(512, 160))
-    x = torch.randn(16, 512)
+    q = Int4Linear(linear(inputs, 160))
+    x = torch.randn(70, inputs)
     together = q(x)
-    for n in (1, 2, 3, 7, 16):
+    for n in (1, 2, 3, 7, 16, 70):
         assert torch.equal(q(x[:n]), together[:n])
+        assert torch.equal(q(x[n - 1:n]), together[n - 1:n])
+
+
+def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path):
+    """The integer dot products are exact either way, and the float operations are the same: a machine
+    with VNNI computes what one without it does."""
+    if not rows_kernel.available():
+        pytest.skip("no kernel here: the layer is PyTorch's (tested above)")
+    code = ("import sys, torch; from specviz import rows_kernel; from specviz.int4 import Int4Linear; torch.manual_seed(0); "
+            "q = Int4Linear(torch.nn.Linear(896, 64)); x = torch.randn(5, 896); "
+            "torch.save((q(x), rows_kernel.status()), sys.argv[1])")
+    results = []
+    for switch in ("1", "avx2"):
+        path = tmp_path / f"{switch}.pt"
+        env = {**os.environ, rows_kernel.SWITCH: switch, "SPECVIZ_CACHE": str(tmp_path / switch)}
+        done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        results.append(torch.load(path))
+    (vnni, status), (avx2, plain) = results
+    assert plain == rows_kernel.KERNEL and status.startswith(rows_kernel.KERNEL)
+    assert torch.equal(vnni, avx2)
 
 
 def test_a_quantized_model_has_no_float_linear_layers_left_and_reads_a_fraction_of_the_bytes():

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz import rows_kernel
+from specviz.cpu import cpu_info
 from specviz.cpu_matmul import rows_product
 
 REPO = Path(__file__).resolve().parents[1]
@@ -19,7 +20,9 @@ CAN_BUILD = (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
 def test_it_runs_wherever_a_compiler_and_avx2_are_here():
-    assert (rows_kernel.status() == "specviz AVX2 rows kernel") == CAN_BUILD, rows_kernel.status()
+    assert rows_kernel.status().startswith(rows_kernel.KERNEL) == CAN_BUILD, rows_kernel.status()
+    vnni = any(f in cpu_info()[1] for f in ("avx512_vnni", "avx_vnni"))
+    assert rows_kernel.status().endswith("with VNNI") == (CAN_BUILD and vnni and rows_kernel._flags() != rows_kernel.FLAGS)
 
 
 @pytest.mark.parametrize("out_features", [1, 2, 3, 7, 8, 9, 24, 250])
@@ -62,5 +65,5 @@ def test_switched_off_or_without_a_compiler_it_says_so_and_torch_multiplies(tmp_
     assert status in ("torch (no C compiler to build the rows kernel)", "torch (this CPU has no AVX2)")
     assert not (tmp_path / "cache" / "kernels").exists()
     if CAN_BUILD:                              # a fresh cache: built on first use
-        assert _status_in_a_fresh_process({"SPECVIZ_CACHE": str(tmp_path / "fresh")}) == "specviz AVX2 rows kernel"
+        assert _status_in_a_fresh_process({"SPECVIZ_CACHE": str(tmp_path / "fresh")}).startswith(rows_kernel.KERNEL)
         assert len(list((tmp_path / "fresh" / "kernels").glob("rows_kernel-*.so"))) == 1
