@@ -3,8 +3,8 @@
 Decoding reads every weight once per forward, so on a small CPU a forward of a few tokens costs
 what reading the weights costs. Stored in 4 bits (groups of 32 weights along the input, each with a
 bfloat16 scale and offset, as GGUF's Q4 formats store them), a model's linear layers are multiplied
-by specviz's own kernel (`rows_kernel.c`, `rows_matmul_q4`): each input row rounded to int8 per
-group of 32, as llama.cpp's Q8_0 does, and integer dot products (VNNI where the CPU has it). On a
+by specviz's own kernel (`rows_kernel.c`, `rows_matmul_q4`): each input row rounded to int8 on one
+scale per 256 values, as llama.cpp's Q8_K does, and integer dot products (VNNI where the CPU has it). On a
 2-core AVX512 machine it reads a Qwen2.5-Coder-1.5B's 4-bit layers at about 37 GB/s for one token,
 against about 17 GB/s for PyTorch's own `_weight_int4pack_mm_for_cpu` (docs/BENCHMARKS.md). Where
 the kernel cannot run (no AVX2 or no C compiler) the layer takes PyTorch's kernel, which computes in

@@ -82,8 +82,8 @@ PRODUCT(1, rows_matmul_q8)
  * nibble) and of its second (high), q in 0..15. Scales d and zeros z are bfloat16, a block's weights
  * being d * (q - 8) + z (specviz/int4.py): per tile, per chunk of 8 blocks, the 4 rows' 8 values in turn
  * (B, the blocks of a row, padded to a multiple of 8 with zeros). Each row of x is rounded to int8 per
- * block of 32 (scale e = max |x| / 127), as llama.cpp's Q8_0 does, so a block's product is an integer:
- * y = sum_b d e (q . x8) + (z - 8 d) e S, S the block's int sum. The integer dot products are exact
+ * chunk of 8 blocks (scale e = max |x| / 127), as llama.cpp's Q8_K does, so a block's product is an integer:
+ * y = sum_chunks e sum_b d (q . x8) + sum_b (z - 8 d) e S, S the block's int sum. The integer dot products are exact
  * whichever instructions compute them (VNNI or AVX2), and each output's float operations run in one order
  * whatever rows come with it: a row's result is the same bits fed alone or with others. */
 #include <stdint.h>
@@ -105,43 +105,54 @@ static inline __m256i dot_u8_s8(__m256i u, __m256i s) {
 #endif
 }
 
-/* One row of x: int8 values (rounded to nearest, ties to even), and per block its scale e and e * S (Bp
- * of each, zeros past the row's blocks). */
+static inline float max_lane(__m256 m) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+/* One row of x: int8 values (rounded to nearest, ties to even) on one scale per chunk of 8 blocks (256
+ * values, as llama.cpp's Q8_K), and per block that scale e and e * S (Bp of each, zeros past the row). */
 static void quantize_row(const float *x, int K, int Bp, int8_t *q, float *e, float *es) {
+    const int B = K / 32;
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int b = 0; b < Bp; b++) {
-        if (b >= K / 32) { e[b] = es[b] = 0.0f; continue; }
-        const float *v = x + b * 32;
+    for (int c = 0; c < Bp; c += 8) {
         __m256 m = _mm256_setzero_ps();
-        for (int i = 0; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(v + i)));
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+        for (int i = c * 32; i < (c + 8 < B ? c + 8 : B) * 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+        const float amax = max_lane(m), scale = amax / 127.0f;
         const __m256 inverse = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-        __m256i ints[4], sum = _mm256_setzero_si256();
-        for (int i = 0; i < 4; i++) {
-            ints[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * i), inverse));
-            sum = _mm256_add_epi32(sum, ints[i]);
+        for (int b = c; b < c + 8; b++) {
+            if (b >= B) { e[b] = es[b] = 0.0f; continue; }
+            const float *v = x + b * 32;
+            __m256i ints[4], sum = _mm256_setzero_si256();
+            for (int i = 0; i < 4; i++) {
+                ints[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 8 * i), inverse));
+                sum = _mm256_add_epi32(sum, ints[i]);
+            }
+            /* pack 32 int32 to int8 in order: packs interleaves 128-bit lanes, the permute puts them back */
+            const __m256i packed = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(ints[0], ints[1]), _mm256_packs_epi32(ints[2], ints[3])),
+                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(q + b * 32), packed);
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+            e[b] = scale;
+            es[b] = scale * (float)_mm_cvtsi128_si32(s4);
         }
-        /* pack 32 int32 to int8 in order: packs interleaves 128-bit lanes, the permute puts them back */
-        const __m256i packed = _mm256_permutevar8x32_epi32(
-            _mm256_packs_epi16(_mm256_packs_epi32(ints[0], ints[1]), _mm256_packs_epi32(ints[2], ints[3])),
-            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(q + b * 32), packed);
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        e[b] = amax / 127.0f;
-        es[b] = e[b] * (float)_mm_cvtsi128_si32(s4);
     }
 }
 
-/* Blocks b8..b8+count-1 (count even, at most 8) of a tile's rows into the accumulators. */
+/* Blocks b8..b8+count-1 (one chunk: count even, at most 8) of a tile's rows into the accumulators: the
+ * chunk's sum of d (q . x8) per output and row, then times the row's chunk scale e. */
 static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restrict__ xq, const float *__restrict__ xe,
         const uint8_t *__restrict__ w, const uint16_t *__restrict__ d, int K, int Bp, int r0, int b8,
         const int count, const int R, __m256 acc[TILE][MAX_R]) {
-    __m256 dv[TILE];
-    for (int o = 0; o < TILE; o++) dv[o] = bf16x8(d + (size_t)b8 * TILE + o * 8);
+    __m256 dv[TILE], part[TILE][MAX_R];
+    for (int o = 0; o < TILE; o++) {
+        dv[o] = bf16x8(d + (size_t)b8 * TILE + o * 8);
+        for (int r = 0; r < R; r++) part[o][r] = _mm256_setzero_ps();
+    }
     for (int j = 0; j < count; j += 2) {
         __m256i wv[TILE][2];
         for (int o = 0; o < TILE; o++) {
@@ -155,11 +166,14 @@ static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restr
             for (int o = 0; o < TILE; o++) db[o] = _mm256_permutevar8x32_ps(dv[o], _mm256_set1_epi32(j + h));
             for (int r = 0; r < R; r++) {
                 const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (size_t)(r0 + r) * K + b * 32));
-                const __m256 eb = _mm256_broadcast_ss(xe + (size_t)(r0 + r) * Bp + b);
                 for (int o = 0; o < TILE; o++)
-                    acc[o][r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot_u8_s8(wv[o][h], xv)), db[o]), eb, acc[o][r]);
+                    part[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(wv[o][h], xv)), db[o], part[o][r]);
             }
         }
+    }
+    for (int r = 0; r < R; r++) {
+        const __m256 e = _mm256_broadcast_ss(xe + (size_t)(r0 + r) * Bp + b8);
+        for (int o = 0; o < TILE; o++) acc[o][r] = _mm256_fmadd_ps(part[o][r], e, acc[o][r]);
     }
 }
 
@@ -191,8 +205,9 @@ static inline __attribute__((always_inline)) void tile_q4(const int8_t *__restri
 static void outputs_q4(const int8_t *xq, const float *xe, const float *xes, const uint8_t *w, const uint16_t *d,
                        const uint16_t *z, float *y, int n, int K, int N, int o0) {
     int r0 = 0;
-    for (; r0 + 2 <= n; r0 += 2) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 2);
-    if (r0 < n) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 1);
+    for (; r0 + 3 <= n; r0 += 3) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 3);
+    if (n - r0 == 2) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 2);
+    if (n - r0 == 1) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 1);
 }
 
 /* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 4 (TILE). scratch: n * (K + 8 * Bp) bytes. */

@@ -121,7 +121,7 @@ def product_int8(weight: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor) 
 def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, rows: torch.Tensor,
                out_features: int) -> torch.Tensor:
     """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/int4.py's
-    tiled(), each row rounded to int8 per group of 32 as it is read. The caller checks available()."""
+    tiled(), each row rounded to int8 per 256 values as it is read. The caller checks available()."""
     rows = rows.contiguous()
     n, K = rows.shape
     out = torch.empty(n, out_features)

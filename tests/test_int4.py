@@ -24,18 +24,19 @@ def linear(inputs=256, outputs=96, seed=0) -> torch.nn.Linear:
 
 
 def rows_as_the_kernel_reads_them(x: torch.Tensor, q: Int4Linear) -> torch.Tensor:
-    """specviz's kernel rounds each row to int8 per group of 32 (scale: the group's largest magnitude / 127,
-    ties to even); PyTorch's rounds it to bfloat16."""
+    """specviz's kernel rounds each row to int8 on one scale per 256 values (8 groups; the chunk's largest
+    magnitude / 127, ties to even); PyTorch's rounds it to bfloat16."""
     if not q.own:
         return x.bfloat16().float()
-    groups = x.reshape(x.shape[0], -1, GROUP)
-    amax = groups.abs().amax(-1, keepdim=True)
-    ints = torch.round(groups * torch.where(amax > 0, 127 / amax, 0))
-    return (ints * (amax / 127)).reshape(x.shape)
+    chunks = list(x.split(8 * GROUP, dim=1))
+    for i, chunk in enumerate(chunks):
+        amax = chunk.abs().amax(-1, keepdim=True)
+        chunks[i] = torch.round(chunk * torch.where(amax > 0, 127 / amax, 0)) * (amax / 127)
+    return torch.cat(chunks, 1)
 
 
 def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding():
-    layer = linear()
+    layer = linear(320)                                      # a chunk of 256 inputs and one of 64
     q = Int4Linear(layer)
     w, w4 = layer.weight.detach(), q.dequantized()
     groups = w.reshape(w.shape[0], -1, GROUP)
@@ -44,7 +45,7 @@ def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding
     error = (w4 - w).abs().reshape(groups.shape).amax(-1)
     assert (error <= 0.5 * step + slack).all()
     assert error.max() > 0                                   # it did quantize
-    x = torch.randn(5, 256)
+    x = torch.randn(5, 320)
     expected = rows_as_the_kernel_reads_them(x, q).double() @ w4.double().T + layer.bias
     assert torch.allclose(q(x).double(), expected, atol=1e-5 if q.own else 1e-2)
     assert not torch.allclose(q(x).double(), x.double() @ w4.double().T + layer.bias, atol=1e-5)   # its inputs are rounded
