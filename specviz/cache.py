@@ -20,7 +20,10 @@ from time import perf_counter
 import torch
 
 from .cpu_matmul import MAX_ROWS, engine_products, install, rows_product
+from .int4 import Int4Linear
 from .int8 import Int8Linear
+
+QUANTIZED_HEADS = (Int8Linear, Int4Linear)     # output layers whose rows for a vocabulary are a layer of their own
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)     # static mode: feeds are padded to one of these sizes
 
@@ -69,13 +72,14 @@ def read_bytes(model: torch.nn.Module, output_vocab: torch.Tensor | None = None)
 
 
 def output_rows(layer: torch.nn.Module, ids: torch.Tensor):
-    """The output layer for the tokens `ids` only: an int8 layer of those rows, or their float weight rows."""
-    return layer.output_rows(ids) if isinstance(layer, Int8Linear) else layer.weight[ids].contiguous()
+    """The output layer for the tokens `ids` only: a quantized layer of those rows, or their float weight rows."""
+    return layer.output_rows(ids) if isinstance(layer, QUANTIZED_HEADS) else layer.weight[ids].contiguous()
 
 
 def restricts_output(layer: torch.nn.Module) -> bool:
-    """Whether an output layer can be computed for some tokens only (float and int8 layers; not int4)."""
-    return isinstance(layer, Int8Linear) or type(layer) is torch.nn.Linear
+    """Whether an output layer can be computed for some tokens only (float and int8 layers, int4 ones on
+    specviz's kernel)."""
+    return isinstance(layer, Int8Linear) or type(layer) is torch.nn.Linear or (isinstance(layer, Int4Linear) and layer.own)
 
 
 class KVModel:
@@ -183,7 +187,7 @@ class KVModel:
         if self.head is None:
             return out.logits[0, :n][-rows:]
         hidden = out.last_hidden_state[0, n - rows:n]
-        if isinstance(self.head, Int8Linear):
+        if isinstance(self.head, QUANTIZED_HEADS):
             scores = self.head(hidden)
         else:
             scores = rows_product(self.head, hidden) if self.fast and rows <= MAX_ROWS else hidden @ self.head.T

@@ -37,14 +37,25 @@ class Int4Linear(torch.nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
         q, scale, zero = groups(linear.weight.detach())
         self.own = rows_kernel.available() and self.in_features % (2 * GROUP) == 0 and self.out_features % TILE == 0
-        # Parameters (frozen) rather than buffers, so that weight counts include them
-        frozen = lambda t: torch.nn.Parameter(t, requires_grad=False)
+        self.kept = self.out_features           # outputs returned (output_rows pads the rows to whole tiles)
         if self.own:
-            self.packed, self.scales, self.zeros = map(frozen, tiled(q, scale, zero))
+            self.packed, self.scales, self.zeros = map(_frozen, tiled(q, scale, zero))
         else:
-            self.packed = frozen(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
-            self.scales_and_zeros = frozen(torch.stack([scale, zero], -1).permute(1, 0, 2).contiguous())
-        self.bias = None if linear.bias is None else frozen(linear.bias.detach().clone())
+            self.packed = _frozen(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+            self.scales_and_zeros = _frozen(torch.stack([scale, zero], -1).permute(1, 0, 2).contiguous())
+        self.bias = None if linear.bias is None else _frozen(linear.bias.detach().clone())
+
+    def output_rows(self, ids: torch.Tensor) -> "Int4Linear":
+        """A layer computing only the outputs `ids` (a draft's output vocabulary: specviz/cache.py); specviz's
+        kernel only (restricts_output)."""
+        q, scale, zero = untiled(self.packed, self.scales, self.zeros, self.out_features, self.in_features)
+        rows = torch.cat([ids, ids[-1:].repeat(-len(ids) % TILE)])         # whole tiles: the last row again
+        part = Int4Linear.__new__(Int4Linear)
+        torch.nn.Module.__init__(part)
+        part.in_features, part.out_features, part.kept, part.own = self.in_features, len(rows), len(ids), True
+        part.packed, part.scales, part.zeros = map(_frozen, tiled(q[rows], scale[rows], zero[rows]))
+        part.bias = None if self.bias is None else _frozen(self.bias[ids].clone())
+        return part
 
     def kernel(self) -> str:
         return "specviz q4 x q8" if self.own else "torch int4 (bfloat16)"
@@ -52,10 +63,10 @@ class Int4Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         if self.own:
-            y = rows_kernel.product_q4(self.packed, self.scales, self.zeros, rows.float(), self.out_features)
+            y = rows_kernel.product_q4(self.packed, self.scales, self.zeros, rows.float(), self.out_features)[:, :self.kept]
         else:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows.to(torch.bfloat16), self.packed, GROUP, self.scales_and_zeros)
-        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.kept)
         return y if self.bias is None else y + self.bias
 
     def dequantized(self) -> torch.Tensor:
@@ -64,6 +75,7 @@ class Int4Linear(torch.nn.Module):
             eye = torch.eye(self.in_features)
             return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_and_zeros.float()).T
         q, scale, zero = untiled(self.packed, self.scales, self.zeros, self.out_features, self.in_features)
+        q, scale, zero = q[:self.kept], scale[:self.kept], zero[:self.kept]
         spread = lambda t: t.float().repeat_interleave(GROUP, 1)
         return (q.float() - 8) * spread(scale) + spread(zero)
 
@@ -80,6 +92,11 @@ def groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     zero = (low + 8 * scale).to(torch.bfloat16).float()
     q = torch.clamp(torch.round((grouped - zero) / scale) + 8, 0, 15).to(torch.uint8)
     return q.reshape(out_features, in_features), scale[..., 0].to(torch.bfloat16), zero[..., 0].to(torch.bfloat16)
+
+
+def _frozen(t: torch.Tensor) -> torch.nn.Parameter:
+    """Parameters (frozen) rather than buffers, so that weight counts include them."""
+    return torch.nn.Parameter(t, requires_grad=False)
 
 
 def tiled(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

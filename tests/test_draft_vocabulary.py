@@ -3,10 +3,12 @@ prompt's (Stack.restrict_draft_vocabulary): its output layer is cut to those row
 token, and every strategy still writes baseline's tokens."""
 import copy
 
+import pytest
 import torch
 
 from specviz import rows_kernel
-from specviz.cache import KVModel, read_bytes
+from specviz.cache import KVModel, read_bytes, restricts_output
+from specviz.int4 import Int4Linear
 from specviz.drafters.katz import KatzTrigram
 from specviz.int8 import Int8Linear
 from specviz.models import LoadedModel, _quantized
@@ -21,17 +23,20 @@ class SpecialTokenizer(TinyTokenizer):
     all_special_ids = [SPECIAL]
 
 
-def test_an_int8_output_layer_cut_to_some_rows_computes_those_outputs():
+@pytest.mark.parametrize("quantized", [Int8Linear, Int4Linear])
+def test_a_quantized_output_layer_cut_to_some_rows_computes_those_outputs(quantized):
     torch.manual_seed(0)
-    layer = Int8Linear(torch.nn.Linear(96, 40))
-    ids = torch.tensor([3, 0, 17, 39])
+    layer = quantized(torch.nn.Linear(128, 40))
+    if not restricts_output(layer):
+        pytest.skip("an int4 layer on PyTorch's kernel (no rows kernel here) is not cut")
+    ids = torch.tensor([3, 0, 17, 39, 21])              # for int4 not a whole tile of 4 rows
     part = layer.output_rows(ids)
-    x = torch.randn(5, 96)
+    x = torch.randn(5, 128)
     if rows_kernel.available():       # each output computed alone: the same bits
         assert torch.equal(part(x), layer(x)[:, ids])
     else:
         assert torch.allclose(part(x), layer(x)[:, ids], atol=1e-5)
-    assert part.out_features == 4 and part.weight_int8.is_contiguous()
+    assert part(x).shape == (5, 5) and torch.equal(part.dequantized(), layer.dequantized()[ids])
 
 
 def int8_draft_stack() -> tuple:
