@@ -18,6 +18,7 @@ import torch
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
+from .shared_input import stack_siblings
 from .int4 import INT4, Int4Linear, quantize_model, quantized_precision
 from .int8 import INT8, Int8Linear
 from .paths import ASSETS, cache_dir
@@ -251,7 +252,9 @@ def _quantized(loaded: LoadedModel, precision: str = INT4) -> LoadedModel:
 def quantize_in_place(model: torch.nn.Module, precision: str, keep: tuple = ()) -> torch.nn.Module:
     """The model's linear layers (but `keep`) in 4 or 8 bits, each token attending alone (row_attention)."""
     use_row_attention(model)
-    return quantize_model(model, keep, layer=QUANTIZED[precision], precision=precision)
+    quantize_model(model, keep, layer=QUANTIZED[precision], precision=precision)
+    stack_siblings(model)           # q/k/v and gate/up in one product each (int4 on specviz's kernel)
+    return model
 
 
 OUTPUT_VOCAB_FILE = "output_vocab.npy"

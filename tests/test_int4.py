@@ -139,7 +139,7 @@ def test_a_draft_with_an_output_vocabulary_keeps_its_output_layer(tmp_path):
     vocab = torch.tensor([2, 5, 7, 11, 13])
     loaded = _quantized(LoadedModel("draft", model, None, output_vocab=vocab))
     assert type(model.get_output_embeddings()) is torch.nn.Linear
-    assert type(model.model.layers[0].mlp.up_proj) is Int4Linear
+    assert type(model.model.layers[0].mlp.down_proj) is Int4Linear
     kv = KVModel(model, "draft", output_vocab=vocab)
     with torch.inference_mode():
         logits = kv.feed_committed([1, 2, 3])

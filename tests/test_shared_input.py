@@ -1,0 +1,69 @@
+"""Sibling 4-bit layers stacked into one product (specviz/shared_input.py): the same bits, fewer calls."""
+import copy
+
+import pytest
+import torch
+
+from specviz import rows_kernel
+from specviz.cache import KVModel, parameter_bytes
+from specviz.int4 import Int4Linear
+from specviz.models import LoadedModel, _quantized
+from specviz.shared_input import Slice, Stacked, stack_siblings
+from test_int4 import gqa_model
+
+pytestmark = pytest.mark.skipif(not rows_kernel.available(), reason="no rows kernel here: int4 layers are PyTorch's, never stacked")
+
+
+def quantized_pair():
+    """The same random Qwen2 quantized twice: siblings stacked (as models load) and left apart."""
+    stacked = gqa_model()
+    _quantized(LoadedModel("stacked", stacked, None))
+    apart = copy.deepcopy(stacked)
+    for layer in apart.model.layers:          # undo the stacking: each sibling an Int4Linear of its own rows
+        for parent in (layer.self_attn, layer.mlp):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, Slice):
+                    setattr(parent, name, _rows_of(child))
+                elif isinstance(child, Stacked):
+                    delattr(parent, name)
+    return stacked, apart
+
+
+def _rows_of(part: Slice) -> Int4Linear:
+    whole = part.stacked.layer
+    layer = Int4Linear.__new__(Int4Linear)
+    torch.nn.Module.__init__(layer)
+    layer.in_features, layer.own = whole.in_features, True
+    layer.out_features = layer.kept = part.end - part.start
+    for name in ("packed", "scales", "zeros"):
+        setattr(layer, name, torch.nn.Parameter(getattr(whole, name)[part.start:part.end].clone(), requires_grad=False))
+    layer.bias = None if whole.bias is None else torch.nn.Parameter(whole.bias[part.start:part.end].clone(), requires_grad=False)
+    return layer
+
+
+def test_stacked_siblings_compute_the_same_bits_in_fewer_calls(monkeypatch):
+    stacked, apart = quantized_pair()
+    attention = stacked.model.layers[0].self_attn
+    assert all(isinstance(getattr(attention, n), Slice) for n in ("q_proj", "k_proj", "v_proj"))
+    assert isinstance(stacked.model.layers[0].mlp.up_proj, Slice)
+    assert parameter_bytes(stacked) == parameter_bytes(apart)          # each weight counted once
+    calls = []
+    product = rows_kernel.product_q4
+    monkeypatch.setattr(rows_kernel, "product_q4", lambda *a: calls.append(1) or product(*a))
+    logits = {}
+    with torch.inference_mode():
+        for name, model in (("stacked", stacked), ("apart", apart)):
+            calls.clear()
+            kv = KVModel(model, name)
+            logits[name] = [kv.feed_committed([(5 * i) % 256 for i in range(40)])] + [kv.feed_committed([t]) for t in (7, 99, 3)]
+            logits[name + " calls"] = len(calls)
+    assert all(torch.equal(a, b) for a, b in zip(logits["stacked"], logits["apart"]))
+    layers = len(stacked.model.layers)
+    assert logits["apart calls"] - logits["stacked calls"] == 4 * 3 * layers        # 7 products a layer become 4
+    assert all(m._last is None for m in stacked.modules() if isinstance(m, Stacked))  # no result kept after a forward
+
+
+def test_only_4bit_layers_on_specvizs_kernel_with_one_input_width_are_stacked():
+    model = gqa_model()
+    _quantized(LoadedModel("int8", model, None), "int8")
+    assert stack_siblings(model) == 0 and not any(isinstance(m, Slice) for m in model.modules())
