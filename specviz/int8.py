@@ -2,10 +2,9 @@
 
 Each output row of a weight matrix keeps one float32 scale (its largest magnitude / 127) and its
 weights as int8, so a layer reads a quarter of float32's bytes. The rows kernel converts the weights
-to float32 as it reads them and accumulates in float32. PyTorch's own 4-bit kernel (`int4.py`) reads
-fewer bytes but, on our 2-core AVX2 machines, pays for it in compute as soon as a few rows are fed:
-a Qwen2.5-Coder-0.5B forward of 8 tokens takes 141-155 ms in int4, 141-146 in float32 and 102-107
-here; one token 52-54 ms, as in int4 (docs/BENCHMARKS.md). Meant for drafts, whose precision moves
+to float32 as it reads them and accumulates in float32. On our 2-core AVX2 machines, with PyTorch's 4-bit
+kernel (before specviz's own, `int4.py`), a Qwen2.5-Coder-0.5B forward of 8 tokens took 141-155 ms in int4,
+141-146 in float32 and 102-107 here; one token 52-54 ms, as in int4 (docs/BENCHMARKS.md). Meant for drafts, whose precision moves
 acceptance only; as a target, `int8` is its own numerical model, exact against our int8 baseline
 (each row computed alone by the kernel, and one token at a time by specviz/row_attention.py).
 Without the kernel (no C compiler), the layer multiplies by its de-quantised weight: correct, slow.
