@@ -36,6 +36,9 @@ def draft_text_artifact() -> dict:
 
 def cmd_manifest(args) -> None:
     """Write assets/manifest.json and assets/MANIFEST.md from the recorded runs (data/*.json)."""
+    if args.files_only:
+        write_manifest(json.loads((ASSETS / "manifest.json").read_text()))
+        return
     draft = read_json(DATA / "draft_train_draft.json")
     trigram = read_json(DATA / "trigram_build_trigram.json")
     measured = read_json(Path(args.agreement))
@@ -53,15 +56,19 @@ def cmd_manifest(args) -> None:
                 "teacher_labelled": read_json(DATA / "teacher" / "info.json"),
                 "humaneval_continuations": read_json(DATA / "humaneval" / "info.json"),
                 "corpus": read_json(DATA / "corpus_info.json")}
+    notes = Path(args.notes).read_text() if args.notes else ""
+    write_manifest({"notes": notes, "artifacts": artifacts, "datasets": datasets, "agreement": measured,
+                    "agreement_first_32": quick, "acceptance": acceptance_summary(Path(args.acceptance))})
+
+
+def write_manifest(manifest: dict) -> None:
+    """manifest.json and MANIFEST.md, with the files, their sizes and the recordings' list as they are now."""
     index_files = ("manifest.json", "MANIFEST.md")          # cannot hold their own sizes
     files = {str(p.relative_to(ASSETS)): {"bytes": p.stat().st_size}
              for p in sorted(ASSETS.rglob("*")) if p.is_file() and p.name not in index_files}
     files.update({name: {"bytes": None} for name in index_files})
-    notes = Path(args.notes).read_text() if args.notes else ""
-    manifest = {"notes": notes, "artifacts": artifacts, "datasets": datasets, "agreement": measured,
-                "agreement_first_32": quick, "acceptance": acceptance_summary(Path(args.acceptance)),
-                "files": files,
-                "total_bytes_without_index_files": sum(f["bytes"] for f in files.values() if f["bytes"])}
+    manifest["artifacts"]["recordings"] = recordings_artifact()
+    manifest |= {"files": files, "total_bytes_without_index_files": sum(f["bytes"] for f in files.values() if f["bytes"])}
     (ASSETS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     (ASSETS / "MANIFEST.md").write_text(render_manifest(manifest))
     log("wrote", ASSETS / "manifest.json", ASSETS / "MANIFEST.md")
