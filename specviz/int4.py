@@ -50,12 +50,19 @@ class Int4Linear(torch.nn.Module):
         kernel only (restricts_output)."""
         q, scale, zero = untiled(self.packed, self.scales, self.zeros, self.out_features, self.in_features)
         rows = torch.cat([ids, ids[-1:].repeat(-len(ids) % TILE)])         # whole tiles: the last row again
-        part = Int4Linear.__new__(Int4Linear)
-        torch.nn.Module.__init__(part)
-        part.in_features, part.out_features, part.kept, part.own = self.in_features, len(rows), len(ids), True
-        part.packed, part.scales, part.zeros = map(_frozen, tiled(q[rows], scale[rows], zero[rows]))
-        part.bias = None if self.bias is None else _frozen(self.bias[ids].clone())
-        return part
+        return Int4Linear.of_tiles(tiled(q[rows], scale[rows], zero[rows]), self.in_features, len(ids),
+                                   None if self.bias is None else self.bias[ids].clone())
+
+    @classmethod
+    def of_tiles(cls, tiles: tuple[torch.Tensor, torch.Tensor, torch.Tensor], in_features: int, kept: int,
+                 bias: torch.Tensor | None) -> "Int4Linear":
+        """A layer on specviz's kernel from tiled()'s (packed, scales, zeros); it returns its first `kept` outputs."""
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        layer.in_features, layer.out_features, layer.kept, layer.own = in_features, tiles[0].shape[0], kept, True
+        layer.packed, layer.scales, layer.zeros = map(_frozen, tiles)
+        layer.bias = None if bias is None else _frozen(bias)
+        return layer
 
     def kernel(self) -> str:
         return "specviz q4 x q8" if self.own else "torch int4 (bfloat16)"

@@ -23,16 +23,10 @@ class Stacked(torch.nn.Module):
 
     def __init__(self, layers: list[Int4Linear]):
         super().__init__()
-        self.layer = Int4Linear.__new__(Int4Linear)
-        torch.nn.Module.__init__(self.layer)
-        first = layers[0]
-        self.layer.in_features, self.layer.own = first.in_features, True
-        self.layer.out_features = self.layer.kept = sum(l.out_features for l in layers)
-        for name in ("packed", "scales", "zeros"):
-            setattr(self.layer, name, torch.nn.Parameter(torch.cat([getattr(l, name) for l in layers]), requires_grad=False))
-        biases = [l.bias if l.bias is not None else torch.zeros(l.out_features) for l in layers]
-        self.layer.bias = None if all(l.bias is None for l in layers) else \
-            torch.nn.Parameter(torch.cat(biases), requires_grad=False)
+        tiles = tuple(torch.cat([getattr(l, name) for l in layers]) for name in ("packed", "scales", "zeros"))
+        bias = None if all(l.bias is None for l in layers) else \
+            torch.cat([l.bias if l.bias is not None else torch.zeros(l.out_features) for l in layers])
+        self.layer = Int4Linear.of_tiles(tiles, layers[0].in_features, tiles[0].shape[0], bias)
         self.siblings = len(layers)
         # (input, output, slices taken): one tuple, so a reader never pairs one call's input with another's
         # output; dropped once every sibling took its slice (a prompt's MLP products are megabytes)

@@ -30,15 +30,10 @@ def quantized_pair():
 
 
 def _rows_of(part: Slice) -> Int4Linear:
-    whole = part.stacked.layer
-    layer = Int4Linear.__new__(Int4Linear)
-    torch.nn.Module.__init__(layer)
-    layer.in_features, layer.own = whole.in_features, True
-    layer.out_features = layer.kept = part.end - part.start
-    for name in ("packed", "scales", "zeros"):
-        setattr(layer, name, torch.nn.Parameter(getattr(whole, name)[part.start:part.end].clone(), requires_grad=False))
-    layer.bias = None if whole.bias is None else torch.nn.Parameter(whole.bias[part.start:part.end].clone(), requires_grad=False)
-    return layer
+    whole, rows = part.stacked.layer, slice(part.start, part.end)
+    tiles = tuple(getattr(whole, name)[rows].clone() for name in ("packed", "scales", "zeros"))
+    return Int4Linear.of_tiles(tiles, whole.in_features, part.end - part.start,
+                               None if whole.bias is None else whole.bias[rows].clone())
 
 
 def test_stacked_siblings_compute_the_same_bits_in_fewer_calls(monkeypatch):
