@@ -20,6 +20,8 @@ from time import perf_counter
 import torch
 
 from .cpu_matmul import MAX_ROWS, engine_products, install, rows_product
+from .decoder import Decoder
+from .decoder import supported as decoder_supports
 from .int4 import Int4Linear
 from .int8 import Int8Linear
 
@@ -101,10 +103,13 @@ class KVModel:
         self.dtype = next(model.parameters()).dtype
         self.weight_bytes, self.token_bytes = read_bytes(model, output_vocab)    # read per forward, per token
         self.fast = compiled is None and install(model)     # see specviz/cpu_matmul.py
+        # a quantized Llama-family model runs its own forward (specviz/decoder.py), with its own KV cache
+        self.decoder = Decoder(model) if static_len is None and compiled is None and decoder_supports(model) else None
         self.head = None                 # an output layer computed here, not by the model
         self.output_vocab = None
-        if self.fast and output_vocab is None:
-            self.head = model.get_output_embeddings().weight
+        if (self.fast or self.decoder is not None) and output_vocab is None:
+            layer = model.get_output_embeddings()
+            self.head = layer if isinstance(layer, QUANTIZED_HEADS) else layer.weight
         elif output_vocab is not None:
             self.output_vocab = output_vocab.to(self.device)
             self.head = output_rows(model.get_output_embeddings(), self.output_vocab)
@@ -124,7 +129,9 @@ class KVModel:
 
     def reset(self) -> None:
         from transformers import DynamicCache, StaticCache
-        if self.static_len is None:
+        if self.decoder is not None:
+            self.cache = self.decoder.entries()
+        elif self.static_len is None:
             self.cache = DynamicCache(config=self.model.config)
         else:
             self.cache = StaticCache(config=self.model.config, max_cache_len=self.static_len)
@@ -158,6 +165,10 @@ class KVModel:
             raise ValueError(f"keep must be in [1, {n}], got {keep}")
         if self.static_len is not None:
             return self._static_forward(tokens, positions, visible)[-keep:]
+        if self.decoder is not None:
+            hidden = self.decoder.forward(tokens, positions, visible, self.committed, self.cache, keep)
+            self._logged(n)
+            return self._scores(hidden)
         ids = torch.tensor([tokens], device=self.device)
         pos = torch.tensor([positions], device=self.device)
         rows = {"logits_to_keep": keep} if self.head is None and self._keeps_logits else {}
@@ -186,7 +197,11 @@ class KVModel:
         rows = n if keep is None else keep
         if self.head is None:
             return out.logits[0, :n][-rows:]
-        hidden = out.last_hidden_state[0, n - rows:n]
+        return self._scores(out.last_hidden_state[0, n - rows:n])
+
+    def _scores(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output layer computed here: logits [rows, vocab] of final hidden states [rows, hidden]."""
+        rows = hidden.shape[0]
         if isinstance(self.head, QUANTIZED_HEADS):
             scores = self.head(hidden)
         else:
@@ -268,14 +283,16 @@ class KVModel:
     def copy_committed(self, other: "KVModel") -> None:
         """Start from a copy of another KVModel's committed entries (the same model, dynamic caches)."""
         assert other.model is self.model and other.pending == 0 and self.length == 0 and self.static_len is None
-        self.cache = copy.deepcopy(other.cache)
+        self.cache = other.cache.copy() if self.decoder is not None else copy.deepcopy(other.cache)
         self.committed = other.committed
 
     def commit(self, slots: list[int]) -> None:
         """Keep the committed prefix plus the given tree slots, in order. A slot is a position among the
         entries fed since the last commit (0-based after the prefix): the engine feeds a tree's nodes in
         id order, so node n sits in slot n - 1 and the accepted path's node ids give the slots to keep."""
-        if self.static_len is not None:
+        if self.decoder is not None:
+            self.cache.keep(self.committed, slots)
+        elif self.static_len is not None:
             self._keep_static(slots)
         else:
             self._keep_dynamic(slots)

@@ -31,7 +31,7 @@ import torch
 from .cpu import cpu_info
 from .paths import cache_dir
 
-SOURCE = Path(__file__).with_name("rows_kernel.c")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("rows_kernel.c", "row_attention.c"))
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 # 8-bit dot products in one instruction where the CPU has them (the 4-bit product's integer sums are the same either way)
 VNNI_FLAGS = {"avx512_vnni": ("-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
@@ -51,7 +51,7 @@ def _loaded() -> tuple[ctypes.CDLL | None, str]:
     if compiler is None:
         return None, "torch (no C compiler to build the rows kernel)"
     flags = _flags()
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(flags).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES) + " ".join(flags).encode()).hexdigest()[:12]
     path = cache_dir() / "kernels" / f"rows_kernel-{digest}.so"
     try:
         if not path.exists():
@@ -64,6 +64,10 @@ def _loaded() -> tuple[ctypes.CDLL | None, str]:
         entry.restype = None
     library.rows_matmul_q4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
     library.rows_matmul_q4.restype = None
+    library.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p]
+    library.attend_rows.restype = None
+    library.rms_norm_rows.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
+    library.rms_norm_rows.restype = None
     return library, KERNEL + (" with VNNI" if len(flags) > len(FLAGS) else "")
 
 
@@ -78,7 +82,7 @@ def _build(compiler: str, flags: tuple[str, ...], library: Path) -> None:
     library.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
         built = Path(scratch) / library.name
-        subprocess.run([compiler, *flags, str(SOURCE), "-o", str(built)], check=True, capture_output=True, text=True)
+        subprocess.run([compiler, *flags, *map(str, SOURCES), "-o", str(built), "-lm"], check=True, capture_output=True, text=True)
         os.replace(built, library)
 
 
@@ -128,4 +132,32 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     scratch = torch.empty(n * (K + 8 * scales.shape[1]), dtype=torch.uint8)     # the rows in int8, and per group two floats
     _loaded()[0].rows_matmul_q4(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
                                 n, K, out_features, torch.get_num_threads(), scratch.data_ptr())
+    return out
+
+
+def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor, committed: int,
+           scale: float) -> torch.Tensor:
+    """Each query row's attention over the committed entries and the uncommitted ones it sees, alone
+    (row_attention.c): query [n, heads, D] float32, keys and values one layer's cache [kv_heads, capacity, D],
+    visible bool [n, cols] over the entries after the committed ones. Returns [n, heads, D]. The caller
+    checks available()."""
+    n, heads, D = query.shape
+    kv_heads, capacity = keys.shape[0], keys.shape[1]
+    cols = visible.shape[1]
+    entries, threads = committed + cols, torch.get_num_threads()
+    out = torch.empty(n, heads, D)
+    scratch = torch.empty(threads * entries * (1 + heads // kv_heads), dtype=torch.int32)
+    query, mask = query.contiguous(), visible.to(torch.uint8).contiguous()      # held: the C call reads them
+    _loaded()[0].attend_rows(query.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
+                             out.data_ptr(), n, heads, kv_heads, D, capacity, committed, cols, scale, threads,
+                             scratch.data_ptr())
+    return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight for rows x [n, K] float32 (K a multiple of 8), each row alone
+    (row_attention.c). The caller checks available()."""
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    _loaded()[0].rms_norm_rows(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
     return out

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz import rows_kernel
+from specviz import cache, rows_kernel
 from specviz.cache import KVModel, parameter_bytes, read_bytes
 from specviz.int4 import GROUP, Int4Linear, is_quantized, quantize_model
 from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
@@ -184,14 +184,23 @@ def tree_and_sequential_logits(model, root: int):
     return fed[[0, 1, 3, 4]], sequential
 
 
-def test_an_int4_model_verifies_each_token_bit_for_bit_as_plain_decoding_computes_it():
+@pytest.mark.parametrize("own_forward", [True, False])       # specviz/decoder.py, or transformers' modules
+def test_an_int4_model_verifies_each_token_bit_for_bit_as_plain_decoding_computes_it(monkeypatch, own_forward):
     model = gqa_model()
     _quantized(LoadedModel("target", model, None))
-    roots = range(10, 20)
-    for root in roots:
+    if not own_forward:
+        monkeypatch.setattr(cache, "decoder_supports", lambda model: False)
+    assert (KVModel(model, "which").decoder is not None) == own_forward
+    for root in range(10, 20):
         assert torch.equal(*tree_and_sequential_logits(model, root))
-    model.set_attn_implementation("sdpa")        # all tokens attending at once: now and then not bit for bit
-    differ = [not torch.equal(*tree_and_sequential_logits(model, root)) for root in roots]
+
+
+def test_through_transformers_with_all_tokens_attending_at_once_it_would_not_be(monkeypatch):
+    model = gqa_model()
+    _quantized(LoadedModel("target", model, None))
+    monkeypatch.setattr(cache, "decoder_supports", lambda model: False)
+    model.set_attn_implementation("sdpa")
+    differ = [not torch.equal(*tree_and_sequential_logits(model, root)) for root in range(10, 20)]
     assert any(differ)
 
 

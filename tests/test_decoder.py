@@ -1,0 +1,100 @@
+"""specviz's own forward for quantized Llama-family models (specviz/decoder.py) and its C parts
+(row_attention.c): the same function as transformers' forward, each row computed alone."""
+import copy
+
+import pytest
+import torch
+
+from specviz import rows_kernel
+from specviz.cache import KVModel
+from specviz.decoder import Decoder, supported
+from specviz.models import LoadedModel, _quantized
+from specviz.tree import ancestor_matrix
+from test_int4 import gqa_model
+from tiny import tiny_model
+
+pytestmark = pytest.mark.skipif(not rows_kernel.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
+
+
+@pytest.mark.parametrize("make", [gqa_model, lambda: tiny_model("llama", hidden=64)], ids=["qwen2", "llama"])
+def test_in_float32_it_computes_transformers_logits(make):
+    """The decoder's own steps (rotary, grouped-query attention, biases, norms) against transformers', on the
+    float model, where only rounding can tell them apart."""
+    model = make()
+    prompt = [(7 * i) % 64 for i in range(60)]
+    with torch.inference_mode():
+        theirs = model(torch.tensor([prompt])).logits[0]
+        decoder = Decoder(model)
+        hidden = decoder.forward(prompt, list(range(60)), torch.ones(60, 60, dtype=torch.bool).tril(), 0,
+                                 decoder.entries(), 60)
+        ours = model.get_output_embeddings()(hidden)
+    assert torch.allclose(ours, theirs, atol=1e-4 * theirs.abs().max().item())
+
+
+def test_it_runs_quantized_llama_family_models_only():
+    llama, gpt2 = copy.deepcopy(tiny_model("llama", hidden=64)), copy.deepcopy(tiny_model("gpt2", hidden=64))
+    assert not supported(llama)                      # float32: transformers' forward
+    for model in (llama, gpt2):
+        _quantized(LoadedModel("m", model, None))
+    assert supported(llama) and not supported(gpt2)
+    assert KVModel(llama, "l").decoder is not None and KVModel(gpt2, "g").decoder is None
+
+
+def test_attention_gives_each_row_softmax_over_the_entries_it_sees():
+    torch.manual_seed(0)
+    heads, kv_heads, dim, capacity, committed = 6, 2, 64, 40, 20
+    keys, values = torch.randn(kv_heads, capacity, dim), torch.randn(kv_heads, capacity, dim)
+    query = torch.randn(5, heads, dim)
+    visible = ancestor_matrix([-1, 0, 0, 1, 3]).bool()
+    out = rows_kernel.attend(query, keys, values, visible, committed, 0.125)
+    for row in range(5):
+        seen = list(range(committed)) + [committed + c for c in range(5) if visible[row, c]]
+        k, v = keys[:, seen].repeat_interleave(3, 0), values[:, seen].repeat_interleave(3, 0)
+        expected = torch.softmax(query[row][:, None] @ k.transpose(1, 2) * 0.125, -1) @ v
+        assert torch.allclose(out[row], expected[:, 0], atol=1e-5)
+
+
+def test_a_rows_attention_and_norm_are_the_same_bits_whatever_rows_come_with_it():
+    torch.manual_seed(1)
+    keys, values = torch.randn(2, 64, 128), torch.randn(2, 64, 128)
+    query = torch.randn(8, 12, 128)
+    together = rows_kernel.attend(query, keys, values, torch.ones(8, 8, dtype=torch.bool).tril(), 50, 0.1)
+    for row in range(8):
+        alone = rows_kernel.attend(query[row:row + 1], keys, values, torch.ones(1, 1, dtype=torch.bool), 50 + row, 0.1)
+        assert torch.equal(alone[0], together[row])
+    x, weight = torch.randn(8, 1536) * 3, torch.randn(1536)
+    normed = rows_kernel.rms_norm(x, weight, 1e-6)
+    assert torch.allclose(normed, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight, atol=1e-5)
+    assert all(torch.equal(rows_kernel.rms_norm(x[r:r + 1], weight, 1e-6)[0], normed[r]) for r in range(8))
+
+
+def test_committing_a_branch_keeps_the_entries_plain_feeding_writes():
+    model = gqa_model()
+    _quantized(LoadedModel("target", model, None))
+    prefix = [(5 * i) % 256 for i in range(30)]
+    with torch.inference_mode():
+        plain, tree = KVModel(model, "plain"), KVModel(model, "tree")
+        for kv in (plain, tree):
+            kv.feed_committed(prefix)
+        plain.feed_committed([11, 99])
+        tree.forward([11, 5, 99], [30, 31, 31], ancestor_matrix([-1, 0, 0]))     # keep the root and its 2nd child
+        tree.commit([0, 2])
+        forked = KVModel(model, "forked")
+        forked.copy_committed(tree)
+    for kv in (tree, forked):
+        assert kv.committed == plain.committed == 32
+        assert torch.equal(kv.cache.keys[:, :, :32], plain.cache.keys[:, :, :32])
+        assert torch.equal(kv.cache.values[:, :, :32], plain.cache.values[:, :, :32])
+
+
+def test_the_cache_grows_past_its_first_allocation():
+    model = copy.deepcopy(tiny_model("llama", hidden=64))
+    _quantized(LoadedModel("m", model, None))
+    prompt = [(3 * i) % 64 for i in range(300)]
+    with torch.inference_mode():
+        grown = KVModel(model, "grown")
+        grown.feed_committed(prompt[:200])
+        first = grown.feed_committed(prompt[200:])          # 300 entries: past the first 256
+        whole = KVModel(model, "whole").feed_committed(prompt)
+    assert grown.cache.keys.shape[2] >= 300
+    assert torch.equal(first, whole[200:])
