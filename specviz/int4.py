@@ -14,7 +14,7 @@ change: embeddings, norms and attention keep float32.
 A draft's precision moves acceptance only, never the output, so a draft may always take this. A
 target in `int4` is a different numerical model from the same target in float32: the exactness
 promise is then against our baseline in `int4`, and holds bit for bit because both kernels compute
-each row alone and an int4 model attends one token at a time (specviz/row_attention.py).
+each row alone and an int4 model attends one token at a time (specviz/decoder.py, specviz/row_attention.py).
 """
 from __future__ import annotations
 

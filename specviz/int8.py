@@ -6,7 +6,7 @@ to float32 as it reads them and accumulates in float32. On our 2-core AVX2 machi
 kernel (before specviz's own, `int4.py`), a Qwen2.5-Coder-0.5B forward of 8 tokens took 141-155 ms in int4,
 141-146 in float32 and 102-107 here; one token 52-54 ms, as in int4 (docs/BENCHMARKS.md). Meant for drafts, whose precision moves
 acceptance only; as a target, `int8` is its own numerical model, exact against our int8 baseline
-(each row computed alone by the kernel, and one token at a time by specviz/row_attention.py).
+(each row computed alone by the kernel, and one token at a time by specviz/decoder.py or row_attention.py).
 Without the kernel (no C compiler), the layer multiplies by its de-quantised weight: correct, slow.
 """
 from __future__ import annotations

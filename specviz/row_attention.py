@@ -13,6 +13,10 @@ tokens fed together meet. Here each query row attends alone, over exactly the ca
 see, gathered into a tensor of the same shape plain decoding would give it, through the same SDPA
 call: a tree forward then computes every token's logits bit for bit as plain decoding does.
 Feeds longer than MAX_ROWS (a prompt, which every strategy feeds alike) take SDPA at once.
+
+A quantized Llama-family model does not come here: specviz/decoder.py runs its forward, with the same rule
+in C (row_attention.c) and without copying any entry. This serves the other families, and machines where
+specviz's kernels do not build.
 """
 from __future__ import annotations
 
