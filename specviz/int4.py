@@ -108,11 +108,12 @@ def _frozen(t: torch.Tensor) -> torch.nn.Parameter:
 
 def tiled(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """groups() in the layout rows_kernel.c reads: per tile of 4 output rows, per pair of groups, each
-    row's 32 bytes (byte j: q[j] of the pair's first group, and of its second in the high nibble); the
-    scales and zeros per tile, per chunk of 8 groups (padded with zeros), each row's 8 values."""
+    row's 32 bytes (low nibbles: q[0..15] of the pair's first group, then of its second; high nibbles:
+    q[16..31] of each); the scales and zeros per tile, per chunk of 8 groups (padded with zeros), each
+    row's 8 values."""
     out_features, in_features = q.shape
-    pairs = q.reshape(out_features // TILE, TILE, in_features // (2 * GROUP), 2, GROUP)
-    packed = (pairs[:, :, :, 0] | (pairs[:, :, :, 1] << 4)).transpose(1, 2).contiguous()
+    pairs = q.reshape(out_features // TILE, TILE, in_features // (2 * GROUP), 2, 2, GROUP // 2)     # [..., block, half, 16]
+    packed = (pairs[..., 0, :].flatten(-2) | (pairs[..., 1, :].flatten(-2) << 4)).transpose(1, 2).contiguous()
 
     def chunked(t: torch.Tensor) -> torch.Tensor:
         padded = torch.nn.functional.pad(t, (0, -t.shape[1] % CHUNK))
@@ -122,8 +123,8 @@ def tiled(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[tor
 
 def untiled(packed, scales, zeros, out_features: int, in_features: int):
     """tiled()'s inverse: (q, scale, zero) as groups() gave them."""
-    pairs = packed.reshape(out_features // TILE, in_features // (2 * GROUP), TILE, GROUP).transpose(1, 2)
-    q = torch.stack([pairs & 15, pairs >> 4], 3).reshape(out_features, in_features)
+    pairs = packed.reshape(out_features // TILE, in_features // (2 * GROUP), TILE, 2, GROUP // 2).transpose(1, 2)
+    q = torch.stack([pairs & 15, pairs >> 4], 4).reshape(out_features, in_features)     # [..., block, half, 16]
     groups_per_row = in_features // GROUP
 
     def unchunked(t: torch.Tensor) -> torch.Tensor:

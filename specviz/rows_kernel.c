@@ -78,8 +78,10 @@ PRODUCT(1, rows_matmul_q8)
 
 /* ---- 4-bit weights, 8-bit activations (rows_matmul_q4) ----
  * Weights come in tiles of 4 output rows, stored so that a tile is read as one stream: for each pair of
- * 32-weight blocks, the 4 rows' 32 bytes in turn, byte j holding q[j] of the pair's first block (low
- * nibble) and of its second (high), q in 0..15. Scales d and zeros z are bfloat16, a block's weights
+ * 32-weight blocks, the 4 rows' 32 bytes in turn. Their low nibbles are the first block's q[0..15] then the
+ * second's, their high nibbles q[16..31] of each (q in 0..15): so one register's eight int32 lanes sum four
+ * lanes of each block, and one float multiply by the two blocks' scales serves both (rows of x are stored
+ * in the same order). Scales d and zeros z are bfloat16, a block's weights
  * being d * (q - 8) + z (specviz/int4.py): per tile, per chunk of 8 blocks, the 4 rows' 8 values in turn
  * (B, the blocks of a row, padded to a multiple of 8 with zeros). Each row of x is rounded to int8 per
  * chunk of 8 blocks (scale e = max |x| / 127), as llama.cpp's Q8_K does, so a block's product is an integer:
@@ -97,14 +99,14 @@ static inline __m256 bf16x8(const uint16_t *h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
 }
 
-/* Eight int32 lanes, each the sum of four unsigned-by-signed byte products. */
-static inline __m256i dot_u8_s8(__m256i u, __m256i s) {
+/* Eight int32 lanes, each the sum of four unsigned-by-signed byte products of u and s and four of v and t. */
+static inline __m256i dot2_u8_s8(__m256i u, __m256i s, __m256i v, __m256i t) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s), v, t);
 #elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));   /* at most 2 * 15 * 127 per pair */
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s), v, t);
+#else   /* int16 sums of four products: at most 4 * 15 * 127 */
+    return _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(u, s), _mm256_maddubs_epi16(v, t)), _mm256_set1_epi16(1));
 #endif
 }
 
@@ -136,7 +138,10 @@ static void quantize_row(const float *x, int K, int Bp, int8_t *q, float *e, flo
             const __m256i packed = _mm256_permutevar8x32_epi32(
                 _mm256_packs_epi16(_mm256_packs_epi32(ints[0], ints[1]), _mm256_packs_epi32(ints[2], ints[3])),
                 _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-            _mm256_storeu_si256((__m256i *)(q + b * 32), packed);
+            /* the pair's layout: its first block's halves at 0 and 32, its second's at 16 and 48 */
+            int8_t *pair = q + (b & ~1) * 32 + (b & 1) * 16;
+            _mm_storeu_si128((__m128i *)pair, _mm256_castsi256_si128(packed));
+            _mm_storeu_si128((__m128i *)(pair + 32), _mm256_extracti128_si256(packed, 1));
             __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
             s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
             s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
@@ -157,23 +162,22 @@ static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restr
         for (int r = 0; r < R; r++) part[o][r] = _mm256_setzero_ps();
     }
     for (int j = 0; j < count; j += 2) {
-        __m256i wv[TILE][2];
+        __m256i low[TILE], high[TILE];
+        __m256 db[TILE];           /* lanes 0-3 the pair's first block's scale, lanes 4-7 its second's */
+        const __m256i pair_lanes = _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1);
         for (int o = 0; o < TILE; o++) {
             const uint8_t *at = w + ((size_t)(b8 + j) / 2 * TILE + o) * 32;
             if (o & 1) _mm_prefetch((const char *)at + PREFETCH, _MM_HINT_T0);
             const __m256i both = _mm256_loadu_si256((const __m256i *)at);
-            wv[o][0] = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
-            wv[o][1] = _mm256_and_si256(_mm256_srli_epi16(both, 4), _mm256_set1_epi8(0x0f));
+            low[o] = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+            high[o] = _mm256_and_si256(_mm256_srli_epi16(both, 4), _mm256_set1_epi8(0x0f));
+            db[o] = _mm256_permutevar8x32_ps(dv[o], pair_lanes);
         }
-        for (int h = 0; h < 2; h++) {
-            const int b = b8 + j + h;
-            __m256 db[TILE];
-            for (int o = 0; o < TILE; o++) db[o] = _mm256_permutevar8x32_ps(dv[o], _mm256_set1_epi32(j + h));
-            for (int r = 0; r < R; r++) {
-                const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (size_t)(r0 + r) * K + b * 32));
-                for (int o = 0; o < TILE; o++)
-                    part[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(wv[o][h], xv)), db[o], part[o][r]);
-            }
+        for (int r = 0; r < R; r++) {
+            const int8_t *xp = xq + (size_t)(r0 + r) * K + (size_t)(b8 + j) * 32;
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)xp), x1 = _mm256_loadu_si256((const __m256i *)(xp + 32));
+            for (int o = 0; o < TILE; o++)
+                part[o][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot2_u8_s8(low[o], x0, high[o], x1)), db[o], part[o][r]);
         }
     }
     for (int r = 0; r < R; r++) {
