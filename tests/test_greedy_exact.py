@@ -1,20 +1,32 @@
 """Every strategy's greedy output equals plain greedy decoding, token for token."""
+import copy
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
+from specviz.models import quantize_in_place
 from specviz.tree import TreeSpec
 from specviz.engine import Decoder
 from tiny import TinyTokenizer, tiny_model
 from toy_ngram import ToyBigram
 
 TOK = TinyTokenizer()
+INT4 = "llama-int4"       # the llama family 64 wide in 4 bits: specviz/decoder.py's forward and the 4-bit kernel
+
+
+@functools.lru_cache(maxsize=None)
+def model(family: str, noise: float = 0.0, noise_seed: int = 1):
+    if family != INT4:
+        return tiny_model(family, noise=noise, noise_seed=noise_seed)
+    return quantize_in_place(copy.deepcopy(tiny_model("llama", hidden=64, noise=noise, noise_seed=noise_seed)), "int4")
 
 
 def drafter_for(kind, family):
-    draft = tiny_model(family, noise=0.3)
+    draft = model(family, noise=0.3)
     if kind == "model":
         return ModelDrafter(draft)
     if kind == "model-subset":      # predicts over the even tokens only (output_vocab)
@@ -28,7 +40,7 @@ def drafter_for(kind, family):
     if kind == "staged-ngram":
         return ModelDrafter(draft, lower=NgramDrafter(ToyBigram.fit(64, seed=3)), lookahead=3)
     if kind == "cascade":          # three stages: draft model, a smaller draft model, lookup
-        lower = ModelDrafter(tiny_model(family, noise=0.6, noise_seed=2), name="small", lower=LookupDrafter(64))
+        lower = ModelDrafter(model(family, noise=0.6, noise_seed=2), name="small", lower=LookupDrafter(64))
         return ModelDrafter(draft, lower=lower)
     raise ValueError(kind)
 
@@ -40,7 +52,7 @@ def greedy(model, prompt, n, **kw):
 KINDS = ["model", "model-subset", "lookup", "ngram", "staged-lookup", "staged-ngram", "cascade"]
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", INT4])
 @given(prompt=st.lists(st.integers(0, 63), min_size=1, max_size=16),
        kind=st.sampled_from(KINDS), shape=st.sampled_from(["chain", "static", "dynamic"]),
        budget=st.integers(0, 20), depth=st.integers(1, 8), branch=st.integers(1, 4),
@@ -48,7 +60,7 @@ KINDS = ["model", "model-subset", "lookup", "ngram", "staged-lookup", "staged-ng
        lookup_ngram=st.integers(1, 3))
 def test_greedy_output_equals_baseline(family, prompt, kind, shape, budget, depth, branch, width, n, lookup,
                                        lookup_ngram):
-    target = tiny_model(family)
+    target = model(family)
     expected = greedy(target, prompt, n)
     spec = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, level_width=width,
                     lookup=lookup, lookup_ngram=lookup_ngram)
