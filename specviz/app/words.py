@@ -190,10 +190,10 @@ def reference_note(stats: dict[str, dict]) -> str:
                 f"({ours[best] / ref:.2f}×).")
     return (f"No strategy of ours beats the reference on this machine: llama.cpp's plain decoding made {ref:.1f} "
             f"tokens/s, our fastest lane ({best}) {ours[best]:.1f} ({ours[best] / ref:.2f}×). What would change it: "
-            "verification that costs little more than one token (more cores, bf16 or AMX units, a GPU), draft "
-            "forwards that cost what their weights do (on 2 cores a 0.5B draft's forward costs over half the 1.5B's: "
-            "the work outside its products), and cheap guesses accepted often; 'Why it is fast' below shows the cost "
-            "curves.")
+            "verification that costs little more than one token (on 2 cores each extra token verified costs "
+            "compute: more cores, bf16 or AMX units, a GPU), draft forwards that cost what their weights do (a 0.5B "
+            "draft's forward still costs about twice its bytes' time here), and cheap guesses accepted often; 'Why it "
+            "is fast' below shows the cost curves and the analysis drawn from them.")
 
 
 # -- benchmark results -----------------------------------------------------------------------------
