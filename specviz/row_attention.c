@@ -6,17 +6,11 @@
  * rows come with it, so a tree node's result is the same bits as plain decoding gives the same token
  * (the same entries, in the same order, wherever they sit in the cache). No entry is ever copied. */
 #include <immintrin.h>
+#include "lanes.h"
 #include <math.h>
 #include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
-
-static inline float lanes_total(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* a . b over D floats (D a multiple of 8), two accumulators in a fixed order */
 static inline float dot(const float *a, const float *b, int D) {
@@ -27,7 +21,7 @@ static inline float dot(const float *a, const float *b, int D) {
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
     }
     if (i < D) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    return lanes_total(_mm256_add_ps(s0, s1));
+    return lanes_sum(_mm256_add_ps(s0, s1));
 }
 
 /* q: [n, heads, D] (rotary applied); k, v: one layer's cache, [kv_heads, capacity, D];

@@ -8,17 +8,11 @@
  * exactly as plain decoding does. Tiles of O outputs by R rows keep the accumulators in registers
  * and read each weight row from memory once per tile of rows (later tiles find it in cache). */
 #include <immintrin.h>
+#include "lanes.h"
 #include <stddef.h>
 
 #define MAX_O 8
 #define MAX_R 4
-
-static inline float lanes_sum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Eight weights as floats: loaded, or (q8) sign-extended from int8 and converted. */
 static inline __attribute__((always_inline)) __m256 weights(const void *w, size_t at, const int q8) {

@@ -32,6 +32,7 @@ from .cpu import cpu_info
 from .paths import cache_dir
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("rows_kernel.c", "row_attention.c"))
+HEADERS = (Path(__file__).with_name("lanes.h"),)       # in the library's name too: a change rebuilds it
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 # 8-bit dot products in one instruction where the CPU has them (the 4-bit product's integer sums are the same either way)
 VNNI_FLAGS = {"avx512_vnni": ("-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
@@ -51,7 +52,7 @@ def _loaded() -> tuple[ctypes.CDLL | None, str]:
     if compiler is None:
         return None, "torch (no C compiler to build the rows kernel)"
     flags = _flags()
-    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES) + " ".join(flags).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES + HEADERS) + " ".join(flags).encode()).hexdigest()[:12]
     path = cache_dir() / "kernels" / f"rows_kernel-{digest}.so"
     try:
         if not path.exists():
