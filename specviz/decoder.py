@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from . import rows_kernel
 from .int4 import is_quantized
+from .layer_loop import LayerLoop
 
 FAMILIES = ("llama", "qwen2")
 _START_CAPACITY = 256            # KV entries first allocated; doubled as needed
@@ -108,6 +109,9 @@ class Decoder:
                              _stacked(layer.mlp, "gate_up_stacked", ("gate_proj", "up_proj")), layer.mlp.down_proj)
                        for layer in body.layers]
         self.scale = self.head_dim ** -0.5
+        # 4-bit layers run in one C call per forward (layer_loop.c); other layers step by step below
+        self.loop = LayerLoop(self.layers, config.hidden_size, config.intermediate_size, self.heads, self.kv_heads,
+                              self.head_dim, self.eps, self.scale) if LayerLoop.applies(self.layers) else None
 
     def entries(self) -> Entries:
         return Entries(len(self.layers), self.kv_heads, self.head_dim)
@@ -128,6 +132,9 @@ class Decoder:
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         cos, sin = self._rotary(torch.tensor(positions))
         x = F.embedding(torch.tensor(tokens), self.embedding)
+        if self.loop is not None:
+            x = self.loop.run(x, cos[:, 0], sin[:, 0], entries.keys, entries.values, start, visible, committed)
+            return rows_kernel.rms_norm(x[n - keep:], self.final_norm, self.eps)
         for i, layer in enumerate(self.layers):
             h = rows_kernel.rms_norm(x, layer.input_norm, self.eps)
             qkv = layer.qkv(h)

@@ -31,9 +31,10 @@ import torch
 from .cpu import cpu_info
 from .paths import cache_dir
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rows_kernel.c", "row_attention.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("rows_kernel.c", "row_attention.c", "layer_loop.c"))
 HEADERS = (Path(__file__).with_name("lanes.h"),)       # in the library's name too: a change rebuilds it
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
+# -ffp-contract=off: a product and a sum written apart stay apart (layer_loop.c rotates as transformers does)
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off")
 # 8-bit dot products in one instruction where the CPU has them (the 4-bit product's integer sums are the same either way)
 VNNI_FLAGS = {"avx512_vnni": ("-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
 SWITCH = "SPECVIZ_ROWS_KERNEL"       # "0" turns the kernel off (to measure torch's product instead), "avx2" leaves out VNNI
@@ -69,6 +70,9 @@ def _loaded() -> tuple[ctypes.CDLL | None, str]:
     library.attend_rows.restype = None
     library.rms_norm_rows.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
     library.rms_norm_rows.restype = None
+    library.decode_layers.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 6 + \
+        [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_float] * 2 + [ctypes.c_int]
+    library.decode_layers.restype = None
     return library, KERNEL + (" with VNNI" if len(flags) > len(FLAGS) else "")
 
 
@@ -153,6 +157,11 @@ def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visibl
                              out.data_ptr(), n, heads, kv_heads, D, capacity, committed, cols, scale, threads,
                              scratch.data_ptr())
     return out
+
+
+def library() -> ctypes.CDLL:
+    """The built library (the caller checks available())."""
+    return _loaded()[0]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -98,3 +98,25 @@ def test_the_cache_grows_past_its_first_allocation():
         whole = KVModel(model, "whole").feed_committed(prompt)
     assert grown.cache.keys.shape[2] >= 300
     assert torch.equal(first, whole[200:])
+
+
+@pytest.mark.parametrize("make", [gqa_model, lambda: tiny_model("llama", hidden=64)], ids=["qwen2", "llama"])
+def test_its_layers_in_one_c_call_compute_what_its_steps_in_python_compute(make):
+    """layer_loop.c against decoder.py's loop over the same 4-bit layers, on a prompt and then a tree: the same
+    steps, so only SiLU's exponential (C's against torch's) may move the last bits."""
+    model = copy.deepcopy(make())
+    _quantized(LoadedModel("m", model, None))
+    looped = Decoder(model)
+    stepped = copy.copy(looped)
+    stepped.loop = None
+    assert looped.loop is not None
+    prompt = [(11 * i) % 64 for i in range(40)]
+    results = []
+    with torch.inference_mode():
+        for decoder in (looped, stepped):
+            entries = decoder.entries()
+            first = decoder.forward(prompt, list(range(40)), torch.ones(40, 40, dtype=torch.bool).tril(), 0, entries, 40)
+            tree = decoder.forward([3, 9, 4], [40, 41, 41], ancestor_matrix([-1, 0, 0]).bool(), 40, entries, 3)
+            results.append((first, tree, entries.keys[:, :, :43], entries.values[:, :, :43]))
+    for ours, theirs in zip(*results):
+        assert torch.allclose(ours, theirs, atol=1e-4 * theirs.abs().max().item())
