@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--lookup", type=int, default=None, metavar="N",
                      help=f"also verify up to N tokens copied from the context (default: {STAGED_LOOKUP} for staged, else 0)")
     gen.add_argument("--min-score", type=float, default=None, metavar="P",
-                     help="dynamic trees: grow only paths the draft gives at least this probability (default 0.2)")
+                     help="dynamic trees: grow only paths the draft gives at least this probability (default: 0.5 for staged, 0.2 for tree)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
                      help="auto (default): bfloat16 where a short probe shows it faster on this CPU (or on a "

@@ -6,7 +6,9 @@ and the app ask.
 | `baseline`    | none                                      | none (the root alone)                     |
 | `speculative` | the top stage                             | a chain of CHAIN_LENGTH tokens            |
 | `tree`        | the top stage                             | dynamic, DYNAMIC_BUDGET nodes, min score  |
-| `staged`      | the whole cascade (a model on top)        | `tree`'s, plus a context-lookup branch    |
+| `staged`      | the whole cascade (a model on top)        | a narrow dynamic tree (one path while the |
+|               |                                           | draft is sure), plus a context-lookup     |
+|               |                                           | branch                                    |
 
 `TreeSpec()` itself is the engine's neutral tree (no minimum score, no lookup); the strategies'
 defaults are `default_tree(strategy)`.
@@ -20,10 +22,16 @@ from .tree import SHAPES, TreeSpec
 STRATEGIES = ("baseline", "speculative", "tree", "staged")
 MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
 CHAIN_LENGTH = 3               # speculative's chain: feeds of up to ~4 tokens cost what one does on a CPU
-DYNAMIC_BUDGET = 16            # tree and staged: drafted nodes per round at most
+DYNAMIC_BUDGET = 16            # tree: drafted nodes per round at most
 STAGED_LOOKUP = 3              # context-lookup tokens staged verifies by default: feeds of up to ~4-8 tokens cost
                                # little more than one on a CPU (cost curve), longer ones do (docs/BENCHMARKS.md)
 DEFAULT_MIN_SCORE = 0.2        # measured on the 2-core CPU (docs/BENCHMARKS.md); 0.1 until 2026-11-22 (f113afa)
+# staged: one path a level, grown while the draft gives it at least STAGED_MIN_SCORE, up to STAGED_BUDGET tokens.
+# On the 2-core CPU each verified token past ~3 costs about a third of a one-token forward (bench --cost-curve)
+# and a drafted one another third, so only likely guesses pay: on ten tuning prompts (HumanEval/20-25, 120-123)
+# this took staged 35.3 -> 31.1 s against budget 16, width 4, min score 0.2 (docs/BENCHMARKS.md). Until 2026-11-24
+# staged drafted `tree`'s tree.
+STAGED_BUDGET, STAGED_MIN_SCORE, STAGED_LEVEL_WIDTH = 6, 0.5, 1
 AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
 
 
@@ -63,6 +71,10 @@ def default_tree(strategy: str, budget: int | None = None, lookup: int | None = 
         return TreeSpec(shape="chain", budget=length, max_depth=length, lookup=lookup)
     # min_score: stop growing where the draft is unsure. On a CPU each verified token costs 5-20% of
     # a one-token forward (bench --cost-curve), more than an unlikely node's chance of acceptance.
+    if strategy == "staged":
+        return TreeSpec(shape="dynamic", budget=budget or STAGED_BUDGET, max_depth=max_depth or TreeSpec.max_depth,
+                        min_score=STAGED_MIN_SCORE if min_score is None else min_score, lookup=lookup,
+                        level_width=STAGED_LEVEL_WIDTH)
     return TreeSpec(shape="dynamic", budget=budget or DYNAMIC_BUDGET, max_depth=max_depth or TreeSpec.max_depth,
                     min_score=DEFAULT_MIN_SCORE if min_score is None else min_score, lookup=lookup)
 
@@ -78,10 +90,13 @@ def shape_for(strategy: str, shape: str) -> str:
 
 def tree_for_lane(strategy: str, tree: TreeSpec, chosen: str) -> TreeSpec:
     """The tree `strategy` runs when the user set `tree` for strategy `chosen` (the Compare race runs
-    every strategy with one set of settings): speculative keeps its chain unless it was the one chosen,
-    and context lookup belongs to staged alone."""
+    every strategy with one set of settings): the chosen strategy's own defaults give every lane its own;
+    otherwise speculative keeps its chain unless it was the one chosen, and context lookup and staged's one
+    path a level belong to staged alone."""
+    if tree == default_tree(chosen):
+        return default_tree(strategy)
     if strategy == "speculative" and tree.shape != "chain" and chosen != "speculative":
         tree = default_tree("speculative")
     if strategy != "staged":
-        tree = replace(tree, lookup=0)
+        tree = replace(tree, lookup=0, level_width=TreeSpec.level_width)
     return tree

@@ -52,6 +52,7 @@ def test_default_trees():
     assert STAGED_LOOKUP > 0
     assert default_tree("staged", lookup=0).lookup == 0 and default_tree("tree", lookup=5).lookup == 5
     assert (default_tree("tree").min_score, default_tree("staged", min_score=0.25).min_score) == (0.2, 0.25)
+    assert (default_tree("staged").level_width, default_tree("staged").min_score, default_tree("tree").level_width) == (1, 0.5, 4)
 
 
 def _save_target_and_draft(folder):

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"context-lookup tokens verified per round (default: {STAGED_LOOKUP} for staged, else 0; "
                              "0 = the paper's staged)")
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
-                        help="tree and staged: grow only paths the draft gives at least this probability (default 0.2)")
+                        help="tree and staged: grow only paths the draft gives at least this probability (default: 0.5 for staged, 0.2 for tree)")
     parser.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
                         help="auto: bfloat16 where a probe shows it faster here, else float32; int4/int8: linear "
                              "layers in 4/8 bits (CPU)")
