@@ -91,12 +91,16 @@ def shape_for(strategy: str, shape: str) -> str:
 def tree_for_lane(strategy: str, tree: TreeSpec, chosen: str) -> TreeSpec:
     """The tree `strategy` runs when the user set `tree` for strategy `chosen` (the Compare race runs
     every strategy with one set of settings): the chosen strategy's own defaults give every lane its own;
-    otherwise speculative keeps its chain unless it was the one chosen, and context lookup and staged's one
-    path a level belong to staged alone."""
+    otherwise speculative keeps its chain unless it was the one chosen, context lookup belongs to staged
+    alone, and a dynamic tree grows by the lane's own rule (staged: one path a level while the draft is
+    sure; the others: `tree`'s wide levels), at the size the user set."""
     if tree == default_tree(chosen):
         return default_tree(strategy)
     if strategy == "speculative" and tree.shape != "chain" and chosen != "speculative":
         tree = default_tree("speculative")
     if strategy != "staged":
-        tree = replace(tree, lookup=0, level_width=TreeSpec.level_width)
+        tree = replace(tree, lookup=0)
+    if tree.shape == "dynamic":
+        own = default_tree("staged" if strategy == "staged" else "tree")
+        tree = replace(tree, level_width=own.level_width, min_score=own.min_score)
     return tree

@@ -88,6 +88,8 @@ def test_the_reference_note_tells_who_beats_whom():
     assert words.reference_note({"llama_cpp": fast, "staged": slow}).startswith("No strategy of ours beats")
     assert "more cores, bf16 or AMX units, a GPU" in words.reference_note({"llama_cpp": fast, "staged": slow})
     assert words.reference_note({"llama_cpp": slow, "staged": fast}).startswith("staged beats the reference")
+    assert "No speculation beat" in words.reference_note({"llama_cpp": slow, "baseline": fast, "staged": slow})
+    assert "No speculation beat" not in words.reference_note({"llama_cpp": slow, "baseline": slow, "staged": fast})
     assert words.reference_note({"staged": fast}).startswith("No reference in this race")
 
 

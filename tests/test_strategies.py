@@ -27,3 +27,16 @@ def test_a_race_lane_runs_its_own_default_tree_under_the_settings_of_staged():
     assert shape_for("speculative", AUTO_SHAPE) == "chain" and shape_for("staged", AUTO_SHAPE) == "dynamic"
     with pytest.raises(ValueError, match="unknown tree shape"):
         shape_for("tree", "spiral")
+
+
+def test_a_race_lane_grows_a_dynamic_tree_by_its_own_rule_at_the_size_the_user_set():
+    """The app's settings (one budget and depth for every lane): staged takes one path a level while the draft
+    is sure, tree its wide levels, and context lookup stays staged's."""
+    from dataclasses import replace
+    from specviz.tree import TreeSpec
+    app = TreeSpec(shape="dynamic", budget=12, max_depth=8, max_branch=4, lookup=3, min_score=0.2)
+    staged, tree = tree_for_lane("staged", app, "staged"), tree_for_lane("tree", app, "staged")
+    assert (staged.level_width, staged.min_score, staged.lookup, staged.budget) == (1, 0.5, 3, 12)
+    assert (tree.level_width, tree.min_score, tree.lookup, tree.budget) == (4, 0.2, 0, 12)
+    assert tree_for_lane("tree", replace(app, lookup=0), "tree") == replace(app, lookup=0)
+    assert tree_for_lane("speculative", app, "staged") == default_tree("speculative")
