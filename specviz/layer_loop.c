@@ -47,7 +47,9 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
 void decode_layers(const Layer *layers, int count, float *x, int n, int hidden, int heads, int kv_heads, int D,
                    int intermediate, const float *cos, const float *sin, float *keys, float *values, int capacity,
                    int start, const uint8_t *visible, int committed, int cols, float scale, float eps, int threads) {
-    const int Q = heads * D, KV = kv_heads * D, N_qkv = Q + 2 * KV, widest = hidden > intermediate ? hidden : intermediate;
+    const int Q = heads * D, KV = kv_heads * D, N_qkv = Q + 2 * KV;
+    int widest = hidden > intermediate ? hidden : intermediate;     /* the widest input a product reads */
+    if (Q > widest) widest = Q;
     const int Bp = (widest / 32 + 7) / 8 * 8, E = committed + cols, G = heads / kv_heads;
     const size_t floats = (size_t)n * (hidden + N_qkv + Q + Q + hidden + 2 * intermediate + intermediate);
     float *h = malloc(floats * sizeof(float));
