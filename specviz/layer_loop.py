@@ -24,7 +24,13 @@ class _Layer(ctypes.Structure):
 
 
 def _whole(layer) -> bool:
-    return isinstance(layer, Int4Linear) and layer.own and layer.kept == layer.out_features
+    """An Int4Linear on specviz's kernel returning all its rows, its bias (if any) contiguous float32."""
+    return (isinstance(layer, Int4Linear) and layer.own and layer.kept == layer.out_features
+            and (layer.bias is None or _floats(layer.bias)))
+
+
+def _floats(t: torch.Tensor) -> bool:
+    return t.dtype == torch.float32 and t.is_contiguous()
 
 
 def _product(layer: Int4Linear) -> _Product:
@@ -35,11 +41,7 @@ def _product(layer: Int4Linear) -> _Product:
 class LayerLoop:
     def __init__(self, layers: list, hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int,
                  eps: float, scale: float):
-        self.held = [t for l in layers for t in (l.input_norm, l.post_norm)]
-        for l in layers:
-            for p in (l.qkv, l.output, l.gate_up, l.down):
-                if p.bias is not None and (p.bias.dtype != torch.float32 or not p.bias.is_contiguous()):
-                    raise ValueError("layer_loop needs contiguous float32 biases")
+        self.held = layers           # the tensors the pointers below point into
         self.layers = (_Layer * len(layers))(*[
             _Layer(l.input_norm.data_ptr(), _product(l.qkv), _product(l.output), l.post_norm.data_ptr(),
                    _product(l.gate_up), _product(l.down)) for l in layers])
@@ -49,10 +51,8 @@ class LayerLoop:
     @staticmethod
     def applies(layers: list) -> bool:
         """Every product a whole Int4Linear on specviz's kernel, the norms' weights contiguous float32."""
-        return bool(layers) and all(
-            all(_whole(p) for p in (l.qkv, l.output, l.gate_up, l.down))
-            and all(w.dtype == torch.float32 and w.is_contiguous() for w in (l.input_norm, l.post_norm))
-            for l in layers)
+        return bool(layers) and all(all(_whole(p) for p in (l.qkv, l.output, l.gate_up, l.down))
+                                    and _floats(l.input_norm) and _floats(l.post_norm) for l in layers)
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
             start: int, visible: torch.Tensor, committed: int) -> torch.Tensor:

@@ -120,3 +120,12 @@ def test_its_layers_in_one_c_call_compute_what_its_steps_in_python_compute(make)
             results.append((first, tree, entries.keys[:, :, :43], entries.values[:, :, :43]))
     for ours, theirs in zip(*results):
         assert torch.allclose(ours, theirs, atol=1e-4 * theirs.abs().max().item())
+
+
+def test_layers_the_c_loop_cannot_read_take_the_python_steps():
+    model = copy.deepcopy(tiny_model("llama", hidden=64))
+    _quantized(LoadedModel("m", model, None))
+    assert Decoder(model).loop is not None
+    output = model.model.layers[1].self_attn.o_proj
+    output.bias = torch.nn.Parameter(torch.zeros(output.out_features, dtype=torch.bfloat16), requires_grad=False)
+    assert Decoder(model).loop is None             # a bfloat16 bias: stepped in Python, not refused
