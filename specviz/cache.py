@@ -235,7 +235,10 @@ class KVModel:
                   past_key_values=self.cache, use_cache=True)
         self._logged(n)
         self._set_length(self.committed + self.pending)
-        return self._logits(out, n)
+        logits = self._logits(out, n)
+        # CUDA graphs write every replay's output into the same memory, and a drafter keeps the logits
+        # of earlier feeds for later levels: keep a copy, not a view of the graph's output
+        return logits.clone() if run is self.compiled else logits
 
     def compile_buckets(self) -> None:
         """Feed every bucket size once, so the compiled model compiles now rather than mid-run."""

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto (default): bfloat16 where a short probe shows it faster on this CPU (or on a "
                           "GPU), else float32; float32 for exactness checks; int4/int8: linear layers in 4/8 bits (CPU)")
     gen.add_argument("--compile", action="store_true",
-                     help="torch.compile the target over a static KV cache (CUDA graphs on a GPU); the first "
+                     help="torch.compile the target and draft models over static KV caches (CUDA graphs on a GPU); the first "
                           "rounds compile, for minutes on a CPU")
     gen.add_argument("--no-reference", action="store_true",
                      help="skip measuring the reference: llama.cpp's plain decoding of the same prompt, which the "

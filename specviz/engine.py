@@ -13,6 +13,7 @@ import torch
 
 from .cache import BUCKETS, KVModel
 from .drafters.base import Drafter
+from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
 from .tree_builder import build_tree
 from .metrics import bytes_read, summarise
@@ -106,6 +107,8 @@ class Decoder:
             else:
                 self.target.read_prompt(self.prompt)
             if drafter is not None:
+                if static_len is not None:
+                    drafter.fit_static(static_len)
                 drafter.start(self.prompt[:-1], prefilled)
         self.target.log.clear()
         self.timer.take()
@@ -214,8 +217,9 @@ class Decoder:
 def static_length(prompt_tokens: int, max_new_tokens: int, tree: TreeSpec, step: int = 256) -> int:
     """The static cache a generation needs: the prompt, the output and one whole tree (plus bucket
     padding), rounded up to a multiple of `step` so compiled shapes are reused across prompts of
-    similar length (each distinct length is one more compilation per bucket)."""
-    entries = prompt_tokens + max_new_tokens + tree.budget + tree.lookup + 1 + BUCKETS[-1]
+    similar length (each distinct length is one more compilation per bucket). A draft model shares
+    the length: a round feeds it each tree node it expands with the lower stage's guesses after it."""
+    entries = prompt_tokens + max_new_tokens + tree.budget * (1 + LOOKAHEAD) + tree.lookup + 1 + BUCKETS[-1]
     return -(-entries // step) * step
 
 

@@ -63,6 +63,7 @@ class Stack:
     drafts: list[str]                                  # specs, top stage first
     loaded: dict[str, object] = field(default_factory=dict)
     compiled: object = None         # the compiled target every decoder uses (see compile())
+    compiled_drafts: dict[str, object] = field(default_factory=dict)   # ...and compiled draft models, by spec
     static_len: int | None = None   # ...and the static KV cache length they share, if fixed
     draft_vocabulary: torch.Tensor | None = None    # see restrict_draft_vocabulary
     precision_reason: str = ""      # under `auto`: why this precision, with the probe's timings (models.auto_reason)
@@ -93,15 +94,25 @@ class Stack:
             self.draft_vocabulary = torch.from_numpy(ids).long()
 
     def compile(self, context: int | None = None) -> None:
-        """Compile the target's decoding forwards (CUDA graphs on a GPU); decoders then keep its
-        KV cache static. The first feed of each bucket size compiles (minutes on a small CPU).
-        context: one static cache length for every decoder, compiled now for every bucket (else
+        """Compile the target's and the draft models' decoding forwards (CUDA graphs on a GPU); decoders
+        then keep their KV caches static. The first feed of each bucket size compiles (minutes on a small
+        CPU). context: one static cache length for every decoder, compiled now for every bucket (else
         each decoder sizes its own and compiles what it meets)."""
         self.compiled = compile_model(self.target.model)
+        self.compiled_drafts = {spec: compile_model(self._draft_body(draft)) for spec, draft in self.draft_models().items()}
         self.static_len = context
         if context is not None:
+            warm = [(self.target.model, None, self.compiled)] + [
+                (draft.model, self._output_vocab(draft, []), self.compiled_drafts[spec])
+                for spec, draft in self.draft_models().items()]
             with torch.inference_mode():
-                KVModel(self.target.model, "compile", static_len=context, compiled=self.compiled).compile_buckets()
+                for model, output_vocab, compiled in warm:
+                    KVModel(model, "compile", output_vocab, static_len=context, compiled=compiled).compile_buckets()
+
+    def _draft_body(self, draft: LoadedModel) -> torch.nn.Module:
+        """What a draft's static forwards run: the model, or its body where its output layer is computed
+        for a vocabulary of its own (cache.KVModel)."""
+        return draft.model.base_model if self._output_vocab(draft, []) is not None else draft.model
 
     def _load_source(self, spec: str, dtype: str, device: str, auto: bool = False):
         """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU is tried in every
@@ -167,7 +178,8 @@ class Stack:
         if name == self.target_name or self.drafts.index(spec) != stage - 1:
             name = f"{name}@stage{stage}"      # forward logs are kept by name: keep names unique
         if isinstance(item, LoadedModel):
-            return ModelDrafter(item.model, name=name, lower=lower, output_vocab=self._output_vocab(item, prompt))
+            return ModelDrafter(item.model, name=name, lower=lower, output_vocab=self._output_vocab(item, prompt),
+                                compiled=self.compiled_drafts.get(spec))
         return NgramDrafter(item, name=name)
 
     def _output_vocab(self, draft: LoadedModel, prompt: list[int]) -> torch.Tensor | None:

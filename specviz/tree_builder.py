@@ -21,6 +21,14 @@ def choose_children(probs: torch.Tensor, k: int, sampling: Sampling, generator: 
     return draw_without_replacement(probs, k, generator)
 
 
+def on_host(rows: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A level's score rows on the CPU, copied in one transfer: on a GPU each copy waits for the device,
+    so a copy per node would stall the level's every node."""
+    if all(row.device.type == "cpu" for row in rows):
+        return rows
+    return list(torch.stack(rows).cpu())
+
+
 def lookup_stage(drafter: Drafter | None) -> int:
     """The stage index context-lookup nodes are credited to: the one after the drafter's stages."""
     return 1 + (len(drafter.stages()) if drafter is not None else 0)
@@ -61,10 +69,10 @@ def _grow(tree: Tree, dists: dict[int, torch.Tensor], context: list[int], drafte
         if not expand:
             break
         ranked = {}     # per node: its most likely tokens, which decide how many children it gets
-        for node, scores_row in zip(expand, drafter.expand(tree, expand, context)):
-            if scores_row is not None:
-                dists[node] = logits_to_probs(scores_row.cpu(), sampling)
-                ranked[node] = top_tokens(dists[node], wants[node])
+        proposed = [(node, row) for node, row in zip(expand, drafter.expand(tree, expand, context)) if row is not None]
+        for (node, _), row in zip(proposed, on_host([row for _, row in proposed])):
+            dists[node] = logits_to_probs(row, sampling)
+            ranked[node] = top_tokens(dists[node], wants[node])
         room = spec.budget - (len(tree) - 1)
         if paths is None:
             room = min(room, spec.level_width)

@@ -202,7 +202,8 @@ def test_projection_flag():
 
 
 def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timing(monkeypatch):
-    """The plumbing of `bench --compile`; the real torch.compile is exercised in test_compiled.py."""
+    """The plumbing of `bench --compile`, for the target and the draft model; the real torch.compile is
+    exercised in test_compiled.py."""
     from specviz import stack as stack_module
     from specviz.cache import BUCKETS
 
@@ -210,7 +211,7 @@ def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timin
 
     def counting_compile(model):
         def run(**inputs):
-            calls.append(inputs["input_ids"].shape[1])
+            calls.append((model, inputs["input_ids"].shape[1]))
             return model(**inputs)
         return run
 
@@ -221,8 +222,12 @@ def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timin
     assert out["settings"]["compiled"] is True
     assert stack.static_len is not None and stack.static_len % 256 == 0
     assert out["settings"]["static_cache_entries"] == stack.static_len
-    assert calls[:1 + len(BUCKETS)] == [1, *BUCKETS]       # compile_buckets, before any generation
-    assert set(calls) <= set(BUCKETS) and len(calls) > 1 + len(BUCKETS)
+    target, draft = stack.target.model, stack.loaded["draft"].model
+    warm = [(target, size) for size in (1, *BUCKETS)] + [(draft, size) for size in (1, *BUCKETS)]
+    assert calls[:len(warm)] == warm       # compile_buckets, before any generation
+    timed = calls[len(warm):]
+    assert {size for _, size in timed} <= set(BUCKETS)
+    assert {model for model, _ in timed} == {target, draft}
     assert all(r["exact_match"] == 2 for r in out["results"])
 
 

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from specviz.cache import BUCKETS
 from specviz.drafters import LookupDrafter, ModelDrafter
@@ -13,15 +14,27 @@ from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
 TOK = TinyTokenizer()
 
 
-@pytest.fixture(scope="module")
-def compiled_calls():
-    """The tiny target compiled once for this module, wrapped to record each call's feed size."""
-    compiled, calls = compile_model(tiny_model("llama")), []
+def counted(model):
+    """The model compiled, wrapped to record each call's feed size."""
+    compiled, calls = compile_model(model), []
 
     def counting(**inputs):
         calls.append(inputs["input_ids"].shape[1])
         return compiled(**inputs)
     return counting, calls
+
+
+@pytest.fixture(scope="module")
+def compiled_calls():
+    """The tiny target compiled once for this module."""
+    return counted(tiny_model("llama"))
+
+
+@pytest.fixture(scope="module")
+def compiled_draft():
+    """A draft (the tiny target with noise) and its compiled copy, once for this module."""
+    draft = tiny_model("llama", noise=0.3)
+    return (draft, *counted(draft))
 
 
 @pytest.mark.parametrize("strategy,drafter", [
@@ -39,6 +52,53 @@ def test_compiled_target_runs_bucket_sized_feeds_and_keeps_greedy_output(compile
     assert decoder.target.static_len % 256 == 0
     assert set(calls) <= set(BUCKETS)
     assert calls[0] == 8 and len(calls) == 1 + len(decoder.steps)    # the 7-token prefill, then every round
+
+
+@pytest.mark.parametrize("lower", ["lookup", "model"])
+def test_compiled_drafts_run_bucket_sized_feeds_over_the_targets_static_length_and_keep_greedy_output(
+        compiled_calls, compiled_draft, lower):
+    """Both the target and the draft compiled (issue 33): every draft forward runs the compiled copy. As
+    the top stage the draft is fed tree levels; as a lower stage it guesses chains (ModelDrafter.guess)."""
+    target_run, _ = compiled_calls
+    draft, draft_run, draft_calls = compiled_draft
+    target, prompt = tiny_model("llama"), [3, 4, 5, 6, 7, 3, 4, 5]
+    expected = Decoder(target, TOK, prompt, max_new_tokens=20).generate().tokens
+    compiled = ModelDrafter(draft, name="compiled", compiled=draft_run, lower=LookupDrafter(64))
+    drafter = compiled if lower == "lookup" else ModelDrafter(tiny_model("llama", noise=0.2), name="top", lower=compiled)
+    draft_calls.clear()
+    decoder = Decoder(target, TOK, prompt, max_new_tokens=20, drafter=drafter, strategy="staged",
+                      tree=TreeSpec(budget=6, lookup=4), compiled=target_run)
+    assert decoder.generate().tokens == expected
+    assert compiled.kv.static_len == decoder.target.static_len
+    assert set(draft_calls) <= set(BUCKETS)
+    assert len(draft_calls) == sum(len(step.forwards["compiled"]) for step in decoder.steps) > len(decoder.steps)
+
+
+def reusing_outputs(model):
+    """A stand-in for CUDA graphs on the CPU: each replay of a graph (here: each feed size) writes its
+    output into the same memory, overwriting what the last call of that size returned."""
+    memory = {}
+
+    def run(**inputs):
+        out = model(**inputs)
+        out.logits = memory.setdefault(out.logits.shape, torch.empty_like(out.logits)).copy_(out.logits)
+        return out
+    return run
+
+
+def test_a_drafter_keeps_its_logits_when_a_later_replay_overwrites_the_graphs_output():
+    """A staged drafter reads the logits of guessed tokens one level after feeding them: what it keeps must be
+    a copy, or a CUDA-graph replay in between changes the tree it builds."""
+    target, draft, prompt = tiny_model("llama"), tiny_model("llama", noise=0.3), [3, 4, 5, 6, 7, 3, 4, 5]
+
+    def trees(compiled):
+        drafter = ModelDrafter(draft, compiled=compiled, lower=LookupDrafter(64), lookahead=2)
+        decoder = Decoder(target, TOK, prompt, max_new_tokens=40, drafter=drafter, strategy="staged",
+                          tree=TreeSpec(budget=10, level_width=2), static_len=256)
+        decoder.generate()
+        return [[(node.parent, node.token) for node in step.nodes] for step in decoder.steps]
+
+    assert trees(reusing_outputs(draft)) == trees(lambda **inputs: draft(**inputs))
 
 
 def test_a_static_cache_too_small_for_the_generation_is_refused():

@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "layers in 4/8 bits (CPU)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
-                        help="our strategies run a torch.compile'd target over a static KV cache (CUDA graphs on "
-                             "a GPU); the HF peers stay eager. Compiling takes minutes before the run")
+                        help="our strategies run torch.compile'd target and draft models over static KV caches (CUDA graphs "
+                             "on a GPU); the HF peers stay eager. Compiling takes minutes before the run")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report; charts are written next to it")
     parser.add_argument("--no-png", action="store_true", help="HTML charts only")
     parser.add_argument("--projection", nargs="?", const="paper", choices=list(PROJECTION_SIZES), default=None,

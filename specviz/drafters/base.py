@@ -32,6 +32,10 @@ class Drafter(ABC):
         """This drafter and the ones below it, top first."""
         return [self]
 
+    def fit_static(self, static_len: int) -> None:
+        """The target runs over a static KV cache of this many entries (a compiled target): a drafter
+        with a compiled model keeps a static cache of the same length, so its shapes stay fixed too."""
+
     def start(self, tokens: list[int], prefilled=None) -> None:
         """A new sequence begins with these committed tokens; prefilled: an engine.Prefill of them,
         whose caches a drafter may copy instead of reading the tokens."""

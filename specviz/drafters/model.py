@@ -38,9 +38,13 @@ class ModelDrafter(Drafter):
     kind = "model"
 
     def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
-                 lookahead: int = LOOKAHEAD, output_vocab: torch.Tensor | None = None):
+                 lookahead: int = LOOKAHEAD, output_vocab: torch.Tensor | None = None, compiled=None):
+        """compiled: a compiled copy of the model (of its body, with output_vocab) for bucket-sized feeds
+        (`models.compile_model`): used once `fit_static` gives this drafter a static cache."""
         super().__init__()
         self.kv = KVModel(model, name, output_vocab)
+        self.output_vocab = output_vocab
+        self.compiled = compiled
         self.name = name
         self.lower = lower
         self.lookahead = lookahead
@@ -60,10 +64,16 @@ class ModelDrafter(Drafter):
     def stages(self):
         return [self] + (self.lower.stages() if self.lower is not None else [])
 
+    def fit_static(self, static_len):
+        if self.compiled is not None:
+            self.kv = KVModel(self.kv.model, self.name, self.output_vocab, static_len=static_len, compiled=self.compiled)
+        if self.lower is not None:
+            self.lower.fit_static(static_len)
+
     def start(self, tokens, prefilled=None):
         self.kv.reset()
         read = prefilled.cache_of(self.kv.model) if prefilled is not None else None
-        if read is not None:
+        if read is not None and self.kv.static_len is None:     # a static cache reads the tokens itself
             self.kv.copy_committed(read)        # the root is fed at the first expand
         self.known = list(tokens)
         self._round_reset()
