@@ -194,6 +194,38 @@ def test_projection_replays_recorded_decisions_on_tiny_gpt2():
     json.dumps(out)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_replay_projects_recorded_lanes_with_no_model_loaded(tmp_path, compiled):
+    """`--replay`: the shipped qwen-coder recordings' decisions (real CPU runs) timed on random Qwen2 models of
+    tiny sizes, eager and compiled over static caches; every recorded round is replayed."""
+    from specviz.recording import RECORDINGS, load
+
+    files = [RECORDINGS / "cpu-qwen-coder-humaneval0-greedy.json.gz", RECORDINGS / "cpu-qwen-coder-humaneval2-topk50.json.gz"]
+    out = tmp_path / "projection.json"
+    assert bench.main(["--replay", *map(str, files), "--projection", "tiny-qwen", "--out", str(out),
+                       *(["--compile"] if compiled else [])]) == 0
+    projection = json.loads(out.read_text())["projection"]
+    assert projection["note"].startswith("PROJECTION") and projection["compiled"] is compiled
+    assert (projection["static_cache_entries"] or 0) % 256 == 0 and bool(projection["static_cache_entries"]) is compiled
+    rows = {(r["prompt"], r["strategy"]): r for r in projection["per_prompt"]}
+    for path in files:
+        for strategy, lane in load(path).lanes.items():
+            row = rows[(path.name.split(".")[0], strategy)]
+            assert row["new_tokens"] == len([t for step in lane.recorded_steps for t in step.committed_tokens])
+            assert row["target_forwards"] == len(lane.recorded_steps) and row["tokens_per_s"] > 0
+    assert {r["sampling"] for r in projection["results"]} == {"greedy", "topk50"}
+
+
+def test_replay_without_a_projection_is_refused_in_one_line(capsys):
+    assert bench.main(["--replay", "run.json"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --replay needs --projection SIZES (e.g. --projection qwen-coder)"
+
+
+@pytest.mark.parametrize("name", ["greedy", "topk50", "temp0.7-topp0.9", "temp0.5-topk40-topp0.95", "temp1"])
+def test_sampling_names_read_back(name):
+    assert bench.sampling_name(bench.parse_sampling(name)) == name
+
+
 def test_projection_flag():
     parser = bench.build_parser()
     assert parser.parse_args(["--projection"]).projection == "paper"

@@ -21,8 +21,8 @@ from .cli import build_parser, main
 from .projection import PROJECTION_SIZES, format_projection, project
 from .report import compare_rows, format_table, summarise, write_outputs
 from .run import ForwardClock, run_bench, run_strategy
-from .settings import ALL_STRATEGIES, BenchError, parse_sampling
+from .settings import ALL_STRATEGIES, BenchError, parse_sampling, sampling_name
 
 __all__ = ["ALL_STRATEGIES", "BenchError", "ForwardClock", "PROJECTION_SIZES", "build_parser", "compare_rows",
-           "format_projection", "format_table", "main", "parse_sampling", "project", "run_bench", "run_strategy",
+           "format_projection", "format_table", "main", "parse_sampling", "project", "run_bench", "run_strategy", "sampling_name",
            "summarise", "write_outputs"]

@@ -13,11 +13,11 @@ from time import perf_counter
 
 from ..llama_cpp import LlamaCppMissing
 from ..machine import describe
-from ..models import AUTO_DTYPE, PRECISIONS, ModelLoadError, load_model
+from ..models import AUTO_DTYPE, DTYPES, PRECISIONS, ModelLoadError, load_model
 from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
-from .projection import PROJECTION_SIZES, format_projection
+from .projection import PROJECTION_SIZES, format_projection, project, recorded_rows
 from .report import format_table, write_outputs
 from .run import run_bench
 from .settings import ALL_STRATEGIES, DEFAULT_SAMPLINGS, BenchError, parse_sampling
@@ -56,8 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report; charts are written next to it")
     parser.add_argument("--no-png", action="store_true", help="HTML charts only")
     parser.add_argument("--projection", nargs="?", const="paper", choices=list(PROJECTION_SIZES), default=None,
-                        help="also replay our runs' decisions on random GPT-2 models of the paper's sizes "
-                             "(GPT-2-L target, 40M draft; 'tiny' for a quick check) and report projected tokens/s")
+                        help="also replay our runs' decisions on random models of other sizes (default: the paper's "
+                             "GPT-2-L target and 40M draft; qwen-coder: the Qwen2.5-Coder pair's shapes; 'tiny' for a "
+                             "quick check) and report projected tokens/s")
+    parser.add_argument("--replay", nargs="+", metavar="RECORDING", default=None,
+                        help="with --projection: load no model and run nothing; project the lanes of these recordings "
+                             "(python -m specviz.recording) instead")
     parser.add_argument("--cost-curve", action="store_true",
                         help="no run: time one target forward by the number of tokens it verifies, print the "
                              "curve and write it as JSON (--out)")
@@ -124,6 +128,8 @@ def bench(args, argv: list[str]) -> int:
         return render(args.render, png=not args.no_png)
     if args.cost_curve:
         return write_cost_curve(args, argv)
+    if args.replay:
+        return write_replay_projection(args, argv)
     strategies, samplings = check_args(args)
     prompts = load_prompts(args.prompts, args.limit)
     stack = load_preset(args.preset, args.dtype, args.device, target=args.target, drafts=args.draft)
@@ -144,6 +150,27 @@ def bench(args, argv: list[str]) -> int:
     return 0
 
 
+def write_replay_projection(args, argv: list[str]) -> int:
+    """`--replay R... --projection S`: recorded decisions timed on random models of S, no model loaded (a GPU
+    machine without the weights, issue 33)."""
+    if args.projection is None:
+        raise BenchError("--replay needs --projection SIZES (e.g. --projection qwen-coder)")
+    if args.dtype not in DTYPES and args.dtype != AUTO_DTYPE:
+        raise BenchError(f"--replay runs random models in {', '.join(DTYPES)}, not {args.dtype}")
+    dtype = "float32" if args.dtype == AUTO_DTYPE else args.dtype
+    report = {**report_header(argv), "projection": project(recorded_rows(args.replay), args.projection, args.device,
+                                                            dtype, args.compile)}
+    print(format_projection(report["projection"]))
+    write_json(report, Path(args.out))
+    return 0
+
+
+def write_json(report: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    print(f"wrote {out}", file=sys.stderr)
+
+
 def write_cost_curve(args, argv: list[str]) -> int:
     from ..cost_curve import cost_curve, format_curve
 
@@ -152,8 +179,5 @@ def write_cost_curve(args, argv: list[str]) -> int:
     print(format_curve(curve))
     report = {**report_header(argv), "target": target.name, "dtype": target.dtype, "device": args.device,
               "seconds_per_forward": curve}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1), encoding="utf-8")
-    print(f"wrote {out}", file=sys.stderr)
+    write_json(report, Path(args.out))
     return 0

@@ -1,5 +1,6 @@
 """Projection (`--projection`): replay the recorded decisions of real runs on randomly initialised
-GPT-2 models of the paper's sizes. A projection, never a measurement, and labelled as one."""
+models of other sizes (the paper's GPT-2 pair, or the Qwen2.5-Coder pair's shapes on a machine that lacks
+its weights). A projection, never a measurement, and labelled as one."""
 from __future__ import annotations
 
 from time import perf_counter
@@ -9,29 +10,84 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from ..cache import BUCKETS
 from ..models import DTYPES
 from .report import fmt, median, ratio
 
-PROJECTION_SIZES = {   # GPT-2 configs: the paper's GPT-2-L target and 40M GPT-2 draft; "tiny" for tests
-    "paper": {"vocab": 50257, "target": {"n_layer": 36, "n_embd": 1280, "n_head": 20},
+QWEN2 = {"rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
+PROJECTION_SIZES = {   # the paper's GPT-2-L target and 40M GPT-2 draft; "tiny" for tests
+    "paper": {"family": "gpt2", "vocab": 50257, "target": {"n_layer": 36, "n_embd": 1280, "n_head": 20},
               "draft": {"n_layer": 4, "n_embd": 512, "n_head": 8}},
-    "tiny": {"vocab": 256, "target": {"n_layer": 2, "n_embd": 64, "n_head": 4},
+    "tiny": {"family": "gpt2", "vocab": 256, "target": {"n_layer": 2, "n_embd": 64, "n_head": 4},
              "draft": {"n_layer": 1, "n_embd": 32, "n_head": 4}},
+    # Qwen2.5-Coder-1.5B and 0.5B-Instruct as their GGUF files give them (specviz/chunked.py)
+    "qwen-coder": {"family": "qwen2", "vocab": 151936,
+                   "target": {"num_hidden_layers": 28, "hidden_size": 1536, "intermediate_size": 8960,
+                              "num_attention_heads": 12, "num_key_value_heads": 2, **QWEN2},
+                   "draft": {"num_hidden_layers": 24, "hidden_size": 896, "intermediate_size": 4864,
+                             "num_attention_heads": 14, "num_key_value_heads": 2, **QWEN2}},
+    "tiny-qwen": {"family": "qwen2", "vocab": 256,
+                  "target": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, **QWEN2},
+                  "draft": {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64,
+                            "num_attention_heads": 4, "num_key_value_heads": 2, **QWEN2}},
 }
-PROJECTION_NOTE = ("PROJECTION, not a measurement: randomly initialised GPT-2 models of the given sizes replay "
-                   "the token trees, accepted paths and draft forward sizes recorded from the real runs of this "
-                   "benchmark. Only model forwards and KV-cache commits are timed (decode only, prefill excluded); "
+PROJECTION_NOTE = ("PROJECTION, not a measurement: randomly initialised models of the given sizes replay "
+                   "the token trees, accepted paths and draft forward sizes recorded from real runs. "
+                   "Only model forwards and KV-cache commits are timed (decode only, prefill excluded); "
                    "tree building, n-gram/lookup stages, sampling and verification logic are not.")
 
 
-def random_gpt2(sizes: dict, vocab: int, device: str, dtype: str, seed: int) -> torch.nn.Module:
-    from transformers import GPT2Config, GPT2LMHeadModel
+def random_model(family: str, sizes: dict, vocab: int, device: str, dtype: str, seed: int) -> torch.nn.Module:
+    """A randomly initialised causal LM of these sizes: GPT-2 or Qwen2."""
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=vocab, n_positions=4096, bos_token_id=None, eos_token_id=None, **sizes)
+    if family == "gpt2":
+        config = GPT2Config(vocab_size=vocab, n_positions=4096, bos_token_id=None, eos_token_id=None, **sizes)
+        build = GPT2LMHeadModel
+    else:
+        config = Qwen2Config(vocab_size=vocab, max_position_embeddings=32768, bos_token_id=None, eos_token_id=None,
+                             **sizes)
+        build = Qwen2ForCausalLM
     with torch.device(device):
-        model = GPT2LMHeadModel(config)
+        model = build(config)
     return model.to(DTYPES[dtype]).eval().requires_grad_(False)
+
+
+def static_entries(row: dict, step: int = 256) -> int:
+    """The static cache a replay of this row needs: the prompt, the output, the largest tree or draft feed of a
+    round, and bucket padding, rounded up to a multiple of `step` (see engine.static_length)."""
+    steps = row["_decisions"]["steps"]
+    fed = max((max(len(st["tokens"]), sum(sum(n) for n in st["forwards"].values())) for st in steps), default=0)
+    entries = row["prompt_tokens"] + sum(st["committed"] for st in steps) + fed + BUCKETS[-1]
+    return -(-entries // step) * step
+
+
+def decisions(steps) -> dict:
+    """What a projection replays of a run's trace records: per round the tree, the accepted path and each
+    model's forward sizes."""
+    return {"stages": [vars(st) for st in steps[0].stages] if steps else [],
+            "steps": [{"tokens": [n.token for n in st.nodes], "parents": [n.parent for n in st.nodes],
+                       "path": list(st.accepted_path), "forwards": st.forwards,
+                       "committed": len(st.committed_tokens)} for st in steps]}
+
+
+def recorded_rows(paths: list[str]) -> list[dict]:
+    """Rows to project from recordings (specviz.recording files): one per recorded lane of ours, with its
+    decisions; the prompt is named by the file."""
+    from pathlib import Path
+
+    from ..recording import load
+    from .settings import sampling_name
+
+    rows = []
+    for path in paths:
+        for strategy, lane in load(path).lanes.items():
+            rows.append({"prompt": Path(path).name.split(".")[0], "sampling": sampling_name(lane.sampling),
+                         "strategy": strategy, "prompt_tokens": len(lane.prompt),
+                         "_decisions": decisions(lane.recorded_steps)})
+    return rows
 
 
 def replay(target, drafts: dict, recorded: dict, prompt_tokens: int, vocab: int) -> tuple[float, int, int]:
@@ -73,22 +129,41 @@ def _sync(kv) -> None:
         torch.cuda.synchronize(kv.device)
 
 
-@torch.inference_mode()
-def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: str = "float32") -> dict:
-    """Replay every engine run in `rows` (with recorded decisions) on random models of `sizes`."""
+def _models(spec: dict, device: str, dtype: str, names: list[str], static_len: int | None):
+    """The target's KVModel and one per draft stage name (the draft model shared), compiled over static caches
+    of `static_len` entries, with every bucket compiled before anything is timed; eager where it is None."""
     from ..cache import KVModel
+    from ..models import compile_model
 
+    target_model = random_model(spec["family"], spec["target"], spec["vocab"], device, dtype, 0)
+    draft_model = random_model(spec["family"], spec["draft"], spec["vocab"], device, dtype, 1)
+    compiled = {}
+    if static_len is not None:
+        compiled = {id(m): compile_model(m) for m in (target_model, draft_model)}
+        for model in (target_model, draft_model):
+            KVModel(model, "compile", static_len=static_len, compiled=compiled[id(model)]).compile_buckets()
+
+    def kv(model, name):
+        return KVModel(model, name, static_len=static_len, compiled=compiled.get(id(model)))
+    return kv(target_model, "target"), {name: kv(draft_model, name) for name in names}, (target_model, draft_model)
+
+
+@torch.inference_mode()
+def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: str = "float32",
+            compile: bool = False) -> dict:
+    """Replay every engine run in `rows` (with recorded decisions) on random models of `sizes`. compile: the
+    models run torch.compile'd over static caches (CUDA graphs on a GPU), as `bench --compile` runs ours."""
     spec = PROJECTION_SIZES[sizes]
-    target = KVModel(random_gpt2(spec["target"], spec["vocab"], device, dtype, 0), "target")
-    draft_model = random_gpt2(spec["draft"], spec["vocab"], device, dtype, 1)
+    rows = [row for row in rows if row.get("_decisions")]
+    names = sorted({st["name"] for row in rows for st in row["_decisions"]["stages"][1:] if st["kind"] == "model"})
+    static_len = max(map(static_entries, rows), default=256) if compile else None
+    target, drafts, models = _models(spec, device, dtype, names, static_len)
+    if rows:        # once untimed: kernels load, caches allocate
+        replay(target, _drafts_of(drafts, rows[0]), rows[0]["_decisions"], rows[0]["prompt_tokens"], spec["vocab"])
     out = []
     for row in rows:
-        recorded = row.get("_decisions")
-        if not recorded:
-            continue
-        names = [st["name"] for st in recorded["stages"][1:] if st["kind"] == "model"]
-        drafts = {name: KVModel(draft_model, name) for name in names}
-        seconds, new, forwards = replay(target, drafts, recorded, row["prompt_tokens"], spec["vocab"])
+        seconds, new, forwards = replay(target, _drafts_of(drafts, row), row["_decisions"], row["prompt_tokens"],
+                                        spec["vocab"])
         out.append({"prompt": row["prompt"], "sampling": row["sampling"], "strategy": row["strategy"],
                     "new_tokens": new, "target_forwards": forwards, "wall_s": seconds,
                     "tokens_per_s": new / seconds if seconds > 0 else 0.0})
@@ -106,15 +181,22 @@ def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: 
                 "tokens_per_target_forward": sum(r["new_tokens"] for r in rs) / sum(r["target_forwards"] for r in rs),
                 "prompts": len(rs)} for (sampling, strategy), rs in groups.items()]
     return {"note": PROJECTION_NOTE, "sizes": sizes, "configs": spec, "device": device, "dtype": dtype,
-            "target_params": sum(p.numel() for p in target.model.parameters()),
-            "draft_params": sum(p.numel() for p in draft_model.parameters()),
+            "compiled": compile, "static_cache_entries": static_len,
+            "target_params": sum(p.numel() for p in models[0].parameters()),
+            "draft_params": sum(p.numel() for p in models[1].parameters()),
             "results": results, "per_prompt": out}
+
+
+def _drafts_of(drafts: dict, row: dict) -> dict:
+    """The draft caches a row's stages name, in stage order."""
+    return {st["name"]: drafts[st["name"]] for st in row["_decisions"]["stages"][1:] if st["kind"] == "model"}
 
 
 def format_projection(projection: dict) -> str:
     lines = [f"*** {projection['note']}",
              f"*** target {projection['target_params'] / 1e6:.0f}M, draft {projection['draft_params'] / 1e6:.0f}M "
-             f"parameters, {projection['device']} {projection['dtype']}",
+             f"parameters, {projection['device']} {projection['dtype']}"
+             f"{', compiled' if projection.get('compiled') else ''}",
              "sampling  strategy     projected tok/s med [p25-p75]  vs base  tok/fwd"]
     for r in projection["results"]:
         lines.append(f"{r['sampling']:<9} {r['strategy']:<12} {r['tokens_per_s_median']:8.1f} "

@@ -11,7 +11,7 @@ from .. import llama_cpp, reference
 from ..hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
 from ..prompts import Prompt
 from ..strategies import STRATEGIES, default_tree
-from .projection import project
+from .projection import decisions, project
 from .report import compare_rows, reference_strategy, summarise
 from .settings import BenchError, parse_sampling, usable_strategies, with_seed
 
@@ -60,16 +60,7 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None)
             "mean_accepted_per_target_forward": s["mean_accepted_per_target_forward"],
             "steps": s["steps"], "bytes_per_token": s["bytes_per_token"],
             "decode_wall_s": s["wall_s"], "phase_s": s["phase_s"], "forward_s": decoder.forward_seconds(),
-            "_decisions": decisions(run)}
-
-
-def decisions(run) -> dict:
-    """What a projection replays: per round the tree, the accepted path and each model's forward sizes."""
-    first = run.steps[0] if run.steps else None
-    return {"stages": [vars(st) for st in first.stages] if first else [],
-            "steps": [{"tokens": [n.token for n in st.nodes], "parents": [n.parent for n in st.nodes],
-                       "path": list(st.accepted_path), "forwards": st.forwards,
-                       "committed": len(st.committed_tokens)} for st in run.steps]}
+            "_decisions": decisions(run.steps)}
 
 
 def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:

@@ -37,6 +37,15 @@ def parse_sampling(name: str, seed: int = 0) -> Sampling:
     return sampling
 
 
+def sampling_name(sampling: Sampling) -> str:
+    """The name parse_sampling reads back: "greedy", or the parts that differ from their defaults."""
+    if sampling.greedy:
+        return "greedy"
+    parts = [f"temp{sampling.temperature:g}" if sampling.temperature != 1.0 else "",
+             f"topk{sampling.top_k}" if sampling.top_k else "", f"topp{sampling.top_p:g}" if sampling.top_p != 1.0 else ""]
+    return "-".join(p for p in parts if p) or "temp1"
+
+
 def with_seed(sampling: Sampling, seed: int) -> Sampling:
     return Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed)
 
