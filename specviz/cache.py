@@ -133,6 +133,8 @@ class KVModel:
             self.cache = self.decoder.entries()
         elif self.static_len is None:
             self.cache = DynamicCache(config=self.model.config)
+        elif isinstance(getattr(self, "cache", None), StaticCache):
+            self.cache.reset()      # zeroed in place: CUDA graphs keep reading the addresses they recorded
         else:
             self.cache = StaticCache(config=self.model.config, max_cache_len=self.static_len)
             self.cache.early_initialization(1, self.kv_heads, self.head_dim, self.dtype, self.device)

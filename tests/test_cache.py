@@ -158,6 +158,19 @@ def test_a_static_feed_larger_than_every_bucket_runs_unpadded():
     assert static.log.tokens == [70] and int(static.cache.layers[0].cumulative_length) == 70
 
 
+def test_a_reset_static_cache_keeps_its_memory_and_reads_like_a_new_one():
+    """A static cache is zeroed in place on reset: CUDA graphs read the addresses they recorded."""
+    model = tiny_model("llama")
+    reused = KVModel(model, "reused", static_len=64)
+    reused.feed_committed([9, 8, 7, 6, 5, 4])
+    addresses = [layer.keys.data_ptr() for layer in reused.cache.layers]
+    reused.reset()
+    assert reused.length == 0 and int(reused.cache.layers[0].cumulative_length) == 0
+    assert [layer.keys.data_ptr() for layer in reused.cache.layers] == addresses
+    fresh = KVModel(model, "fresh", static_len=64)
+    torch.testing.assert_close(reused.feed_committed([1, 2, 3]), fresh.feed_committed([1, 2, 3]), rtol=0, atol=0)
+
+
 def test_an_untied_input_embedding_is_read_a_row_per_token_and_a_tied_one_with_the_output_layer():
     from specviz.cache import parameter_bytes, read_bytes
     from specviz.metrics import bytes_read
