@@ -1,5 +1,6 @@
 """The compiled path (torch.compile over a static KV cache; CUDA graphs on a GPU), run on the CPU."""
 import json
+import os
 
 import pytest
 import torch
@@ -117,3 +118,18 @@ def test_cli_compile_flag_gives_the_eager_output(tmp_path):
     assert compiled.returncode == 0, compiled.stderr[-2000:]
     assert json.loads(compiled.stdout)["tokens"] == json.loads(eager.stdout)["tokens"]
     assert json.loads(compiled.stdout)["new_tokens"] == 6
+
+
+def test_the_gpu_exactness_script_finds_every_strategy_identical_on_a_tiny_qwen2_pair():
+    """scripts/gpu_exactness.py, which a lent GPU runs at the 1.5B's size (issue 33), here at tiny sizes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "scripts/gpu_exactness.py", "--sizes", "tiny-qwen", "--device", "cpu",
+                          "--prompts", "1", "--max-new-tokens", "12"], cwd=root, capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert sum(" identical 12 tokens" in line for line in lines) == 4 and lines[-1].startswith("0 mismatches")

@@ -15,7 +15,7 @@ and plotly charts (HTML and PNG). Bad input gets one line on stderr and exit cod
 
 The package: `settings` (what to run), `run` (timing one generation and the whole benchmark),
 `report` (per-prompt comparisons, summaries, the table, JSON and charts), `projection` (replaying
-our decisions on random models of the paper's sizes: a projection, never a measurement) and `cli`.
+our decisions, or recordings', on random models of other sizes: a projection, never a measurement) and `cli`.
 """
 from .cli import build_parser, main
 from .projection import PROJECTION_SIZES, format_projection, project
