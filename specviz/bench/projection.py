@@ -135,17 +135,15 @@ def _models(spec: dict, device: str, dtype: str, names: list[str], static_len: i
     from ..cache import KVModel
     from ..models import compile_model
 
-    target_model = random_model(spec["family"], spec["target"], spec["vocab"], device, dtype, 0)
-    draft_model = random_model(spec["family"], spec["draft"], spec["vocab"], device, dtype, 1)
-    compiled = {}
-    if static_len is not None:
-        compiled = {id(m): compile_model(m) for m in (target_model, draft_model)}
-        for model in (target_model, draft_model):
-            KVModel(model, "compile", static_len=static_len, compiled=compiled[id(model)]).compile_buckets()
-
-    def kv(model, name):
-        return KVModel(model, name, static_len=static_len, compiled=compiled.get(id(model)))
-    return kv(target_model, "target"), {name: kv(draft_model, name) for name in names}, (target_model, draft_model)
+    models = [random_model(spec["family"], spec[role], spec["vocab"], device, dtype, seed)
+              for seed, role in enumerate(("target", "draft"))]
+    compiled = [None, None] if static_len is None else [compile_model(model) for model in models]
+    for model, fast in zip(models, compiled):
+        if fast is not None:
+            KVModel(model, "compile", static_len=static_len, compiled=fast).compile_buckets()
+    target = KVModel(models[0], "target", static_len=static_len, compiled=compiled[0])
+    drafts = {name: KVModel(models[1], name, static_len=static_len, compiled=compiled[1]) for name in names}
+    return target, drafts, models
 
 
 @torch.inference_mode()

@@ -43,7 +43,6 @@ class ModelDrafter(Drafter):
         (`models.compile_model`): used once `fit_static` gives this drafter a static cache."""
         super().__init__()
         self.kv = KVModel(model, name, output_vocab)
-        self.output_vocab = output_vocab
         self.compiled = compiled
         self.name = name
         self.lower = lower
@@ -66,7 +65,7 @@ class ModelDrafter(Drafter):
 
     def fit_static(self, static_len):
         if self.compiled is not None:
-            self.kv = KVModel(self.kv.model, self.name, self.output_vocab, static_len=static_len, compiled=self.compiled)
+            self.kv = KVModel(self.kv.model, self.name, self.kv.output_vocab, static_len=static_len, compiled=self.compiled)
         if self.lower is not None:
             self.lower.fit_static(static_len)
 
