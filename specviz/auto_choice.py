@@ -1,0 +1,126 @@
+"""What `auto` chose on this machine: measured once, stored in the user cache, read by every later process.
+
+`auto` picks, by timing probes, the precision a CPU reads a token fastest in, each draft model's precision and
+(through the probe) the default model stack. A timing taken while the machine is busy says something else:
+three `specviz generate` started at once on a 2-core machine timed the probe layer 1.5x slower, predicted the
+1.5B too slow for this CPU and silently fell back to the offline stack (SmolLM2-135M), whose text read as
+nonsense for the prompt; others picked int8 or float32 by noise. So each probe runs once per machine (setup runs
+it, on an idle machine), its timings and picks are kept in `auto.json` beside the machine they were taken on,
+and every later process reads them: the same command gives the same stack and text run after run.
+
+A process on another machine (another CPU, core count, torch build or kernel build) measures anew. To measure
+again here: `python -m specviz.prepare --remeasure`, or SPECVIZ_REMEASURE=1 for one process (which then stores
+what it measured). Concurrent first uses measure one at a time (a lock file), so they do not slow each other's
+timings.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from .paths import cache_dir
+
+FILE = "auto.json"
+REMEASURE = "SPECVIZ_REMEASURE"      # "1": measure again in this process (and store the result)
+
+
+def path() -> Path:
+    return cache_dir() / FILE
+
+
+def machine() -> str:
+    """What the timings depend on: the CPU, its cores, torch and which few-row kernel runs."""
+    import torch
+
+    from . import rows_kernel
+    from .cpu import cpu_info
+    name, simd = cpu_info()
+    return (f"{name} | {os.cpu_count()} cores | {' '.join(simd)} | torch {torch.__version__} "
+            f"{torch.get_num_threads()} threads | {rows_kernel.status()}")
+
+
+def _read() -> dict:
+    try:
+        stored = json.loads(path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) and stored.get("machine") == machine() else {}
+
+
+def _write(stored: dict) -> None:
+    target = path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(stored, indent=1, sort_keys=True))
+    os.replace(tmp, target)         # readers see the old file or the new one, never half of one
+
+
+@contextlib.contextmanager
+def _exclusive():
+    """One measuring process at a time on this machine (where the OS offers file locks)."""
+    try:
+        import fcntl
+    except ImportError:             # Windows: no lock; concurrent first uses may each measure
+        yield
+        return
+    lock = path().with_name(FILE + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_REMEASURED: set[str] = set()       # keys this process measured anew under SPECVIZ_REMEASURE
+
+
+def decided(key: str, measure: Callable[[], object]) -> object:
+    """The stored value for `key` on this machine; measured (one process at a time), stored and returned where
+    there is none, or where SPECVIZ_REMEASURE=1 asks for a new measurement. Values are plain JSON data."""
+    remeasure = os.environ.get(REMEASURE) == "1" and key not in _REMEASURED
+    stored = _read()
+    if key in stored.get("choices", {}) and not remeasure:
+        return stored["choices"][key]["value"]
+    with _exclusive():
+        stored = _read()            # another process may have measured while this one waited
+        if key in stored.get("choices", {}) and not remeasure:
+            return stored["choices"][key]["value"]
+        value = measure()
+        stored = _read() or {"machine": machine(), "choices": {}}
+        stored["choices"][key] = {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                  "by": _who()}
+        _write(stored)
+        _REMEASURED.add(key)
+        return value
+
+
+def source(key: str) -> str:
+    """Where a stored choice came from, in a few words for the CLI, the app and the bench."""
+    entry = _read().get("choices", {}).get(key)
+    if entry is None:
+        return "not measured on this machine yet"
+    return f"measured {entry['measured']} by {entry['by']}, stored in {path()}"
+
+
+def forget() -> None:
+    """Drop every stored choice (the next use measures anew)."""
+    with contextlib.suppress(FileNotFoundError):
+        path().unlink()
+
+
+_measured_by = ["first use"]
+
+
+def measuring_for(who: str) -> None:
+    """Name what measures from now on in this process (setup: `python -m specviz.prepare`)."""
+    _measured_by[0] = who
+
+
+def _who() -> str:
+    return _measured_by[0]

@@ -1,0 +1,83 @@
+"""`auto` decides once per machine (specviz/auto_choice.py): a process started while the machine is busy reads
+the stored decision instead of a slowed probe, so it never loads another stack or precision (issue 40)."""
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import specviz.auto_choice as auto_choice
+import specviz.models as models
+import specviz.presets as presets
+
+IDLE = {"float32": 0.040, "bfloat16": 0.030, "int4": 0.008, "int8": 0.0085}     # one probe layer's token, seconds
+BUSY = {"float32": 0.016, "bfloat16": 0.034, "int4": 0.019, "int8": 0.012}      # the same machine under load
+
+
+def new_process(monkeypatch, timings: dict) -> None:
+    """What a process starting now sees: no probe measured in it yet, and the probe timing `timings`."""
+    models.resolve_dtype.cache_clear()
+    models.probe_seconds.cache_clear()
+    monkeypatch.setattr(models, "_probe_layer", lambda dtype: {1: timings[dtype], 2: 2 * timings[dtype]})
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """An empty decision store of its own (the machine's real one stays as setup left it)."""
+    monkeypatch.setattr(auto_choice, "path", lambda: tmp_path / auto_choice.FILE)
+    yield tmp_path / auto_choice.FILE
+    models.resolve_dtype.cache_clear()
+    models.probe_seconds.cache_clear()
+
+
+def test_a_busy_machine_keeps_the_stored_precision_and_stack(store, monkeypatch):
+    new_process(monkeypatch, IDLE)
+    precision, token_s = models.resolve_dtype("auto"), presets.predicted_token_seconds()
+    assert precision == "int4" and token_s == pytest.approx(0.008 * 33)         # the idle machine's pick
+    new_process(monkeypatch, BUSY)                  # a later process, started while others compute
+    assert models.resolve_dtype("auto") == precision
+    assert presets.predicted_token_seconds() == token_s
+    assert "measured" in models.auto_reason() and str(store) in models.auto_reason()    # says where it came from
+
+
+def test_remeasuring_is_asked_for(store, monkeypatch):
+    new_process(monkeypatch, IDLE)
+    assert models.resolve_dtype("auto") == "int4"
+    new_process(monkeypatch, BUSY)
+    monkeypatch.setenv(auto_choice.REMEASURE, "1")
+    assert models.resolve_dtype("auto") == "int8"                               # measured again, and stored
+    monkeypatch.delenv(auto_choice.REMEASURE)
+    new_process(monkeypatch, IDLE)
+    assert models.resolve_dtype("auto") == "int8"
+    auto_choice.forget()
+    new_process(monkeypatch, IDLE)
+    assert models.resolve_dtype("auto") == "int4"
+
+
+def test_another_machine_measures_anew(store, monkeypatch):
+    new_process(monkeypatch, IDLE)
+    assert models.resolve_dtype("auto") == "int4"
+    monkeypatch.setattr(auto_choice, "machine", lambda: "another CPU")
+    new_process(monkeypatch, BUSY)
+    assert models.resolve_dtype("auto") == "int8"
+    assert json.loads(store.read_text())["machine"] == "another CPU"
+
+
+def test_concurrent_first_uses_measure_once(store):
+    calls, results = [], []
+
+    def measure():
+        calls.append(1)
+        return len(calls)
+    threads = [threading.Thread(target=lambda: results.append(auto_choice.decided("key", measure))) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert calls == [1] and results == [1, 1, 1, 1]
+
+
+def test_a_damaged_store_is_measured_again(store):
+    store.write_text("{not json")
+    assert auto_choice.decided("key", lambda: 7) == 7
+    assert auto_choice.decided("key", lambda: 8) == 7
