@@ -96,7 +96,8 @@ def decided(key: str, measure: Callable[[], object]) -> object:
         stored["choices"][key] = {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                   "by": _who()}
         _write(stored)
-        _REMEASURED.add(key)
+        if remeasure:
+            _REMEASURED.add(key)
         return value
 
 

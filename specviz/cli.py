@@ -95,6 +95,7 @@ def generate(args) -> int:
     ref = None if args.no_reference else reference.measure(stack, prompt_ids, sampling, args.max_new_tokens)
     if args.json:
         print(json.dumps({**cli_json(run, decoder, stack.dtype, stack.precision()), "tokens_per_s_with_prompt": speed,
+                          "preset": preset, "target": stack.target.name, "drafts": stack.drafts,
                           "precision_reason": stack.precision_reason,
                           "reference": ref, "speedup_vs_reference": ref and ratio(speed, ref["tokens_per_s"])}))
     else:
@@ -102,7 +103,8 @@ def generate(args) -> int:
         s = run.stats
         print(f"\n[{run.strategy}] {s['new_tokens']} tokens in {s['wall_s']:.2f} s ({s['tokens_per_s']:.1f} tok/s; "
               f"{speed:.1f} with the prompt's read), {s['tokens_per_target_forward']:.2f} tokens per target forward, "
-              f"bytes read {s.get('bytes_relative_to_baseline', 1.0):.2f}x baseline, {stack.precision()}", file=sys.stderr)
+              f"bytes read {s.get('bytes_relative_to_baseline', 1.0):.2f}x baseline, {stack.target.name} ({preset}), "
+              f"{stack.precision()}", file=sys.stderr)
         if stack.precision_reason:
             print(stack.precision_reason, file=sys.stderr)
         if ref is not None:

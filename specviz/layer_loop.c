@@ -43,8 +43,9 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
 }
 
 /* x [n, hidden]: the embeddings in, the last layer's output out. cos, sin [n, D]. keys, values: the cache,
- * [layers, kv_heads, capacity, D]; the n new entries go at `start`. visible [n, cols] bytes as attend_rows. */
-void decode_layers(const Layer *layers, int count, float *x, int n, int hidden, int heads, int kv_heads, int D,
+ * [layers, kv_heads, capacity, D]; the n new entries go at `start`. visible [n, cols] bytes as attend_rows.
+ * Returns 0, or -1 (x untouched) where the scratch could not be allocated. specviz/layer_loop.py checks the rest. */
+int decode_layers(const Layer *layers, int count, float *x, int n, int hidden, int heads, int kv_heads, int D,
                    int intermediate, const float *cos, const float *sin, float *keys, float *values, int capacity,
                    int start, const uint8_t *visible, int committed, int cols, float scale, float eps, int threads) {
     const int Q = heads * D, KV = kv_heads * D, N_qkv = Q + 2 * KV;
@@ -57,6 +58,12 @@ void decode_layers(const Layer *layers, int count, float *x, int n, int hidden, 
     float *delta = attended + (size_t)n * Q, *gate_up = delta + (size_t)n * hidden, *act = gate_up + (size_t)n * 2 * intermediate;
     void *product_scratch = malloc((size_t)n * (widest + 8 * Bp));
     void *attention_scratch = malloc((size_t)threads * ((size_t)E * sizeof(int) + (size_t)G * E * sizeof(float)));
+    if (!h || !product_scratch || !attention_scratch) {
+        free(h);
+        free(product_scratch);
+        free(attention_scratch);
+        return -1;
+    }
     const size_t layer_size = (size_t)kv_heads * capacity * D;
     for (int l = 0; l < count; l++) {
         const Layer *layer = layers + l;
@@ -88,4 +95,5 @@ void decode_layers(const Layer *layers, int count, float *x, int n, int hidden, 
     free(h);
     free(product_scratch);
     free(attention_scratch);
+    return 0;
 }

@@ -60,10 +60,22 @@ class LayerLoop:
         the whole cache [layers, kv_heads, capacity, head_dim], the new entries written at `start`."""
         n = x.shape[0]
         x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
+        capacity, cols = keys.shape[2] if keys.dim() == 4 else 0, visible.shape[1]
+        rows_kernel.require(0 <= committed <= start and start + n <= capacity and committed + cols <= capacity
+                            and start + n == committed + cols, f"{n} new entries at {start} after {committed} committed "
+                            f"({cols} visible) do not fit a cache of {capacity}")
+        rows_kernel.require_tensor("hidden states", x, torch.float32, (n, self.hidden))
+        for name, t in (("cos", cos), ("sin", sin)):
+            rows_kernel.require_tensor(name, t, torch.float32, (n, self.head_dim))
+        for name, t in (("keys", keys), ("values", values)):
+            rows_kernel.require_tensor(name, t, torch.float32, (self.count, self.kv_heads, capacity, self.head_dim))
+        rows_kernel.require_tensor("visible", visible, torch.bool, (n, cols))
         mask = visible.to(torch.uint8).contiguous()
-        rows_kernel.library().decode_layers(
+        failed = rows_kernel.library().decode_layers(
             ctypes.addressof(self.layers), self.count, x.data_ptr(), n, self.hidden, self.heads, self.kv_heads,
             self.head_dim, self.intermediate, cos.data_ptr(), sin.data_ptr(), keys.data_ptr(), values.data_ptr(),
             keys.shape[2], start, mask.data_ptr(), committed, visible.shape[1], self.scale, self.eps,
             torch.get_num_threads())
+        if failed:
+            raise MemoryError(f"{rows_kernel.KERNEL}: no memory for the layers' scratch ({n} rows)")
         return x

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from . import auto_choice
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
@@ -49,18 +50,20 @@ def cpu_precisions() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=None)
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
-    """`auto`: bfloat16 on a GPU that supports it; on a CPU, the precision in which a short probe (one decoder
+    """`auto`: bfloat16 on a GPU that supports it; on a CPU, the precision in which the probe layer (one decoder
     layer of a 1.5B model) reads one token fastest, as plain decoding does: float32 unless another is at least
     10% faster, and a later one in cpu_precisions() only where it is 10% faster than the pick so far (int4 and int8
-    read a token within a few percent of each other here: a bare minimum flipped between them from run to run). Other names pass through. Plain decoding is the reference's regime: on our 2-core CPUs
-    verifying many tokens costs several times one (the cost curves), so the fastest lossless run is one whose
-    single-token forward is fastest, with few, cheap guesses on top (docs/BENCHMARKS.md)."""
+    read a token within a few percent of each other here). The probe is measured once per machine and stored
+    (specviz/auto_choice.py), so a busy machine never changes the pick. Other names pass through. Plain decoding
+    is the reference's regime: on our 2-core CPUs verifying many tokens costs several times one (the cost curves),
+    so the fastest lossless run is one whose single-token forward is fastest, with few, cheap guesses on top
+    (docs/BENCHMARKS.md)."""
     if dtype != AUTO_DTYPE:
         return dtype
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
     seconds, best = auto_probe(), "float32"
-    for name in cpu_precisions():       # each must beat the pick so far by 10%: close timings must not flip it per process
+    for name in cpu_precisions():       # each must beat the pick so far by 10%: close timings must not flip it
         if seconds[name] < 0.9 * seconds[best]:
             best = name
     return best
@@ -72,12 +75,13 @@ def auto_probe() -> dict[str, float]:
 
 
 def auto_reason(device: str = "cpu") -> str:
-    """Why `auto` picked what it picked here, with the measurement (shown where the precision is shown)."""
+    """Why `auto` picked what it picked here, with the measurement and where it is kept (shown where the
+    precision is shown)."""
     if device.startswith("cuda"):
         return f"auto: {resolve_dtype(AUTO_DTYPE, device)} on a GPU"
     timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(auto_probe().items(), key=lambda x: x[1]))
     return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer read one token "
-            f"in {timings}")
+            f"in {timings} ({auto_choice.source(_probe_key(resolve_dtype(AUTO_DTYPE)))})")
 
 
 PROBE_FEEDS = (1, 2, 4, 8, 16)    # tokens fed: decoding one, verifying a few
@@ -85,10 +89,16 @@ PROBE_FEEDS = (1, 2, 4, 8, 16)    # tokens fed: decoding one, verifying a few
 
 @functools.lru_cache(maxsize=None)
 def probe_seconds(dtype: str) -> dict[int, float]:
-    """The probe layer's seconds fed 1, 2, 4, 8 and 16 tokens in `dtype` on this CPU (measured once per process):
-    its cost curve, which the app's regime panel draws next to llama.cpp's."""
-    with _PROBE_LOCK:        # one probe at a time: threads would slow each other's timings
-        return _probe_layer(dtype)
+    """The probe layer's seconds fed 1, 2, 4, 8 and 16 tokens in `dtype` on this CPU (measured once per machine,
+    specviz/auto_choice.py): its cost curve, which the app's regime panel draws next to llama.cpp's."""
+    def measure() -> dict[str, float]:
+        with _PROBE_LOCK:    # one probe at a time: threads would slow each other's timings
+            return {str(n): seconds for n, seconds in _probe_layer(dtype).items()}
+    return {int(n): seconds for n, seconds in auto_choice.decided(_probe_key(dtype), measure).items()}
+
+
+def _probe_key(dtype: str) -> str:
+    return f"probe layer in {dtype}"
 
 
 _PROBE_LOCK = threading.Lock()

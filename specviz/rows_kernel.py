@@ -72,7 +72,7 @@ def _loaded() -> tuple[ctypes.CDLL | None, str]:
     library.rms_norm_rows.restype = None
     library.decode_layers.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 6 + \
         [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_float] * 2 + [ctypes.c_int]
-    library.decode_layers.restype = None
+    library.decode_layers.restype = ctypes.c_int
     return library, KERNEL + (" with VNNI" if len(flags) > len(FLAGS) else "")
 
 
@@ -93,6 +93,30 @@ def _build(compiler: str, flags: tuple[str, ...], library: Path) -> None:
 
 def status() -> str:
     return _loaded()[1]
+
+
+class KernelInputError(ValueError):
+    """An input a kernel cannot read as given; the message is one line. The C code trusts its arguments, so
+    every entry point below checks dtype, device, contiguity and shapes first: a wrong one must stop here, not
+    read or write past a tensor's end or compute garbage."""
+
+
+def require(ok: bool, what: str) -> None:
+    if not ok:
+        raise KernelInputError(f"{KERNEL}: {what}")
+
+
+def require_tensor(name: str, t: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None:
+    """t is a contiguous CPU tensor of `dtype` and exactly `shape` (None: any size in that dimension)."""
+    require(t.dtype == dtype and t.device.type == "cpu", f"{name} must be a CPU {dtype} tensor, got {t.dtype} on {t.device}")
+    require(t.dim() == len(shape) and all(want is None or want == got for want, got in zip(shape, t.shape)),
+            f"{name} has shape {tuple(t.shape)}, expected {tuple('any' if d is None else d for d in shape)}")
+    require(t.is_contiguous(), f"{name} must be contiguous")
+
+
+def q4_groups(K: int) -> int:
+    """Scales (and zeros) per row of a 4-bit weight of K inputs: its 32-wide blocks, padded to chunks of 8."""
+    return (K // 32 + 7) // 8 * 8
 
 
 def available() -> bool:
@@ -132,9 +156,16 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/int4.py's
     tiled(), each row rounded to int8 per 256 values as it is read. The caller checks available()."""
     rows = rows.contiguous()
+    require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
     n, K = rows.shape
+    require(K % 64 == 0 and K > 0, f"the 4-bit product reads inputs in pairs of 32-wide blocks: {K} is not a multiple of 64")
+    require(out_features % 4 == 0 and out_features > 0, f"the 4-bit product writes outputs in tiles of 4: {out_features} is not a multiple")
+    require_tensor("rows", rows, torch.float32, (n, K))
+    require_tensor("packed weights", packed, torch.uint8, (out_features, K // 2))
+    for name, t in (("scales", scales), ("zeros", zeros)):
+        require_tensor(name, t, torch.bfloat16, (out_features, q4_groups(K)))
     out = torch.empty(n, out_features)
-    scratch = torch.empty(n * (K + 8 * scales.shape[1]), dtype=torch.uint8)     # the rows in int8, and per group two floats
+    scratch = torch.empty(n * (K + 8 * q4_groups(K)), dtype=torch.uint8)     # the rows in int8, and per group two floats
     _loaded()[0].rows_matmul_q4(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
                                 n, K, out_features, torch.get_num_threads(), scratch.data_ptr())
     return out
@@ -146,9 +177,19 @@ def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visibl
     (row_attention.c): query [n, heads, D] float32, keys and values one layer's cache [kv_heads, capacity, D],
     visible bool [n, cols] over the entries after the committed ones. Returns [n, heads, D]. The caller
     checks available()."""
+    require(query.dim() == 3 and keys.dim() == 3 and visible.dim() == 2, "attend takes query [n, heads, D], "
+            "keys and values [kv_heads, capacity, D] and visible [n, cols]")
     n, heads, D = query.shape
     kv_heads, capacity = keys.shape[0], keys.shape[1]
     cols = visible.shape[1]
+    require(D % 8 == 0 and kv_heads > 0 and heads % kv_heads == 0, f"heads of {D} values (a multiple of 8), "
+            f"{heads} query heads over {kv_heads} kv heads (a multiple): not so here")
+    require(0 <= committed and committed + cols <= capacity, f"{committed} committed and {cols} new entries do not fit "
+            f"a cache of {capacity}")
+    require_tensor("query", query.contiguous(), torch.float32, (n, heads, D))
+    for name, t in (("keys", keys), ("values", values)):
+        require_tensor(name, t, torch.float32, (kv_heads, capacity, D))
+    require_tensor("visible", visible, torch.bool, (n, cols))
     entries, threads = committed + cols, torch.get_num_threads()
     out = torch.empty(n, heads, D)
     scratch = torch.empty(threads * entries * (1 + heads // kv_heads), dtype=torch.int32)
@@ -168,6 +209,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / sqrt(mean(x^2) + eps) * weight for rows x [n, K] float32 (K a multiple of 8), each row alone
     (row_attention.c). The caller checks available()."""
     x = x.contiguous()
+    require(x.dim() == 2 and x.shape[1] % 8 == 0, f"RMS norm takes rows [n, K], K a multiple of 8: got {tuple(x.shape)}")
+    require_tensor("rows", x, torch.float32, (None, x.shape[1]))
+    require_tensor("norm weight", weight, torch.float32, (x.shape[1],))
     out = torch.empty_like(x)
     _loaded()[0].rms_norm_rows(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
     return out

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import auto_choice
 from .auto_trigram import auto_trigram, draft_texts
 from .cache import KVModel, restricts_output
 from .cost_curve import cost_curves
@@ -40,6 +41,10 @@ def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) 
     The candidates take turns in each round, so this machine's drifting speed hits them alike."""
     sizes = (1, STAGED_LEVEL_TOKENS) if under_lower_stage else (1,)
     return [sum(curve.values()) for curve in cost_curves(models, sizes=sizes, context=64, reps=5)]
+
+
+def draft_choice_key(spec: str, under_lower_stage: bool, target_dtype: str) -> str:
+    return f"draft {spec} {'under a lower stage' if under_lower_stage else 'as the top stage'} of a {target_dtype} target"
 
 
 def default_drafts() -> list[str]:
@@ -115,23 +120,26 @@ class Stack:
         return draft.model.base_model if self._output_vocab(draft, []) is not None else draft.model
 
     def _load_source(self, spec: str, dtype: str, device: str, auto: bool = False):
-        """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU is tried in every
-        precision this CPU runs (float32, bfloat16, int4 and, with the rows kernel, int8), and the one whose
-        forwards are fastest as the stack will feed them is kept (draft_probe_seconds; another must be 10%
-        faster than the target's precision to be chosen); a draft's precision only moves acceptance, never
-        the output."""
+        """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU runs in the precision
+        whose forwards were fastest as the stack feeds them, of every precision this CPU runs (draft_probe_seconds;
+        another must be 10% faster than the target's precision to be chosen): measured once per machine and
+        stored (specviz/auto_choice.py). A draft's precision only moves acceptance, never the output."""
         if spec == "trigram:auto":
             return auto_trigram(self.tokenizer, self.target_name, draft_texts(self.drafts))
         if is_ngram(spec):
             return load_trigram(spec)
-        model = load_model(spec, dtype, device)
-        check_tokenizers_match(self.target, model)
+        loaded: dict[str, LoadedModel] = {}
         if auto and device == "cpu":
             lower = self.drafts.index(spec) < len(self.drafts) - 1
-            candidates = [model] + [load_model(spec, other, device) for other in cpu_precisions() if other != dtype]
-            seconds = draft_probe_seconds([c.model for c in candidates], lower)
-            seconds[0] *= 0.9
-            return candidates[seconds.index(min(seconds))]
+
+            def fastest() -> str:
+                loaded.update((name, load_model(spec, name, device)) for name in dict.fromkeys([dtype, *cpu_precisions()]))
+                seconds = draft_probe_seconds([c.model for c in loaded.values()], lower)
+                seconds[0] *= 0.9
+                return list(loaded)[seconds.index(min(seconds))]
+            dtype = auto_choice.decided(draft_choice_key(spec, lower, dtype), fastest)
+        model = loaded.get(dtype) or load_model(spec, dtype, device)
+        check_tokenizers_match(self.target, model)
         return model
 
     @property

@@ -30,6 +30,21 @@ def smollm2():
     return load_model("smollm2-135m")
 
 
+@pytest.fixture
+def auto_choices(tmp_path, monkeypatch):
+    """An empty store of `auto`'s per-machine choices (specviz/auto_choice.py) for this test, and no probe
+    remembered by the process; the machine's real store stays as setup left it."""
+    import specviz.auto_choice as auto_choice
+    import specviz.models as models
+    monkeypatch.setattr(auto_choice, "path", lambda: tmp_path / auto_choice.FILE)
+    monkeypatch.setattr(auto_choice, "_REMEASURED", set())
+    models.resolve_dtype.cache_clear()
+    models.probe_seconds.cache_clear()
+    yield tmp_path / auto_choice.FILE
+    models.resolve_dtype.cache_clear()
+    models.probe_seconds.cache_clear()
+
+
 FAILURES = Path(__file__).resolve().parents[1] / "out" / "failures"
 
 

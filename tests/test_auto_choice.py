@@ -24,12 +24,8 @@ def new_process(monkeypatch, timings: dict) -> None:
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
-    """An empty decision store of its own (the machine's real one stays as setup left it)."""
-    monkeypatch.setattr(auto_choice, "path", lambda: tmp_path / auto_choice.FILE)
-    yield tmp_path / auto_choice.FILE
-    models.resolve_dtype.cache_clear()
-    models.probe_seconds.cache_clear()
+def store(auto_choices):
+    return auto_choices
 
 
 def test_a_busy_machine_keeps_the_stored_precision_and_stack(store, monkeypatch):

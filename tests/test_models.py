@@ -36,7 +36,7 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
             load_model("smollm2-135m", device="cuda")
 
 
-def test_auto_dtype_follows_the_probe(monkeypatch):
+def test_auto_dtype_follows_the_probe(monkeypatch, auto_choices):
     import specviz.models as models
     for faster in ("bfloat16", "float32", "int4", *(["int8"] if "int8" in models.cpu_precisions() else [])):
         clear_probe(models)
@@ -57,8 +57,11 @@ def test_auto_dtype_follows_the_probe(monkeypatch):
 
 
 def clear_probe(models) -> None:
+    """As a new process on a new machine: nothing measured, nothing stored."""
+    import specviz.auto_choice as auto_choice
     models.resolve_dtype.cache_clear()
     models.probe_seconds.cache_clear()
+    auto_choice.forget()
 
 
 def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):

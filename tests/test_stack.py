@@ -61,7 +61,7 @@ def _save_target_and_draft(folder):
         save_with_word_tokenizer(tiny_model("llama", noise=noise), folder / name)
 
 
-def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(tmp_path, monkeypatch):
+def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(tmp_path, monkeypatch, auto_choices):
     """Staged feeds its draft levels of ~16 tokens; a chain feeds it one at a time. The dtype probe
     must time what the stack will run: a bfloat16 draft that is fast per token but slow per batch
     (an AVX2 CPU) stays float32 under a lower stage."""
@@ -85,7 +85,7 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
 
 
 @pytest.mark.parametrize("fastest", ["bfloat16", "int4", "int8"])
-def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tmp_path, monkeypatch, fastest):
+def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tmp_path, monkeypatch, fastest, auto_choices):
     """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 or
     int4 draft still writes baseline's tokens."""
     import specviz.stack as stack_module
@@ -100,5 +100,8 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
     for strategy in ("speculative", "tree", "staged"):
         assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base
     monkeypatch.setattr(stack_module, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))    # a tie keeps float32
+    assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto").precision() == \
+        f"float32 target, {fastest} draft"          # ...but the choice stored on this machine stands
+    stack_module.auto_choice.forget()
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto").precision() == "float32"
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="float32").precision() == "float32"

@@ -142,6 +142,8 @@ def bench(args, argv: list[str]) -> int:
     report["duration_s"] = perf_counter() - started
     for note in report["settings"]["notes"]:
         print(f"note: {note}", file=sys.stderr)
+    print(f"models: {stack.target.name} with {', '.join(stack.drafts) or 'no drafter'}, {stack.precision()}"
+          + (f" ({stack.precision_reason})" if stack.precision_reason else ""), file=sys.stderr)
     print(format_table(report["results"]))
     if "projection" in report:
         print("\n" + format_projection(report["projection"]))

@@ -139,7 +139,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                            "tree": tree or {}, "compiled": compile,
                            "static_cache_entries": stack.static_len if compile else None,
                            "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
-                           "precision": stack.precision(),
+                           "precision": stack.precision(), "precision_reason": stack.precision_reason,
                            "assistant": stack.assistant()[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
                            "notes": notes},
               "results": results, "per_prompt": per_prompt,
