@@ -43,19 +43,30 @@ def machine() -> str:
             f"{torch.get_num_threads()} threads | {rows_kernel.status()}")
 
 
-def _read() -> dict:
+def _read_all() -> dict:
+    """{machine: {key: {"value", "measured", "by"}}}: each machine's choices (processes with other thread counts,
+    such as the test suite's one-thread workers, keep theirs beside the others, never over them)."""
     try:
         stored = json.loads(path().read_text())
     except (OSError, ValueError):
         return {}
-    return stored if isinstance(stored, dict) and stored.get("machine") == machine() else {}
+    machines = stored.get("machines") if isinstance(stored, dict) else None
+    return machines if isinstance(machines, dict) else {}
 
 
-def _write(stored: dict) -> None:
+def _read() -> dict:
+    """This machine's choices."""
+    mine = _read_all().get(machine())
+    return mine if isinstance(mine, dict) else {}
+
+
+def _write(key: str, entry: dict) -> None:
+    machines = _read_all()
+    machines.setdefault(machine(), {})[key] = entry
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(stored, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps({"machines": machines}, indent=1, sort_keys=True))
     os.replace(tmp, target)         # readers see the old file or the new one, never half of one
 
 
@@ -84,18 +95,14 @@ def decided(key: str, measure: Callable[[], object]) -> object:
     """The stored value for `key` on this machine; measured (one process at a time), stored and returned where
     there is none, or where SPECVIZ_REMEASURE=1 asks for a new measurement. Values are plain JSON data."""
     remeasure = os.environ.get(REMEASURE) == "1" and key not in _REMEASURED
-    stored = _read()
-    if key in stored.get("choices", {}) and not remeasure:
-        return stored["choices"][key]["value"]
+    if key in _read() and not remeasure:
+        return _read()[key]["value"]
     with _exclusive():
         stored = _read()            # another process may have measured while this one waited
-        if key in stored.get("choices", {}) and not remeasure:
-            return stored["choices"][key]["value"]
+        if key in stored and not remeasure:
+            return stored[key]["value"]
         value = measure()
-        stored = _read() or {"machine": machine(), "choices": {}}
-        stored["choices"][key] = {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                  "by": _who()}
-        _write(stored)
+        _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
         if remeasure:
             _REMEASURED.add(key)
         return value
@@ -103,7 +110,7 @@ def decided(key: str, measure: Callable[[], object]) -> object:
 
 def source(key: str) -> str:
     """Where a stored choice came from, in a few words for the CLI, the app and the bench."""
-    entry = _read().get("choices", {}).get(key)
+    entry = _read().get(key)
     if entry is None:
         return "not measured on this machine yet"
     return f"measured {entry['measured']} by {entry['by']}, stored in {path()}"

@@ -55,10 +55,14 @@ def test_remeasuring_is_asked_for(store, monkeypatch):
 def test_another_machine_measures_anew(store, monkeypatch):
     new_process(monkeypatch, IDLE)
     assert models.resolve_dtype("auto") == "int4"
+    here = auto_choice.machine()
     monkeypatch.setattr(auto_choice, "machine", lambda: "another CPU")
     new_process(monkeypatch, BUSY)
     assert models.resolve_dtype("auto") == "int8"
-    assert json.loads(store.read_text())["machine"] == "another CPU"
+    assert set(json.loads(store.read_text())["machines"]) == {here, "another CPU"}     # each keeps its own
+    monkeypatch.setattr(auto_choice, "machine", lambda: here)
+    new_process(monkeypatch, BUSY)
+    assert models.resolve_dtype("auto") == "int4"
 
 
 def test_concurrent_first_uses_measure_once(store):

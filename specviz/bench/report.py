@@ -36,7 +36,7 @@ def compare_rows(rows: list[dict]) -> list[dict]:
         ref = by_key.get((r["prompt"], r["sampling"], reference))
         n = len(r["tokens"])
         rate = n / r["wall_s"] if r["wall_s"] > 0 else 0.0
-        row = {k: v for k, v in r.items() if k != "tokens" and not k.startswith("_")}
+        row = {k: v for k, v in r.items() if not k.startswith("_")}    # tokens kept: runs can be compared token for token
         row.update(new_tokens=n, tokens_per_s=rate,
                    tokens_per_target_forward=n / r["target_forwards"] if r["target_forwards"] else None,
                    baseline_bytes_per_token=base and base["bytes_per_token"],

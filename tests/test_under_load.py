@@ -1,0 +1,51 @@
+"""Several `specviz generate` processes started at once on a busy machine write exactly the text each writes alone
+(issue 40: under load, `auto`'s probe once picked another precision and another default stack, and the text read
+as nonsense). Each process runs the real models, with `auto` and with every explicit precision; each must name the
+same stack and precision as when run alone, and read `auto`'s choice from the machine's store, not a new probe."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+PROMPT = 'import csv\n\ndef read_scores(path):\n    """Read a CSV of name,score rows and return a dict from name to the highest score."""\n'
+TOKENS = "4"
+# (preset or None for this machine's default, strategy, dtype); the default stack loads the 1.5B (8 GB at its peak
+# while it is quantized), so it runs once; the 135M offline stack in every precision
+ALONE = [(None, "baseline", "auto"), ("offline", "baseline", "auto"), ("offline", "baseline", "int4"),
+         ("offline", "baseline", "int8"), ("offline", "baseline", "float32"), ("offline", "baseline", "bfloat16")]
+TOGETHER = ALONE + [("offline", "staged", "auto"), ("offline", "staged", "float32")]     # 8 processes on 2 cores
+
+
+def command(preset, strategy, dtype) -> list[str]:
+    return ([sys.executable, "-m", "specviz", "generate", "--prompt", PROMPT, "--strategy", strategy, "--dtype", dtype,
+             "--max-new-tokens", TOKENS, "--json", "--no-reference"] + (["--preset", preset] if preset else []))
+
+
+def outcome(process: subprocess.Popen) -> dict:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-2000:]
+    run = json.loads(out.strip().splitlines()[-1])
+    return {key: run[key] for key in ("tokens", "preset", "target", "precision", "precision_reason")}
+
+
+def start(run) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "SPECVIZ_PRESET"}
+    return subprocess.Popen(command(*run), cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_processes_started_together_on_a_busy_machine_write_what_each_writes_alone():
+    alone = {run: outcome(start(run)) for run in ALONE}
+    together = {run: start(run) for run in TOGETHER}          # each busy with the others while it loads and probes
+    loaded = {run: outcome(process) for run, process in together.items()}
+    for run in TOGETHER:          # baseline's text alone, the same stack and precision, auto's choice from the store
+        got, expected = dict(loaded[run]), dict(alone[(run[0], "baseline", run[2])])
+        assert got.pop("precision").startswith(expected.pop("precision")), run     # staged's names its draft's too
+        assert got == expected, run
+    for run in ALONE:             # auto read the machine's stored choice; an explicit precision needs none
+        assert ("measured" in alone[run]["precision_reason"]) == (run[2] == "auto"), run
