@@ -11,7 +11,7 @@ import pytest
 from specviz import llama_cpp
 from specviz.app import settings as app_settings
 from specviz.app import stacks, words
-from specviz.app.race import COMPARED, Race
+from specviz.app.race import COMPARED, Race, time_lanes
 from specviz.app.sessions import Session
 from specviz.strategies import default_tree
 from specviz.trace import RunRecord
@@ -202,22 +202,37 @@ def test_example_prompts_include_humaneval_and_plain_language():
 
 # -- sessions and the race on tiny random models -------------------------------------------------------
 
-def test_the_race_runs_every_lane_to_the_same_text(tiny_default):
+def test_the_race_times_each_lane_alone_then_replays_them_at_their_own_times(tiny_default):
     tiny_default()
-    race = Race.start(app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 10}))
+    settings = app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 10})
+    timing, reports = time_lanes(settings), []
+    while True:
+        try:
+            reports.append(next(timing))
+        except StopIteration as done:
+            timed = done.value
+            break
     ours = [lane for lane in COMPARED if lane not in llama_cpp.PEERS]
-    assert list(race.lanes()) == ours and set(race.skipped) == set(llama_cpp.PEERS)   # tiny models are no GGUF files
-    assert all("GGUF" in why for why in race.skipped.values())
+    assert list(timed.lanes()) == ours and set(timed.skipped) == set(llama_cpp.PEERS)   # tiny models are no GGUF files
+    assert all("GGUF" in why for why in timed.skipped.values())
+    runs = [lane for i, lane in enumerate(r.lane for r in reports) if i == 0 or reports[i - 1].lane != lane]
+    assert runs == list(COMPARED)                   # one lane at a time, each to its end: never interleaved
+    assert [r.tokens for r in reports if r.lane == "baseline"] == list(range(11))      # its progress, step by step
+    assert reports[-1].done == tuple(COMPARED[:-1]) and timed.finished
+    assert timed.same_text() and not timed.differing()        # greedy: HF assisted writes the same text too
+    race = timed.replay()
     peer = race.peers["hf_assisted"]
-    assert peer.shown == 0 and peer.chunks and all(a <= b for (a, _), (b, _) in zip(peer.chunks, peer.chunks[1:]))
-    order = []
-    while not race.finished:
-        order.append(race.step())
-    assert race.same_text() and not race.differing()        # greedy: HF assisted writes the same text too
+    assert not race.finished and peer.shown == 0 and all(not lane.steps for lane in race.decoders.values())
+    assert peer.chunks and all(a <= b for (a, _), (b, _) in zip(peer.chunks, peer.chunks[1:]))
+    first = min(race.next_time(name) for name in race.lanes())
+    assert race.advance_to(first / 2) == 0 and race.advance_to(first) >= 1
+    assert race.advance_to(race.duration()) > 0 and race.finished         # the slowest lane's time shows them all
+    assert race.duration() == max(timed.elapsed(name) for name in timed.lanes())
+    for name in race.lanes():
+        assert race.elapsed(name) == pytest.approx(timed.elapsed(name))    # replayed at the times it was timed
     assert all(len(lane.new_tokens) == 10 for lane in race.lanes().values())
-    assert order.count("hf_assisted") == len(peer.chunks)      # each streamed chunk replayed in its turn
     stats, table = race.stats(), race.table_stats()
-    assert "hf_assisted" not in stats and set(table) == set(ours)
+    assert "hf_assisted" not in stats and set(table) == set(ours) and table == timed.table_stats()
     assert stats["baseline"]["tokens_per_target_forward"] == 1.0
     assert stats["staged"]["tokens_per_target_forward"] >= 1.0
     assert table["hf_assisted"]["wall_s"] == peer.chunks[-1][0] and table["hf_assisted"]["new_tokens"] == 10

@@ -7,14 +7,14 @@ from collections import Counter
 from dataclasses import replace
 from functools import wraps
 from inspect import isgeneratorfunction
-from time import perf_counter
+from time import perf_counter, sleep
 
 import gradio as gr
 
 from .. import lossless, plots
 from . import panels, regime, replay, stacks, words
 from . import settings as app_settings
-from .race import COMPARED, Race
+from .race import COMPARED, time_lanes
 from .sessions import LIVE, Session
 from .settings import UserError
 
@@ -205,39 +205,64 @@ def on_compare(session: Session, *values):
     yield from session.loop(lambda run_id: _race_loop(session, settings, run_id))
 
 
+PROGRESS_EVERY_S = 2.0      # while lanes are timed, the page hears how far they got at most this often (a few words)
+FRAME_S = 0.25              # the replay redraws the lanes' columns this often (charts at the end only)
+REPLAY_SHARE = 0.2          # the replay takes at most this share of the lanes' summed times (faster if need be)
+
+
 def _race_loop(session: Session, settings, run_id: int):
+    started = perf_counter()
     if session.recording is not None:
-        session.race = race = replay.race_of(session.recording)
+        race = replay.race_of(session.recording)
         if race is None:
             raise UserError("This recording holds no race: open one saved from Compare, or go back to live.")
+        how, timing_s = "Replaying the recorded race", None
     else:
         if not stacks.stack_loaded(settings.stack_key()):
             yield render_race(session, "Loading the models (first time only)…", charts=False)
-        yield render_race(session, "Timing llama.cpp (plain and speculative) and HF assisted generation (transformers' "
-                          "generate with the same draft)…", charts=False)
         LIVE.admit(session)
-        session.race = race = Race.start(settings)
+        timing, shown, started = time_lanes(settings), 0.0, perf_counter()
+        while True:
+            try:
+                progress = next(timing)
+            except StopIteration as done:
+                timed = done.value
+                break
+            if session.run_id != run_id:
+                if session.stopped_run == run_id:
+                    yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
+                return
+            if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
+                shown = perf_counter()
+                yield render_race(session, words.timing_status(progress, perf_counter() - started), charts=False)
+        race, timing_s = timed.replay(), perf_counter() - started
+        how = f"All lanes timed alone, one after another, in {timing_s:.0f} s. Racing them at their own times"
+    session.race = race
     skipped = " ".join(race.skipped.values())
-    started = perf_counter()
-    yield render_race(session, "Racing…")
+    lanes_s = sum(race.own_times().values())
+    speed = max(1.0, race.duration() / (REPLAY_SHARE * lanes_s)) if lanes_s > 0 else 1.0
+    how += f" ({speed:.1f}x faster than they ran)" if speed > 1.05 else ""
+    clock = perf_counter()
     while not race.finished:
         if session.run_id != run_id or session.race is not race:
             if session.stopped_run == run_id:
                 yield render_race(session, "Race stopped; the charts show the steps so far.")
             return
-        if perf_counter() - started > app_settings.RUN_TIME_LIMIT_S:
-            yield render_race(session, f"Stopped: races are limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s.")
-            return
-        replay.pace(race.lanes()[race.step()])
-        yield render_race(session, "Racing… press Stop to end early.")
+        sleep(max(0.0, FRAME_S - (perf_counter() - clock) % FRAME_S))
+        race.advance_to(speed * (perf_counter() - clock))
+        yield render_race(session, f"{how}… press Stop to end early.", charts=False)
     if session.recording is None:
-        # not "Race finished" yet: that is the final status, which a watcher waits for
-        yield render_race(session, "All lanes done; measuring what verifying k tokens costs here (once per stack)…",
-                          charts=False)
-        session.regime = regime.regime_view(stacks.get_stack(settings.stack_key()))
+        timed_how = words.TIMED_ALONE + " " + words.race_time_note(perf_counter() - started, lanes_s, timing_s,
+                                                                    perf_counter() - clock)
+    else:
+        timed_how = words.recorded_timing(session.recording.recorded)
     outcome = (f"Race finished. {words.reference_note(race.table_stats())} "
-               f"{words.sameness_note(race.differing(), settings.sampling.greedy)}")
-    yield render_race(session, outcome + (f" Not in the race: {skipped}" if skipped else ""))
+               f"{words.sameness_note(race.differing(), settings.sampling.greedy)} {timed_how}")
+    outcome += f" Not in the race: {skipped}" if skipped else ""
+    yield render_race(session, outcome)
+    if session.recording is None:      # after the verdict, so that it does not wait on it
+        session.regime = regime.regime_view(stacks.get_stack(settings.stack_key()))
+        yield render_race(session, outcome)
 
 
 # -- Is it lossless? --------------------------------------------------------------------------------

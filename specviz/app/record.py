@@ -60,14 +60,14 @@ def recorded_meta(stack) -> dict:
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else ""
     return {"machine": gpu or describe().split(", torch")[0], "device": device, "details": describe(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "precision": stack.precision(),
+            "timing": "each lane alone, one after another, to its end (specviz/app/race.py, time_lanes)",
             "models": {k: str(v) for k, v in models.items()}, "specviz": __version__}
 
 
 def record(settings) -> Recording:
-    """Race the settings' strategy, our other strategies and HF assisted generation to the end."""
+    """Time every lane of the race alone to the end, as the app's Compare does (race.time_lanes), and the
+    settings' strategy for the Step view if it is not a lane."""
     race = Race.start(settings)
-    while not race.finished:
-        race.step()
     step_decoder = None
     if settings.strategy not in race.decoders:
         step_decoder = new_decoder(get_stack(settings.stack_key()), settings)

@@ -136,6 +136,36 @@ def race_column_html(strategy: str, lane, stats: dict, body: str | None = None) 
     return f'<div class="race-col" data-strategy="{html.escape(strategy)}">{head}{body}</div>'
 
 
+TIMED_ALONE = ("How it was timed: each lane ran alone, one after another, to its end, with nothing else of the app "
+               "computing (the page heard of its progress only between its steps, every few seconds); the race then "
+               "replayed every lane at its own times.")
+LANE_WORDS = {"llama_cpp": "llama.cpp's plain decoding", "llama_cpp_speculative": "llama.cpp's own speculation",
+              "hf_assisted": "HF assisted generation"}
+
+
+def race_time_note(total_s: float, lanes_s: float, timing_s: float, replay_s: float) -> str:
+    """Where the time from Compare to the verdict went."""
+    return (f"From Compare to this verdict {total_s:.1f} s: the lanes' own clocks add up to {lanes_s:.1f} s; timing "
+            f"them took {timing_s:.1f} s (the rest: llama.cpp starting and loading its model, HF's set-up, progress "
+            f"notes); the replay {replay_s:.1f} s.")
+
+
+def recorded_timing(recorded: dict) -> str:
+    how = recorded.get("timing") or "recorded before 2026-11-25: lanes stepped in turn, the page updated between steps"
+    return f"Timings as recorded ({how})."
+
+
+def timing_status(progress, elapsed_s: float) -> str:
+    """What the page says while the lanes are timed: which lane runs, how far it got, which are done."""
+    done = f" Done: {', '.join(progress.done)}." if progress.done else ""
+    if progress.lane in LANE_WORDS:
+        now = f"running {LANE_WORDS[progress.lane]} ({progress.lane}) to its end"
+    else:
+        now = f"{progress.lane} {progress.tokens}/{progress.max_new_tokens} tokens"
+    return (f"Timing each lane alone, one after another (nothing else computes meanwhile; the race replays them "
+            f"together after): {now}.{done} {elapsed_s:.0f} s so far.")
+
+
 def sameness_note(differing: list[str], greedy: bool) -> str:
     """Whether the race's lanes wrote baseline's text: the promise under greedy decoding (in float32;
     in bf16/fp16 a batched pass may round a near-tie differently), a matter of chance when sampling.
