@@ -207,7 +207,8 @@ def on_compare(session: Session, *values):
 
 PROGRESS_EVERY_S = 2.0      # while lanes are timed, the page hears how far they got at most this often (a few words)
 FRAME_S = 0.25              # the replay redraws the lanes' columns this often (charts at the end only)
-REPLAY_SHARE = 0.2          # the replay takes at most this share of the lanes' summed times (faster if need be)
+REPLAY_SHARE = 0.1          # the replay takes at most this share of the lanes' summed times (faster if need be): the
+                            # verdict then comes within 1.5x their sum, llama.cpp's model loads (off its clock) included
 
 
 def _race_loop(session: Session, settings, run_id: int):
@@ -220,6 +221,11 @@ def _race_loop(session: Session, settings, run_id: int):
     else:
         if not stacks.stack_loaded(settings.stack_key()):
             yield render_race(session, "Loading the models (first time only)…", charts=False)
+        stack = stacks.get_stack(settings.stack_key())
+        if not regime.measured(stack):      # before the race, so that its verdict ends the event (clicks count again)
+            yield render_race(session, "Measuring what verifying k tokens costs here (first race of these models "
+                              "only)…", charts=False)
+        session.regime = regime.regime_view(stack)
         LIVE.admit(session)
         timing, shown, started = time_lanes(settings), 0.0, perf_counter()
         while True:
@@ -260,9 +266,6 @@ def _race_loop(session: Session, settings, run_id: int):
                f"{words.sameness_note(race.differing(), settings.sampling.greedy)} {timed_how}")
     outcome += f" Not in the race: {skipped}" if skipped else ""
     yield render_race(session, outcome)
-    if session.recording is None:      # after the verdict, so that it does not wait on it
-        session.regime = regime.regime_view(stacks.get_stack(settings.stack_key()))
-        yield render_race(session, outcome)
 
 
 # -- Is it lossless? --------------------------------------------------------------------------------

@@ -20,10 +20,14 @@ SIZES = (1, 2, 4, 8, 16)
 _MEASURED: dict[tuple[str, str], dict] = {}      # per target and precision, once per process
 
 
+def measured(stack) -> bool:
+    return (stack.target.name, stack.precision()) in _MEASURED
+
+
 def regime_view(stack) -> dict:
     """The cost curves for this stack, measured once per target and precision (about 10 s for the 1.5B)."""
     key = (stack.target.name, stack.precision())
-    if key not in _MEASURED:
+    if not measured(stack):
         _MEASURED[key] = _measure(stack)
     return _MEASURED[key]
 

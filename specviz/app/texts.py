@@ -40,9 +40,11 @@ model that is itself sped up by an n-gram model, plus a branch copied from earli
 would run instead: *llama_cpp*, llama.cpp's plain decoding of the same GGUF file with as many threads (the
 **reference**: the fastest plain decoder on this machine, which every speed-up is also given against),
 *llama_cpp_speculative*, llama.cpp's own speculation with the same draft file, and *hf_assisted*, transformers'
-`generate()` with the same draft model (`assistant_model=`). Those three are timed once as they stream their tokens
-and replayed at the times they arrived. The lanes take turns on the processor; at any moment each column shows how
-far its strategy got in the same amount of its own compute time (reading the prompt included). Under greedy
+`generate()` with the same draft model (`assistant_model=`). Every lane is timed the same way: alone, one after
+another, to its end, with nothing else of the app computing (the page only hears how far it got, every few
+seconds). Then all lanes race on one clock, each replayed at its own times: at any moment each column shows how far
+its strategy got in the same amount of its own compute time (reading the prompt included), whether or not a browser
+watches on the same cores. Under greedy
 decoding every lane of ours writes the same text; llama.cpp computes in its own numerics, and a difference there is
 counted, not hidden.
 """
