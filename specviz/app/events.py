@@ -205,9 +205,10 @@ def on_compare(session: Session, *values):
     yield from session.loop(lambda run_id: _race_loop(session, settings, run_id))
 
 
-PROGRESS_EVERY_S = 2.0      # while lanes are timed, the page hears how far they got at most this often (a few words)
+PROGRESS_EVERY_S = 4.0      # while lanes are timed, the page hears how far they got at most this often (a few words)
+SETTLE_S = 0.2              # ...and then the browser gets this long to draw it before the next timed step
 FRAME_S = 0.25              # the replay redraws the lanes' columns this often (charts at the end only)
-REPLAY_SHARE = 0.1          # the replay takes at most this share of the lanes' summed times (faster if need be): the
+REPLAY_SHARE = 0.08         # the replay takes at most this share of the lanes' summed times (faster if need be): the
                             # verdict then comes within 1.5x their sum, llama.cpp's model loads (off its clock) included
 
 
@@ -239,8 +240,11 @@ def _race_loop(session: Session, settings, run_id: int):
                     yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
                 return
             if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
+                # the status alone (the page redraws nothing else), and a pause for the browser to draw it before the
+                # next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
+                yield (session, words.timing_status(progress, perf_counter() - started), *[gr.skip()] * (COMPARE_OUTPUTS - 2))
+                sleep(SETTLE_S)
                 shown = perf_counter()
-                yield render_race(session, words.timing_status(progress, perf_counter() - started), charts=False)
         race, timing_s = timed.replay(), perf_counter() - started
         how = f"All lanes timed alone, one after another, in {timing_s:.0f} s. Racing them at their own times"
     session.race = race
