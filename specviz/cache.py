@@ -22,10 +22,11 @@ import torch
 from .cpu_matmul import MAX_ROWS, engine_products, install, rows_product
 from .decoder import Decoder
 from .decoder import supported as decoder_supports
+from .cpu.blocks import BlockLinear
 from .int4 import Int4Linear
 from .int8 import Int8Linear
 
-QUANTIZED_HEADS = (Int8Linear, Int4Linear)     # output layers whose rows for a vocabulary are a layer of their own
+QUANTIZED_HEADS = (Int8Linear, Int4Linear, BlockLinear)     # output layers whose rows for a vocabulary are a layer of their own
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)     # static mode: feeds are padded to one of these sizes
 
@@ -81,7 +82,8 @@ def output_rows(layer: torch.nn.Module, ids: torch.Tensor):
 def restricts_output(layer: torch.nn.Module) -> bool:
     """Whether an output layer can be computed for some tokens only (float and int8 layers, int4 ones on
     specviz's kernel)."""
-    return isinstance(layer, Int8Linear) or type(layer) is torch.nn.Linear or (isinstance(layer, Int4Linear) and layer.own)
+    return isinstance(layer, (Int8Linear, BlockLinear)) or type(layer) is torch.nn.Linear or \
+        (isinstance(layer, Int4Linear) and layer.own)
 
 
 class KVModel:

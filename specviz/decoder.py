@@ -30,19 +30,20 @@ _START_CAPACITY = 256            # KV entries first allocated; doubled as needed
 @dataclass
 class Layer:
     input_norm: torch.Tensor
-    qkv: object                  # hidden -> [n, (heads + 2 kv_heads) * head_dim]
+    attention_in: list           # q, k, v's products (or their stacked one): hidden -> [n, (heads + 2 kv_heads) * head_dim]
     output: torch.nn.Module
     post_norm: torch.Tensor
-    gate_up: object              # hidden -> [n, 2 * intermediate]
+    mlp_in: list                 # gate, up's products (or their stacked one): hidden -> [n, 2 * intermediate]
     down: torch.nn.Module
 
 
-def _stacked(module: torch.nn.Module, stacked: str, names: tuple[str, ...]):
-    """The siblings' product as one call: their stacked layer (specviz/shared_input.py), else each in turn."""
-    if hasattr(module, stacked):
-        return getattr(module, stacked).layer
-    layers = [getattr(module, name) for name in names]
-    return lambda x: torch.cat([layer(x) for layer in layers], -1)
+def _siblings(module: torch.nn.Module, stacked: str, names: tuple[str, ...]) -> list:
+    """The siblings' products: their stacked layer (specviz/shared_input.py), else each."""
+    return [getattr(module, stacked).layer] if hasattr(module, stacked) else [getattr(module, name) for name in names]
+
+
+def _side_by_side(products: list, x: torch.Tensor) -> torch.Tensor:
+    return products[0](x) if len(products) == 1 else torch.cat([p(x) for p in products], -1)
 
 
 def supported(model: torch.nn.Module) -> bool:
@@ -100,16 +101,16 @@ class Decoder:
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.eps = config.rms_norm_eps
-        self.embedding = body.embed_tokens.weight
+        self.embedding = body.embed_tokens
         self.final_norm = body.norm.weight
         self.inv_freq, self.rope_scale = body.rotary_emb.inv_freq.float(), body.rotary_emb.attention_scaling
         self.layers = [Layer(layer.input_layernorm.weight,
-                             _stacked(layer.self_attn, "q_k_v_stacked", ("q_proj", "k_proj", "v_proj")),
+                             _siblings(layer.self_attn, "q_k_v_stacked", ("q_proj", "k_proj", "v_proj")),
                              layer.self_attn.o_proj, layer.post_attention_layernorm.weight,
-                             _stacked(layer.mlp, "gate_up_stacked", ("gate_proj", "up_proj")), layer.mlp.down_proj)
+                             _siblings(layer.mlp, "gate_up_stacked", ("gate_proj", "up_proj")), layer.mlp.down_proj)
                        for layer in body.layers]
         self.scale = self.head_dim ** -0.5
-        # 4-bit layers run in one C call per forward (layer_loop.c); other layers step by step below
+        # quantized layers run in one C call per forward (layer_loop.c); other layers step by step below
         self.loop = LayerLoop(self.layers, config.hidden_size, config.intermediate_size, self.heads, self.kv_heads,
                               self.head_dim, self.eps, self.scale) if LayerLoop.applies(self.layers) else None
 
@@ -131,13 +132,13 @@ class Decoder:
         entries.reserve(start, start + n)
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         cos, sin = self._rotary(torch.tensor(positions))
-        x = F.embedding(torch.tensor(tokens), self.embedding)
+        x = self.embedding(torch.tensor(tokens)).float()
         if self.loop is not None:
             x = self.loop.run(x, cos[:, 0], sin[:, 0], entries.keys, entries.values, start, visible, committed)
             return rows_kernel.rms_norm(x[n - keep:], self.final_norm, self.eps)
         for i, layer in enumerate(self.layers):
             h = rows_kernel.rms_norm(x, layer.input_norm, self.eps)
-            qkv = layer.qkv(h)
+            qkv = _side_by_side(layer.attention_in, h)
             qk = qkv[:, :(heads + kv_heads) * dim].view(n, heads + kv_heads, dim)
             low, high = qk.chunk(2, -1)
             qk = qk * cos + torch.cat((-high, low), -1) * sin
@@ -146,6 +147,6 @@ class Decoder:
             attended = rows_kernel.attend(qk[:, :heads], entries.keys[i], entries.values[i], visible, committed, self.scale)
             x = x + layer.output(attended.view(n, heads * dim))
             h = rows_kernel.rms_norm(x, layer.post_norm, self.eps)
-            gate, up = layer.gate_up(h).chunk(2, -1)
+            gate, up = _side_by_side(layer.mlp_in, h).chunk(2, -1)
             x = x + layer.down(F.silu(gate) * up)
         return rows_kernel.rms_norm(x[n - keep:], self.final_norm, self.eps)

@@ -156,14 +156,19 @@ def quantize_model(model: torch.nn.Module, keep: tuple[torch.nn.Module, ...] = (
         for name, child in list(parent.named_children()):
             if can_quantize(child) and not any(child is k for k in keep):
                 setattr(parent, name, layer(child))
-    setattr(model, _MARK, precision)
+    mark_precision(model, precision)
     if getattr(model.config, "tie_word_embeddings", False):
         model.config.tie_word_embeddings = False      # the output layer is its own (quantized) copy now
     return model
 
 
+def mark_precision(model: torch.nn.Module, precision: str) -> None:
+    """Name the precision a model's linear layers compute in (quantize_model's, or the file's own blocks: `gguf`)."""
+    setattr(model, _MARK, precision)
+
+
 def quantized_precision(model: torch.nn.Module) -> str | None:
-    """`int4` or `int8` for a model quantize_model changed, else None."""
+    """`int4`, `int8` or `gguf` for a model whose linear layers are quantized, else None."""
     return getattr(model, _MARK, None)
 
 

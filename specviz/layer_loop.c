@@ -1,4 +1,4 @@
-/* All the decoder layers of a 4-bit Llama-family model in one call (specviz/decoder.py's forward, without
+/* All the decoder layers of a quantized Llama-family model in one call (specviz/decoder.py's forward, without
  * Python between its steps). Built into one library with rows_kernel.c and row_attention.c.
  *
  * A one-token forward of the Qwen2.5-Coder-0.5B made about 600 Python and torch calls around its 97 products:
@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "specviz_cpu.h"
 
 void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
                     int n, int K, int N, int threads, void *scratch);
@@ -19,17 +20,36 @@ void attend_rows(const float *q, const float *k, const float *v, const uint8_t *
                  int threads, void *scratch);
 void rms_norm_rows(const float *x, const float *w, float *y, int n, int K, float eps);
 
-/* A product's tiles (specviz/int4.py's tiled()) and its bias or NULL. */
-typedef struct { const uint8_t *w; const uint16_t *d, *z; const float *bias; } Product;
-/* One layer, as decoder.py's Layer: pointers into the model's own tensors. */
-typedef struct { const float *input_norm; Product qkv, output; const float *post_norm; Product gate_up, down; } Layer;
+/* One product: a GGUF file's blocks of ggml type `type` (blocks.c), or (type 0) specviz's 4-bit tiles (int4.py's
+ * tiled(): w, d, z); its N outputs and bias or NULL. N = 0: no product (its sibling's stacked product made its outputs). */
+typedef struct { int type, N; const uint8_t *w; const uint16_t *d, *z; const float *bias; } Product;
+/* One layer, as decoder.py's Layer: pointers into the model's own tensors. q, k, v write side by side, as gate, up do. */
+typedef struct { const float *input_norm; Product q, k, v, output; const float *post_norm; Product gate, up, down; } Layer;
 
-/* y [n, N] = x [n, K] @ W.T (+ bias) */
-static void product(const Product *p, const float *x, float *y, int n, int K, int N, int threads, void *scratch) {
-    rows_matmul_q4(x, p->w, p->d, p->z, y, n, K, N, threads, scratch);
+/* y [n, ldy], from column `at`: x [n, K] @ W.T (+ bias). Returns the columns written, or < 0 (blocks.c's error). */
+static int product(const Product *p, const float *x, float *y, int ldy, int at, int n, int K, int threads, void *scratch) {
+    if (!p->N) return 0;
+    if (p->type) {
+        const int failed = block_product(p->type, p->w, K, p->N, x, n, y + at, ldy, threads, scratch);
+        if (failed) return failed;
+    } else {
+        rows_matmul_q4(x, p->w, p->d, p->z, y + at, n, K, p->N, threads, scratch);     /* stacked: ldy == N */
+    }
     if (p->bias)
         for (int r = 0; r < n; r++)
-            for (int o = 0; o < N; o++) y[(size_t)r * N + o] += p->bias[o];
+            for (int o = 0; o < p->N; o++) y[(size_t)r * ldy + at + o] += p->bias[o];
+    return p->N;
+}
+
+/* the siblings' products of one input, side by side in y [n, ldy] */
+static int products(const Product *const parts[3], const float *x, float *y, int ldy, int n, int K, int threads, void *scratch) {
+    int at = 0;
+    for (int i = 0; i < 3 && parts[i]; i++) {
+        const int written = product(parts[i], x, y, ldy, at, n, K, threads, scratch);
+        if (written < 0) return written;
+        at += written;
+    }
+    return at;
 }
 
 /* x * cos + rotate_half(x) * sin over one head's D values (cos, sin already scaled), as transformers computes it:
@@ -44,7 +64,8 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
 
 /* x [n, hidden]: the embeddings in, the last layer's output out. cos, sin [n, D]. keys, values: the cache,
  * [layers, kv_heads, capacity, D]; the n new entries go at `start`. visible [n, cols] bytes as attend_rows.
- * Returns 0, or -1 (x untouched) where the scratch could not be allocated. specviz/layer_loop.py checks the rest. */
+ * Returns 0; -100 (x untouched) where the scratch could not be allocated; blocks.c's error where a product failed (x
+ * then holds garbage). specviz/layer_loop.py checks the rest. */
 int decode_layers(const Layer *layers, int count, float *x, int n, int hidden, int heads, int kv_heads, int D,
                    int intermediate, const float *cos, const float *sin, float *keys, float *values, int capacity,
                    int start, const uint8_t *visible, int committed, int cols, float scale, float eps, int threads) {
@@ -52,24 +73,28 @@ int decode_layers(const Layer *layers, int count, float *x, int n, int hidden, i
     int widest = hidden > intermediate ? hidden : intermediate;     /* the widest input a product reads */
     if (Q > widest) widest = Q;
     const int Bp = (widest / 32 + 7) / 8 * 8, E = committed + cols, G = heads / kv_heads;
+    const size_t q4_scratch = (size_t)n * (widest + 8 * Bp), block_scratch = block_scratch_bytes(widest, n);
     const size_t floats = (size_t)n * (hidden + N_qkv + Q + Q + hidden + 2 * intermediate + intermediate);
     float *h = malloc(floats * sizeof(float));
     float *qkv = h + (size_t)n * hidden, *query = qkv + (size_t)n * N_qkv, *attended = query + (size_t)n * Q;
     float *delta = attended + (size_t)n * Q, *gate_up = delta + (size_t)n * hidden, *act = gate_up + (size_t)n * 2 * intermediate;
-    void *product_scratch = malloc((size_t)n * (widest + 8 * Bp));
+    void *product_scratch = malloc(q4_scratch > block_scratch ? q4_scratch : block_scratch);
     void *attention_scratch = malloc((size_t)threads * ((size_t)E * sizeof(int) + (size_t)G * E * sizeof(float)));
     if (!h || !product_scratch || !attention_scratch) {
         free(h);
         free(product_scratch);
         free(attention_scratch);
-        return -1;
+        return -100;
     }
+    int failed = 0;
     const size_t layer_size = (size_t)kv_heads * capacity * D;
     for (int l = 0; l < count; l++) {
         const Layer *layer = layers + l;
         float *layer_keys = keys + l * layer_size, *layer_values = values + l * layer_size;
         rms_norm_rows(x, layer->input_norm, h, n, hidden, eps);
-        product(&layer->qkv, h, qkv, n, hidden, N_qkv, threads, product_scratch);
+        const Product *qkv_parts[3] = {&layer->q, &layer->k, &layer->v}, *gate_up_parts[3] = {&layer->gate, &layer->up, NULL};
+        const Product *output_part[3] = {&layer->output, NULL, NULL}, *down_part[3] = {&layer->down, NULL, NULL};
+        if ((failed = products(qkv_parts, h, qkv, N_qkv, n, hidden, threads, product_scratch)) < 0) break;
         for (int r = 0; r < n; r++) {
             const float *row = qkv + (size_t)r * N_qkv, *c = cos + (size_t)r * D, *s = sin + (size_t)r * D;
             for (int head = 0; head < heads; head++) rotate(row + head * D, c, s, query + ((size_t)r * heads + head) * D, D);
@@ -81,19 +106,19 @@ int decode_layers(const Layer *layers, int count, float *x, int n, int hidden, i
         }
         attend_rows(query, layer_keys, layer_values, visible, attended, n, heads, kv_heads, D, capacity, committed,
                     cols, scale, threads, attention_scratch);
-        product(&layer->output, attended, delta, n, Q, hidden, threads, product_scratch);
+        if ((failed = products(output_part, attended, delta, hidden, n, Q, threads, product_scratch)) < 0) break;
         for (size_t i = 0; i < (size_t)n * hidden; i++) x[i] += delta[i];
         rms_norm_rows(x, layer->post_norm, h, n, hidden, eps);
-        product(&layer->gate_up, h, gate_up, n, hidden, 2 * intermediate, threads, product_scratch);
+        if ((failed = products(gate_up_parts, h, gate_up, 2 * intermediate, n, hidden, threads, product_scratch)) < 0) break;
         for (int r = 0; r < n; r++) {
             const float *g = gate_up + (size_t)r * 2 * intermediate, *u = g + intermediate;
             for (int i = 0; i < intermediate; i++) act[(size_t)r * intermediate + i] = g[i] / (1.0f + expf(-g[i])) * u[i];
         }
-        product(&layer->down, act, delta, n, intermediate, hidden, threads, product_scratch);
+        if ((failed = products(down_part, act, delta, hidden, n, intermediate, threads, product_scratch)) < 0) break;
         for (size_t i = 0; i < (size_t)n * hidden; i++) x[i] += delta[i];
     }
     free(h);
     free(product_scratch);
     free(attention_scratch);
-    return 0;
+    return failed < 0 ? failed : 0;
 }

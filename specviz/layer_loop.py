@@ -1,6 +1,7 @@
-"""A 4-bit model's decoder layers run by one C call per forward (layer_loop.c), for specviz/decoder.py.
+"""A quantized model's decoder layers run by one C call per forward (layer_loop.c), for specviz/decoder.py.
 
-It applies where every product of every layer is an Int4Linear on specviz's kernel, with q/k/v and gate/up
+It applies where every product of every layer is a BlockLinear on a GGUF file's blocks (`--dtype gguf`, q/k/v and
+gate/up each apart, their outputs written side by side), or an Int4Linear on specviz's kernel with q/k/v and gate/up
 stacked (specviz/shared_input.py), as `--dtype int4` loads Llama-family models wherever the kernel builds.
 The C structures hold pointers into the model's own tensors, which this object keeps alive.
 """
@@ -11,31 +12,47 @@ import ctypes
 import torch
 
 from . import rows_kernel
+from .cpu.blocks import ERRORS, BlockLinear
 from .int4 import Int4Linear
+
+NO_MEMORY = -100                     # decode_layers' answer where its scratch could not be allocated
 
 
 class _Product(ctypes.Structure):
-    _fields_ = [("w", ctypes.c_void_p), ("d", ctypes.c_void_p), ("z", ctypes.c_void_p), ("bias", ctypes.c_void_p)]
+    _fields_ = [("type", ctypes.c_int), ("N", ctypes.c_int), ("w", ctypes.c_void_p), ("d", ctypes.c_void_p),
+                ("z", ctypes.c_void_p), ("bias", ctypes.c_void_p)]
 
 
 class _Layer(ctypes.Structure):
-    _fields_ = [("input_norm", ctypes.c_void_p), ("qkv", _Product), ("output", _Product),
-                ("post_norm", ctypes.c_void_p), ("gate_up", _Product), ("down", _Product)]
+    _fields_ = [("input_norm", ctypes.c_void_p), ("q", _Product), ("k", _Product), ("v", _Product), ("output", _Product),
+                ("post_norm", ctypes.c_void_p), ("gate", _Product), ("up", _Product), ("down", _Product)]
 
 
-def _whole(layer) -> bool:
-    """An Int4Linear on specviz's kernel returning all its rows, its bias (if any) contiguous float32."""
-    return (isinstance(layer, Int4Linear) and layer.own and layer.kept == layer.out_features
-            and (layer.bias is None or _floats(layer.bias)))
+def _readable(products: list) -> bool:
+    """Siblings the C loop multiplies: BlockLinears, or one (stacked) Int4Linear on specviz's kernel returning all its
+    rows; biases (if any) contiguous float32."""
+    if not all(p.bias is None or _floats(p.bias) for p in products):
+        return False
+    if all(isinstance(p, BlockLinear) and p.weight.is_contiguous() for p in products):
+        return True
+    return len(products) == 1 and isinstance(products[0], Int4Linear) and products[0].own and \
+        products[0].kept == products[0].out_features
 
 
 def _floats(t: torch.Tensor) -> bool:
     return t.dtype == torch.float32 and t.is_contiguous()
 
 
-def _product(layer: Int4Linear) -> _Product:
+def _product(layer) -> _Product:
     bias = None if layer.bias is None else layer.bias.data_ptr()
-    return _Product(layer.packed.data_ptr(), layer.scales.data_ptr(), layer.zeros.data_ptr(), bias)
+    if isinstance(layer, BlockLinear):
+        return _Product(layer.qtype, layer.out_features, layer.weight.data_ptr(), None, None, bias)
+    return _Product(0, layer.out_features, layer.packed.data_ptr(), layer.scales.data_ptr(), layer.zeros.data_ptr(), bias)
+
+
+def _parts(products: list, count: int) -> list[_Product]:
+    """The siblings' products, then empty ones up to `count`."""
+    return [_product(p) for p in products] + [_Product()] * (count - len(products))
 
 
 class LayerLoop:
@@ -43,15 +60,15 @@ class LayerLoop:
                  eps: float, scale: float):
         self.held = layers           # the tensors the pointers below point into
         self.layers = (_Layer * len(layers))(*[
-            _Layer(l.input_norm.data_ptr(), _product(l.qkv), _product(l.output), l.post_norm.data_ptr(),
-                   _product(l.gate_up), _product(l.down)) for l in layers])
+            _Layer(l.input_norm.data_ptr(), *_parts(l.attention_in, 3), _product(l.output), l.post_norm.data_ptr(),
+                   *_parts(l.mlp_in, 2), _product(l.down)) for l in layers])
         self.count, self.hidden, self.intermediate = len(layers), hidden, intermediate
         self.heads, self.kv_heads, self.head_dim, self.eps, self.scale = heads, kv_heads, head_dim, eps, scale
 
     @staticmethod
     def applies(layers: list) -> bool:
-        """Every product a whole Int4Linear on specviz's kernel, the norms' weights contiguous float32."""
-        return bool(layers) and all(all(_whole(p) for p in (l.qkv, l.output, l.gate_up, l.down))
+        """Every product one the C loop multiplies, the norms' weights contiguous float32."""
+        return bool(layers) and all(all(_readable(p) for p in (l.attention_in, [l.output], l.mlp_in, [l.down]))
                                     and _floats(l.input_norm) and _floats(l.post_norm) for l in layers)
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -76,6 +93,7 @@ class LayerLoop:
             self.head_dim, self.intermediate, cos.data_ptr(), sin.data_ptr(), keys.data_ptr(), values.data_ptr(),
             keys.shape[2], start, mask.data_ptr(), committed, visible.shape[1], self.scale, self.eps,
             torch.get_num_threads())
-        if failed:
+        if failed == NO_MEMORY:
             raise MemoryError(f"{rows_kernel.KERNEL}: no memory for the layers' scratch ({n} rows)")
+        rows_kernel.require(not failed, f"a layer's product was given {ERRORS.get(failed, failed)}")
         return x

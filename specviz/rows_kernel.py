@@ -31,12 +31,14 @@ import torch
 from .cpu import cpu_info
 from .paths import cache_dir
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rows_kernel.c", "row_attention.c", "layer_loop.c"))
-HEADERS = (Path(__file__).with_name("lanes.h"),)       # in the library's name too: a change rebuilds it
+BLOCKS = Path(__file__).with_name("cpu") / "c"         # the GGUF block products (blocks.c) and their headers
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("rows_kernel.c", "row_attention.c", "layer_loop.c")) + \
+    (BLOCKS / "blocks.c",)
+HEADERS = (Path(__file__).with_name("lanes.h"), BLOCKS / "simd.h", BLOCKS / "specviz_cpu.h")   # in the library's name too
 # -ffp-contract=off: a product and a sum written apart stay apart (layer_loop.c rotates as transformers does)
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off", f"-I{BLOCKS}")
 # 8-bit dot products in one instruction where the CPU has them (the 4-bit product's integer sums are the same either way)
-VNNI_FLAGS = {"avx512_vnni": ("-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
+VNNI_FLAGS = {"avx512_vnni": ("-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
 SWITCH = "SPECVIZ_ROWS_KERNEL"       # "0" turns the kernel off (to measure torch's product instead), "avx2" leaves out VNNI
 _ROW_STEP = 8                        # the kernel reads 8 floats at a time: rows must be a multiple wide
 KERNEL = "specviz AVX2 rows kernel"
@@ -78,7 +80,7 @@ def _loaded() -> tuple[ctypes.CDLL | None, str]:
 
 def _flags() -> tuple[str, ...]:
     simd = cpu_info()[1] if os.environ.get(SWITCH) != "avx2" else []
-    vnni = next((extra for flag, extra in VNNI_FLAGS.items() if flag in simd and (flag != "avx512_vnni" or "avx512vl" in simd)), ())
+    vnni = next((extra for flag, extra in VNNI_FLAGS.items() if flag in simd and (flag != "avx512_vnni" or {"avx512vl", "avx512bw"} <= set(simd))), ())
     return FLAGS + vnni
 
 

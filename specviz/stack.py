@@ -20,9 +20,8 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
 from .engine import Decoder, Prefill, prefill
-from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError, check_dtype,
-                     auto_reason, check_tokenizers_match, compile_model, cpu_precisions, load_model,
-                     resolve_dtype)
+from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError, auto_precision, auto_reason,
+                     check_dtype, check_tokenizers_match, compile_model, draft_precisions, load_model, precision_name)
 from .sampling import Sampling
 from .strategies import default_tree, drafter_specs, is_ngram
 
@@ -78,14 +77,14 @@ class Stack:
              dtype: str = AUTO_DTYPE, device: str = "cpu") -> "Stack":
         check_dtype(dtype)
         auto = dtype == AUTO_DTYPE
-        dtype = resolve_dtype(dtype, device)
+        dtype = auto_precision(target, device) if auto else dtype
         stack = cls(load_model(target, dtype, device), default_drafts() if drafts is None else list(drafts))
         for spec in stack.drafts:
             if spec != "lookup":
                 stack.loaded[spec] = stack._load_source(spec, dtype, device, auto)
         if auto:
             stack.restrict_draft_vocabulary()
-            stack.precision_reason = auto_reason(device)
+            stack.precision_reason = auto_reason(target, device)
         return stack
 
     def restrict_draft_vocabulary(self) -> None:
@@ -121,9 +120,9 @@ class Stack:
 
     def _load_source(self, spec: str, dtype: str, device: str, auto: bool = False):
         """The model or n-gram table behind a drafter spec. Under `auto` a draft model on a CPU runs in the precision
-        whose forwards were fastest as the stack feeds them, of every precision this CPU runs (draft_probe_seconds;
-        another must be 10% faster than the target's precision to be chosen): measured once per machine and
-        stored (specviz/auto_choice.py). A draft's precision only moves acceptance, never the output."""
+        whose forwards were fastest as the stack feeds them, of models.draft_precisions (draft_probe_seconds; another
+        must be 10% faster than the first to be chosen): measured once per machine and stored (specviz/auto_choice.py).
+        A draft's precision only moves acceptance, never the output."""
         if spec == "trigram:auto":
             return auto_trigram(self.tokenizer, self.target_name, draft_texts(self.drafts))
         if is_ngram(spec):
@@ -133,7 +132,7 @@ class Stack:
             lower = self.drafts.index(spec) < len(self.drafts) - 1
 
             def fastest() -> str:
-                loaded.update((name, load_model(spec, name, device)) for name in dict.fromkeys([dtype, *cpu_precisions()]))
+                loaded.update((name, load_model(spec, name, device)) for name in draft_precisions(spec, dtype))
                 seconds = draft_probe_seconds([c.model for c in loaded.values()], lower)
                 seconds[0] *= 0.9
                 return list(loaded)[seconds.index(min(seconds))]
@@ -162,9 +161,12 @@ class Stack:
         return self.target.weight_bytes + sum(m.weight_bytes for m in self.draft_models().values())
 
     def precision(self) -> str:
-        """The dtypes in use, e.g. `float32`, or `float32 target, bfloat16 draft` (see _load_source)."""
+        """The precisions in use, e.g. `gguf (the file's own blocks)`, or `gguf (...) target, int4 (re-quantised)
+        draft` (see _load_source)."""
         drafts = {m.dtype for m in self.draft_models().values()} - {self.dtype}
-        return self.dtype if not drafts else f"{self.dtype} target, {', '.join(sorted(drafts))} draft"
+        if not drafts:
+            return precision_name(self.dtype)
+        return f"{precision_name(self.dtype)} target, {', '.join(map(precision_name, sorted(drafts)))} draft"
 
     @property
     def tokenizer(self):

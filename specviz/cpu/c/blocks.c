@@ -1,0 +1,424 @@
+/* Products of a few rows with a GGUF file's own quantized blocks: y[n, N] = x[n, K] @ W[N, K].T, W as the file
+ * stores it (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K), read in place.
+ *
+ * As llama.cpp does, each row of x is first rounded to int8 in the format its weight type's dot product takes
+ * (quantize_rows: Q8_K, one float scale per 256 values with sums per 16, for the K-quants; Q8_0, one half scale
+ * per 32 values, for Q4_0, Q5_0 and Q8_0; Q8_1, which adds the half of scale * sum, for Q4_1). Then each block's
+ * dot product is an exact integer, and the float work per block, per output and row, is one fixed formula:
+ *
+ *   Q4_K:              y += (d * dx) * sumi - (dmin * dx) * summ    sumi = sum_j sc_j (q_j . x_j), summ = sum_j m_j S_j
+ *   Q6_K:              y += (d * dx) * sumi                         sumi = sum_g sc_g ((q_g - 32) . x_g)
+ *   Q4_0, Q5_0, Q8_0:  y += (d * dx) * sumi                         sumi = (q - offset) . x
+ *   Q4_1:              y += (d * dx) * sumi + m * sx                sumi = q . x
+ *
+ * over the blocks in order, from 0, every product and sum rounded to float32 as written (no fused multiply-add:
+ * specviz/cpu/reference.py computes the same in numpy, bit for bit). Integer sums are exact whichever instructions
+ * add them, and the float work is element-wise: so a row's outputs are the same bits whether it comes alone or with
+ * other rows, and on every instruction set (simd.h). That is what lets a quantized target verify a tree exactly.
+ *
+ * The work is cut in tiles of TILE outputs, and the rows in groups of ROW_GROUP (simd.h: as many as the registers
+ * hold). 32 weights at a time of a tile's block are unpacked into registers and multiplied into every row of the
+ * group: the unpacking, the dearest part per weight, is paid once per group of rows, and nothing goes through memory. */
+#include "simd.h"
+#include "specviz_cpu.h"
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+
+#define TILE 4                      /* outputs per tile: one I4 / F4 of results */
+/* A tile's rows are contiguous, and so are the tiles a thread takes: while it reads one, it asks for the bytes this far
+ * ahead (the hardware's prefetcher alone, on four streams at once, left a one-row product at 60% of the memory's speed) */
+#define PREFETCH_AHEAD 2048
+#define ROWS_AT_ONCE 32             /* rows whose results a tile keeps (more: the blocks are unpacked again) */
+
+/* ---------------------------------------------------------------- rows rounded to int8 */
+
+/* llama.cpp's nearest_int: round half to even, exact for |f| < 2^22 */
+static inline int nearest_int(float f) {
+    const float shifted = f + 12582912.0f;
+    int32_t bits;
+    memcpy(&bits, &shifted, 4);
+    return (bits & 0x007fffff) - 0x00400000;
+}
+
+/* C's roundf (half away from zero), exactly, without a library call */
+static inline int round_away(float f) {
+    int i = (int)f;                   /* toward zero */
+    const float rest = f - (float)i;  /* exact */
+    return i + (rest >= 0.5f) - (rest <= -0.5f);
+}
+
+/* Q8_K (quantize_row_q8_K_ref): per 256 values, the one of largest magnitude (the first such) maps to -127 */
+static int quantize_q8_k(const float *x, int K, int8_t *q, float *d, int16_t *bsum) {
+    int bad = 0;
+    for (int b = 0; b < K / QK_K; b++) {
+        const float *v = x + (size_t)b * QK_K;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK_K; j++) {
+            const float a = fabsf(v[j]);
+            bad |= !(a <= FLT_MAX);
+            if (a > amax) { amax = a; max = v[j]; }
+        }
+        int8_t *out = q + (size_t)b * QK_K;
+        if (amax == 0.0f) {
+            memset(out, 0, QK_K);
+            memset(bsum + (size_t)b * 16, 0, 16 * sizeof(int16_t));
+            d[b] = 0.0f;
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < QK_K; j++) {
+            const int t = nearest_int(iscale * v[j]);
+            out[j] = (int8_t)(t < 127 ? t : 127);
+        }
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += out[16 * g + j];
+            bsum[(size_t)b * 16 + g] = (int16_t)s;
+        }
+        d[b] = 1.0f / iscale;
+    }
+    return bad;
+}
+
+/* Q8_0 / Q8_1 (quantize_row_q8_0_ref, _q8_1_ref): per 32 values d = max |x| / 127 kept as a half; sx = half(d * sum) */
+static int quantize_q8_0(const float *x, int K, int8_t *q, float *d, int32_t *sum, float *sx) {
+    int bad = 0;
+    for (int b = 0; b < K / QK_LEGACY; b++) {
+        const float *v = x + (size_t)b * QK_LEGACY;
+        float amax = 0.0f;
+        for (int j = 0; j < QK_LEGACY; j++) {
+            const float a = fabsf(v[j]);
+            bad |= !(a <= FLT_MAX);
+            amax = a > amax ? a : amax;
+        }
+        const float scale = amax / 127.0f, inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+        int s = 0;
+        for (int j = 0; j < QK_LEGACY; j++) {
+            const int t = round_away(v[j] * inverse);
+            q[(size_t)b * QK_LEGACY + j] = (int8_t)t;
+            s += t;
+        }
+        d[b] = half_to_float(float_to_half(scale));
+        sum[b] = s;
+        sx[b] = half_to_float(float_to_half((float)s * scale));
+    }
+    return bad;
+}
+
+static inline int k_quant(int type) { return type == GGUF_Q4_K || type == GGUF_Q6_K; }
+
+int block_weights(int type) { return k_quant(type) ? QK_K : QK_LEGACY; }
+
+static inline int bytes_of(int type) {
+    switch (type) {
+    case GGUF_Q4_0: return 18;
+    case GGUF_Q4_1: return 20;
+    case GGUF_Q5_0: return 22;
+    case GGUF_Q8_0: return 34;
+    case GGUF_Q4_K: return 144;
+    case GGUF_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+int block_bytes(int type) { return bytes_of(type); }
+
+/* The rows in int8, in scratch: values [n, K], then per row per block the scale, the int sums (per 16 values for
+ * the K-quants, per 32 else) and Q8_1's sx. */
+typedef struct {
+    const int8_t *q;
+    const float *d, *sx;
+    const int16_t *bsum;
+    const int32_t *sum;
+    int K, blocks;
+} Rows;
+
+size_t block_scratch_bytes(int K, int n) { return (size_t)n * (2 * (size_t)K + 64) + 64; }
+
+static int quantize_rows(int type, const float *x, int n, int K, void *scratch, Rows *rows) {
+    const int blocks = K / block_weights(type);
+    int8_t *q = scratch;
+    float *d = (float *)(q + (((size_t)n * K + 63) & ~(size_t)63)), *sx = d + (size_t)n * blocks;
+    int32_t *sum = (int32_t *)(sx + (size_t)n * blocks);
+    int16_t *bsum = (int16_t *)(sum + (size_t)n * blocks);
+    int bad = 0;
+    for (int r = 0; r < n; r++) {
+        if (k_quant(type))
+            bad |= quantize_q8_k(x + (size_t)r * K, K, q + (size_t)r * K, d + (size_t)r * blocks, bsum + (size_t)r * K / 16);
+        else
+            bad |= quantize_q8_0(x + (size_t)r * K, K, q + (size_t)r * K, d + (size_t)r * blocks, sum + (size_t)r * blocks,
+                                 sx + (size_t)r * blocks);
+    }
+    *rows = (Rows){q, d, sx, bsum, sum, K, blocks};
+    return bad;
+}
+
+/* ---------------------------------------------------------------- one block of a tile into a group of rows */
+
+static inline uint16_t read16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return h; }
+
+/* The first 16 bytes of a tile's Q4_K blocks (d and dmin, then 12 bytes of 6-bit scales and mins) -> per block its
+ * 8 scales, then its 8 mins, a byte each; and the d, dmin of each block. All four blocks at once: one column each. */
+ALWAYS void q4_k_scales(const uint8_t *const blk[TILE], uint32_t out[TILE][4], F4 *d, F4 *dmin) {
+    I4 in[4], u[4], r[4];
+    for (int o = 0; o < TILE; o++) in[o] = i4_load(blk[o]);
+    i4_transpose(in, u);                     /* u[0]: d | dmin << 16, u[1..3]: the scale bytes 0-3, 4-7, 8-11 */
+    const I4 low4 = i4_dup(0x0f0f0f0f), low6 = i4_dup(0x3f3f3f3f), low2 = i4_dup(0x03030303);
+    r[0] = i4_and(u[1], low6);                                                           /* scales 0-3 */
+    r[1] = i4_or(i4_and(u[3], low4), i4_shl(i4_and(i4_shr(u[1], 6), low2), 4));          /* scales 4-7 */
+    r[2] = i4_and(u[2], low6);                                                           /* mins 0-3 */
+    r[3] = i4_or(i4_and(i4_shr(u[3], 4), low4), i4_shl(i4_and(i4_shr(u[2], 6), low2), 4)); /* mins 4-7 */
+    i4_transpose(r, in);
+    for (int o = 0; o < TILE; o++) i4_store(out[o], in[o]);
+    *d = f4_low_halves(u[0]);
+    *dmin = f4_high_halves(u[0]);
+}
+
+/* Block b of TILE outputs (w[o]: their rows): the per-block part of the unpacking (scales, mins, d), and pointers
+ * to the blocks for pair() */
+typedef struct {
+    const uint8_t *blk[TILE];
+    T table[TILE][2];           /* Q4_K: its 8 scales; Q6_K: its scales 0-7, then 8-15 */
+    V extra[TILE];              /* int16 per 16 values: Q4_K the mins (each twice), Q6_K -32 times the scales */
+    F4 d, m;                    /* d; Q4_K's dmin */
+} KScales;
+
+ALWAYS void k_scales(const int type, const uint8_t *const w[TILE], int b, KScales *k) {
+    const int bytes = type == GGUF_Q4_K ? 144 : 210;
+    for (int o = 0; o < TILE; o++) k->blk[o] = w[o] + (size_t)b * bytes;
+    if (type == GGUF_Q4_K) {
+        uint32_t scales_mins[TILE][4];
+        q4_k_scales(k->blk, scales_mins, &k->d, &k->m);
+        for (int o = 0; o < TILE; o++) {
+            k->table[o][0] = k->table[o][1] = t_load((const int8_t *)scales_mins[o]);
+            k->extra[o] = v_twice16((const uint8_t *)scales_mins[o] + 8);
+        }
+    } else {
+        for (int o = 0; o < TILE; o++) {
+            const int8_t *sc = (const int8_t *)(k->blk[o] + 192);
+            k->table[o][0] = t_load(sc);
+            k->table[o][1] = t_load(sc + 8);
+            k->extra[o] = v_neg16(v_widen16(sc, 5));
+        }
+        k->d = f4_halves(read16(k->blk[0] + 208), read16(k->blk[1] + 208), read16(k->blk[2] + 208), read16(k->blk[3] + 208));
+        k->m = f4_zero();
+    }
+}
+
+/* Weights 64p .. 64p + 63 of output o's block (sub-blocks 2p and 2p + 1) as bytes, and their scales per lane */
+ALWAYS void pair(const int type, const KScales *k, int o, int p, W *w, SW *s) {
+    if (type == GGUF_Q4_K) {                    /* qs byte 32p + l: weight 64p + l (low nibble), 64p + 32 + l (high) */
+        *w = w_nibbles32(k->blk[o] + 16 + 32 * p);
+        *s = sw_pick(k->table[o][0], 2 * p, 2 * p, 2 * p + 1, 2 * p + 1);
+    } else {                                    /* weight 128h + 32k + l: 4 bits of ql[64h + 32 (k & 1) + l], 2 of qh[32h + l] */
+        const int h = p >> 1, half = 2 * (p & 1);
+        const W ql = w_load(k->blk[o] + 64 * h);
+        *w = w_or(half ? w_high_nibbles(ql) : w_low_nibbles(ql), w_two_bits(k->blk[o] + 128 + 32 * h, 2 * half));
+        *s = sw_pick(k->table[o][h], 2 * half, 2 * half + 1, 2 * half + 2, 2 * half + 3);
+    }
+}
+
+/* A block's whole unpacking, kept for every group of rows when there are more rows than one group */
+typedef struct {
+    KScales k;
+    W w[TILE][4];
+    SW s[TILE][4];
+} KBlock;
+
+ALWAYS void unpack_k_quant(const int type, const uint8_t *const w[TILE], int b, KBlock *u) {
+    k_scales(type, w, b, &u->k);
+    UNROLL for (int p = 0; p < 4; p++)
+        UNROLL for (int o = 0; o < TILE; o++) pair(type, &u->k, o, p, &u->w[o][p], &u->s[o][p]);
+}
+
+/* The integer sums of a block and rows r0 .. r0 + R - 1 into the float results acc[r] */
+ALWAYS void finish_k_quant(const int type, const KScales *k, A wide[TILE][ROW_GROUP], const Rows *x, int b, int r0,
+                           const int R, F4 *acc) {
+    for (int r = 0; r < R; r++) {
+        const size_t row = (size_t)(r0 + r);
+        V sums[TILE];
+        for (int o = 0; o < TILE; o++) sums[o] = a_fold(wide[o][r]);
+        const V bsum = v_load(x->bsum + row * (x->K / 16) + (size_t)b * 16);
+        const F4 dx = f4_dup(x->d[row * x->blocks + b]);
+        if (type == GGUF_Q6_K) {
+            for (int o = 0; o < TILE; o++) sums[o] = v_madd16(sums[o], k->extra[o], bsum);
+            acc[r] = f4_add(acc[r], f4_mul(f4_mul(k->d, dx), f4_from(v_sum4(sums[0], sums[1], sums[2], sums[3]))));
+        } else {
+            const I4 summ = v_sum4(v_madd16(v_zero(), k->extra[0], bsum), v_madd16(v_zero(), k->extra[1], bsum),
+                                   v_madd16(v_zero(), k->extra[2], bsum), v_madd16(v_zero(), k->extra[3], bsum));
+            const I4 sumi = v_sum4(sums[0], sums[1], sums[2], sums[3]);
+            acc[r] = f4_add(acc[r], f4_sub(f4_mul(f4_mul(k->d, dx), f4_from(sumi)), f4_mul(f4_mul(k->m, dx), f4_from(summ))));
+        }
+    }
+}
+
+ALWAYS const int8_t *x_at(const Rows *x, int row, int b, int p) { return x->q + (size_t)row * x->K + (size_t)b * QK_K + 64 * p; }
+
+/* An unpacked block into rows r0 .. r0 + R - 1 */
+ALWAYS void rows_k_quant(const int type, const KBlock *u, const Rows *x, int b, int r0, const int R, F4 *acc) {
+    A wide[TILE][ROW_GROUP];
+    for (int o = 0; o < TILE; o++)
+        for (int r = 0; r < R; r++) wide[o][r] = a_zero();
+    UNROLL for (int p = 0; p < 4; p++)
+        UNROLL for (int o = 0; o < TILE; o++)
+            for (int r = 0; r < R; r++) wide[o][r] = a_dot_scaled(wide[o][r], u->w[o][p], w_load(x_at(x, r0 + r, b, p)), u->s[o][p]);
+    finish_k_quant(type, &u->k, wide, x, b, r0, R, acc);
+}
+
+/* A block into rows r0 .. r0 + R - 1 (one group), unpacked 64 weights at a time in registers: no memory in between */
+ALWAYS void block_k_quant(const int type, const uint8_t *const w[TILE], const Rows *x, int b, int r0, const int R, F4 *acc) {
+    KScales k;
+    k_scales(type, w, b, &k);
+    A wide[TILE][ROW_GROUP];
+    for (int o = 0; o < TILE; o++)
+        for (int r = 0; r < R; r++) wide[o][r] = a_zero();
+    UNROLL for (int p = 0; p < 4; p++)
+        UNROLL for (int o = 0; o < TILE; o++) {
+            W wv;
+            SW sv;
+            pair(type, &k, o, p, &wv, &sv);
+            for (int r = 0; r < R; r++) wide[o][r] = a_dot_scaled(wide[o][r], wv, w_load(x_at(x, r0 + r, b, p)), sv);
+        }
+    finish_k_quant(type, &k, wide, x, b, r0, R, acc);
+}
+
+typedef struct {
+    V w[TILE];                  /* the weights as bytes (unsigned, but Q8_0's signed) */
+    F4 d, m;                    /* d; Q4_1's m */
+} LBlock;
+
+ALWAYS void unpack_legacy(const int type, const uint8_t *const w[TILE], int b, LBlock *u) {
+    const int bytes = bytes_of(type);
+    uint16_t d[TILE], m[TILE];
+    for (int o = 0; o < TILE; o++) {
+        const uint8_t *blk = w[o] + (size_t)b * bytes;
+        d[o] = read16(blk);
+        m[o] = type == GGUF_Q4_1 ? read16(blk + 2) : 0;
+        switch (type) {
+        case GGUF_Q4_0: u->w[o] = v_nibbles16(blk + 2); break;
+        case GGUF_Q4_1: u->w[o] = v_nibbles16(blk + 4); break;
+        case GGUF_Q5_0: u->w[o] = v_or(v_nibbles16(blk + 6), v_bits16(blk + 2)); break;
+        default: u->w[o] = v_load(blk + 2); break;                /* Q8_0: signed */
+        }
+    }
+    u->d = f4_halves(d[0], d[1], d[2], d[3]);
+    u->m = f4_halves(m[0], m[1], m[2], m[3]);
+}
+
+ALWAYS void rows_legacy(const int type, const LBlock *u, const Rows *x, int b, int r0, const int R, F4 *acc) {
+    const int offset = type == GGUF_Q4_0 ? 8 : type == GGUF_Q5_0 ? 16 : 0;
+    for (int r = 0; r < R; r++) {
+        const size_t row = (size_t)(r0 + r), at = row * x->blocks + b;
+        const V xv = v_load(x->q + row * x->K + (size_t)b * QK_LEGACY);
+        V sums[TILE];
+        for (int o = 0; o < TILE; o++)
+            sums[o] = type == GGUF_Q8_0 ? v_dot_signed(v_zero(), u->w[o], xv) : v_dot(v_zero(), u->w[o], xv);
+        I4 sumi = v_sum4(sums[0], sums[1], sums[2], sums[3]);
+        if (offset) sumi = i4_sub(sumi, i4_dup(offset * x->sum[at]));
+        F4 t = f4_mul(f4_mul(u->d, f4_dup(x->d[at])), f4_from(sumi));
+        if (type == GGUF_Q4_1) t = f4_add(t, f4_mul(u->m, f4_dup(x->sx[at])));
+        acc[r] = f4_add(acc[r], t);
+    }
+}
+
+/* Block b into rows r0 .. r0 + count - 1 (count <= ROWS_AT_ONCE), in groups of ROW_GROUP: each group size a constant,
+ * so that its accumulators are registers */
+ALWAYS void rows(const int type, const void *u, const Rows *x, int b, int r0, int count, F4 *acc) {
+    int r = 0;
+#define ROWS(R) (k_quant(type) ? rows_k_quant(type, u, x, b, r0 + r, R, acc + r) : rows_legacy(type, u, x, b, r0 + r, R, acc + r))
+    for (; r + ROW_GROUP <= count; r += ROW_GROUP) ROWS(ROW_GROUP);
+    switch (count - r) {
+#if ROW_GROUP > 3
+    case 3: ROWS(3); break;
+#endif
+#if ROW_GROUP > 2
+    case 2: ROWS(2); break;
+#endif
+    case 1: ROWS(1); break;
+    default: break;
+    }
+#undef ROWS
+}
+
+/* A K-quant block into at most one group of rows, as block_k_quant does it */
+ALWAYS void few_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int b, int r0, int count, F4 *acc) {
+    switch (count) {
+#if ROW_GROUP > 3
+    case 4: block_k_quant(type, w, x, b, r0, 4, acc); break;
+    case 3: block_k_quant(type, w, x, b, r0, 3, acc); break;
+#endif
+    case 2: block_k_quant(type, w, x, b, r0, 2, acc); break;
+    default: block_k_quant(type, w, x, b, r0, 1, acc); break;
+    }
+}
+
+/* TILE outputs (w[o]: their rows; past the last output, the last again) for every row: each block is unpacked once
+ * per ROWS_AT_ONCE rows */
+ALWAYS void tile(const int type, const uint8_t *const w[TILE], const Rows *x, int n, float *y, int ldy, int o0, int outputs) {
+    const int bytes = bytes_of(type);
+    for (int r0 = 0; r0 < n; r0 += ROWS_AT_ONCE) {
+        const int count = n - r0 < ROWS_AT_ONCE ? n - r0 : ROWS_AT_ONCE;
+        F4 acc[ROWS_AT_ONCE];
+        for (int r = 0; r < count; r++) acc[r] = f4_zero();
+        for (int b = 0; b < x->blocks; b++) {
+            if (r0 == 0)            /* the next tiles, as far into them as this one has come */
+                for (int line = 0; line < TILE * bytes; line += 64) prefetch(w[0] + PREFETCH_AHEAD + (size_t)b * TILE * bytes + line);
+            if (k_quant(type) && count <= ROW_GROUP) {
+                few_rows(type, w, x, b, r0, count, acc);
+            } else if (k_quant(type)) {
+                KBlock u;
+                unpack_k_quant(type, w, b, &u);
+                rows(type, &u, x, b, r0, count, acc);
+            } else {
+                LBlock u;
+                unpack_legacy(type, w, b, &u);
+                rows(type, &u, x, b, r0, count, acc);
+            }
+        }
+        for (int r = 0; r < count; r++) {
+            float out[TILE];
+            f4_store(out, acc[r]);
+            for (int o = 0; o < outputs; o++) y[(size_t)(r0 + r) * ldy + o0 + o] = out[o];
+        }
+    }
+}
+
+#define PRODUCT_OF(TYPE, NAME)                                                                              \
+    static void NAME(const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy, int N,      \
+                     int threads) {                                                                          \
+        const int tiles = (N + TILE - 1) / TILE;                                                             \
+        _Pragma("omp parallel for schedule(static) num_threads(threads)")                                    \
+        for (int t = 0; t < tiles; t++) {                                                                    \
+            const int o0 = t * TILE, outputs = N - o0 < TILE ? N - o0 : TILE;                                 \
+            const uint8_t *rows[TILE];                                                                       \
+            for (int o = 0; o < TILE; o++) rows[o] = w + (size_t)(o0 + (o < outputs ? o : outputs - 1)) * row_bytes; \
+            tile(TYPE, rows, x, n, y, ldy, o0, outputs);                                      \
+        }                                                                                                    \
+    }
+PRODUCT_OF(GGUF_Q4_0, product_q4_0)
+PRODUCT_OF(GGUF_Q4_1, product_q4_1)
+PRODUCT_OF(GGUF_Q5_0, product_q5_0)
+PRODUCT_OF(GGUF_Q8_0, product_q8_0)
+PRODUCT_OF(GGUF_Q4_K, product_q4_k)
+PRODUCT_OF(GGUF_Q6_K, product_q6_k)
+
+int block_product(int type, const uint8_t *w, int K, int N, const float *x, int n, float *y, int ldy, int threads,
+                  void *scratch) {
+    if (!block_bytes(type)) return BLOCKS_BAD_TYPE;
+    if (K <= 0 || K % block_weights(type) || N <= 0 || n < 0 || ldy < N) return BLOCKS_BAD_SHAPE;
+    Rows rows;
+    if (quantize_rows(type, x, n, K, scratch, &rows)) return BLOCKS_NOT_FINITE;
+    const size_t row_bytes = (size_t)(K / block_weights(type)) * block_bytes(type);
+    switch (type) {
+    case GGUF_Q4_0: product_q4_0(w, row_bytes, &rows, n, y, ldy, N, threads); break;
+    case GGUF_Q4_1: product_q4_1(w, row_bytes, &rows, n, y, ldy, N, threads); break;
+    case GGUF_Q5_0: product_q5_0(w, row_bytes, &rows, n, y, ldy, N, threads); break;
+    case GGUF_Q8_0: product_q8_0(w, row_bytes, &rows, n, y, ldy, N, threads); break;
+    case GGUF_Q4_K: product_q4_k(w, row_bytes, &rows, n, y, ldy, N, threads); break;
+    default: product_q6_k(w, row_bytes, &rows, n, y, ldy, N, threads); break;
+    }
+    return 0;
+}
+
+const char *block_simd(void) { return SIMD_NAME; }

@@ -1,0 +1,349 @@
+/* The few vector operations specviz's block products are written in, once per instruction set (x86 AVX2, with
+ * VNNI where the build has it; ARM NEON, with the dot-product extension where the build has it; portable C).
+ *
+ * A V is 32 bytes: 32 int8 (weights or activations), 16 int16, or 8 int32 lanes, int32 lane l holding the sum over
+ * bytes 4l..4l+3. Every instruction set computes the same integers in the same lanes, and an I4 (4 int32) or F4
+ * (4 floats) is plain element-wise arithmetic: so a kernel written on these helpers gives the same bits on every
+ * CPU (integer sums are exact whatever instructions add them, and float work is element-wise, never reordered). */
+#ifndef SPECVIZ_SIMD_H
+#define SPECVIZ_SIMD_H
+#include <stdint.h>
+#include <string.h>
+
+#define ALWAYS static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+#if defined(__AVX2__) && defined(__FMA__) && !defined(SPECVIZ_PORTABLE)
+/* ---------------------------------------------------------------- x86: AVX2, VNNI where built with it */
+#include <immintrin.h>
+#define SIMD_NAME_BASE "AVX2"
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SIMD_VNNI " + AVX512-VNNI"
+#elif defined(__AVXVNNI__)
+#define SIMD_VNNI " + AVX-VNNI"
+#else
+#define SIMD_VNNI ""
+#endif
+#define SIMD_NAME SIMD_NAME_BASE SIMD_VNNI
+typedef __m256i V;
+typedef __m128i I4;
+#if defined(__AVX512VL__)
+#define ROW_GROUP 4                     /* rows whose accumulators stay in registers: 32 of them here */
+#else
+#define ROW_GROUP 2                     /* 16 registers */
+#endif
+typedef __m128 F4;
+
+ALWAYS V v_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+ALWAYS V v_zero(void) { return _mm256_setzero_si256(); }
+ALWAYS V v_or(V a, V b) { return _mm256_or_si256(a, b); }
+ALWAYS V v_add32(V a, V b) { return _mm256_add_epi32(a, b); }
+ALWAYS V v_low_nibbles(V b) { return _mm256_and_si256(b, _mm256_set1_epi8(0x0f)); }
+ALWAYS V v_high_nibbles(V b) { return _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0f)); }
+/* bits s and s+1 of each byte, moved to bits 4 and 5 (s <= 6) */
+ALWAYS V v_two_bits_at4(V b, int s) {
+    return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(b, s), _mm256_set1_epi8(3)), 4);
+}
+/* 16 bytes of 4-bit pairs -> 32 bytes: the low nibbles, then the high nibbles */
+ALWAYS V v_nibbles16(const uint8_t *p) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0f));
+}
+/* 32 bits (little-endian) -> 32 bytes, byte i = 16 where bit i is set, else 0 */
+ALWAYS V v_bits16(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask), _mm256_set1_epi8(16));
+}
+/* acc + per lane the sum of four products of unsigned w (0..127) and signed x (-127..127) */
+ALWAYS V v_dot(V acc, V w, V x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, w, x);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, w, x);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+#endif
+}
+/* the same for signed w: |w| times x with w's sign */
+ALWAYS V v_dot_signed(V acc, V w, V x) { return v_dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)); }
+/* A scale per int32 lane, for v_dot_scaled: lanes 0-3 take s0, lanes 4-7 s1 (int16 values) */
+typedef V S;
+ALWAYS S s_make(int s0, int s1) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
+    const int a = (uint16_t)s0, b = (uint16_t)s1;                       /* (s, 0) int16 pairs */
+#else
+    const int a = (int)((uint16_t)s0 * 0x10001u), b = (int)((uint16_t)s1 * 0x10001u);   /* (s, s) int16 pairs */
+#endif
+    return _mm256_setr_epi32(a, a, a, a, b, b, b, b);
+}
+/* A table of 8 int8 scales, for t_pair */
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
+typedef __m256i T;                      /* 8 int32 */
+ALWAYS T t_load(const int8_t *s8) {        /* as (s, 0) int16 pairs */
+    return _mm256_and_si256(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)s8)), _mm256_set1_epi32(0xffff));
+}
+/* lanes 0-3 take scale i, lanes 4-7 scale j (i, j constants) */
+ALWAYS S t_pair(T t, int i, int j) { return _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(i, i, i, i, j, j, j, j)); }
+#else
+typedef __m256i T;                      /* 8 int16, in both 128-bit halves */
+ALWAYS T t_load(const int8_t *s8) {
+    const __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)s8));
+    return _mm256_set_m128i(h, h);
+}
+ALWAYS S t_pair(T t, int i, int j) {
+    return _mm256_shuffle_epi8(t, _mm256_setr_epi8(2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1,
+        2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1,
+        2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1));
+}
+#endif
+/* 16 int8 -> 16 int16 (times 2^shift) */
+ALWAYS V v_widen16(const int8_t *s, int shift) { return _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s)), shift); }
+ALWAYS V v_neg16(V a) { return _mm256_sub_epi16(_mm256_setzero_si256(), a); }
+/* 8 uint8 -> 16 int16, each twice */
+ALWAYS V v_twice16(const uint8_t *s) {
+    const __m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)s));
+    return _mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h));
+}
+/* four halves -> floats */
+ALWAYS F4 f4_halves(uint16_t a, uint16_t b, uint16_t c, uint16_t d) { return _mm_cvtph_ps(_mm_setr_epi16(a, b, c, d, 0, 0, 0, 0)); }
+/* acc + per lane s times the sum of four products of unsigned w (0..63) and signed x */
+ALWAYS V v_dot_scaled(V acc, V w, V x, S s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(acc, _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x), s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpwssd_avx_epi32(acc, _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x), s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), s));
+#endif
+}
+/* acc + per lane a[2l] b[2l] + a[2l+1] b[2l+1] over int16 pairs */
+ALWAYS V v_madd16(V acc, V a, V b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+/* the four vectors' lane sums, in one I4 */
+ALWAYS I4 v_sum4(V a, V b, V c, V d) {
+    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+ALWAYS I4 i4_sub(I4 a, I4 b) { return _mm_sub_epi32(a, b); }
+ALWAYS I4 i4_dup(int a) { return _mm_set1_epi32(a); }
+ALWAYS I4 i4_load(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+ALWAYS void i4_store(void *p, I4 a) { _mm_storeu_si128((__m128i *)p, a); }
+ALWAYS I4 i4_and(I4 a, I4 b) { return _mm_and_si128(a, b); }
+ALWAYS I4 i4_or(I4 a, I4 b) { return _mm_or_si128(a, b); }
+ALWAYS I4 i4_shr(I4 a, int s) { return _mm_srli_epi32(a, s); }
+ALWAYS I4 i4_shl(I4 a, int s) { return _mm_slli_epi32(a, s); }
+/* rows to columns: out[k] holds word k of in[0..3] */
+ALWAYS void i4_transpose(const I4 in[4], I4 out[4]) {
+    const __m128i t0 = _mm_unpacklo_epi32(in[0], in[1]), t1 = _mm_unpacklo_epi32(in[2], in[3]);
+    const __m128i t2 = _mm_unpackhi_epi32(in[0], in[1]), t3 = _mm_unpackhi_epi32(in[2], in[3]);
+    out[0] = _mm_unpacklo_epi64(t0, t1);
+    out[1] = _mm_unpackhi_epi64(t0, t1);
+    out[2] = _mm_unpacklo_epi64(t2, t3);
+    out[3] = _mm_unpackhi_epi64(t2, t3);
+}
+/* the halves in the low (high) 16 bits of each word, as floats */
+ALWAYS F4 f4_low_halves(I4 a) { return _mm_cvtph_ps(_mm_packus_epi32(_mm_and_si128(a, _mm_set1_epi32(0xffff)), a)); }
+ALWAYS F4 f4_high_halves(I4 a) { return _mm_cvtph_ps(_mm_packus_epi32(_mm_srli_epi32(a, 16), a)); }
+ALWAYS I4 i4_set(int a, int b, int c, int d) { return _mm_setr_epi32(a, b, c, d); }
+ALWAYS F4 f4_from(I4 a) { return _mm_cvtepi32_ps(a); }
+ALWAYS F4 f4_zero(void) { return _mm_setzero_ps(); }
+ALWAYS F4 f4_dup(float a) { return _mm_set1_ps(a); }
+ALWAYS F4 f4_set(float a, float b, float c, float d) { return _mm_setr_ps(a, b, c, d); }
+ALWAYS F4 f4_add(F4 a, F4 b) { return _mm_add_ps(a, b); }
+ALWAYS F4 f4_sub(F4 a, F4 b) { return _mm_sub_ps(a, b); }
+ALWAYS F4 f4_mul(F4 a, F4 b) { return _mm_mul_ps(a, b); }
+ALWAYS void f4_store(float *p, F4 a) { _mm_storeu_ps(p, a); }
+
+/* 64 bytes: W (two chunks of 32 weights), A (their int32 sums), SW (their scales: a quarter of the lanes each) */
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SIMD_WIDE 1
+typedef __m512i W;
+typedef __m512i A;
+typedef __m512i SW;
+ALWAYS W w_load(const void *p) { return _mm512_loadu_si512(p); }
+ALWAYS W w_or(W a, W b) { return _mm512_or_si512(a, b); }
+ALWAYS W w_low_nibbles(W b) { return _mm512_and_si512(b, _mm512_set1_epi8(0x0f)); }
+ALWAYS W w_high_nibbles(W b) { return _mm512_and_si512(_mm512_srli_epi16(b, 4), _mm512_set1_epi8(0x0f)); }
+/* 32 bytes of 4-bit pairs -> their low nibbles, then their high nibbles */
+ALWAYS W w_nibbles32(const uint8_t *p) {
+    const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_and_si512(_mm512_srlv_epi16(b, _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004, 0x0004000400040004,
+                                                                   0x0004000400040004, 0x0004000400040004)), _mm512_set1_epi8(0x0f));
+}
+/* 32 bytes -> bits s, s+1 of each at bits 4, 5; then bits s+2, s+3 (s <= 4) */
+ALWAYS W w_two_bits(const uint8_t *p, int s) {
+    const __m512i b = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p));
+    const long long lo = 0x0001000100010001LL * s, hi = 0x0001000100010001LL * (s + 2);
+    return _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(b, _mm512_setr_epi64(lo, lo, lo, lo, hi, hi, hi, hi)),
+                                              _mm512_set1_epi8(3)), 4);
+}
+/* lanes 0-3 scale i0, 4-7 i1, 8-11 i2, 12-15 i3 of the table (constants) */
+ALWAYS SW sw_pick(T t, int i0, int i1, int i2, int i3) {
+    return _mm512_permutexvar_epi32(_mm512_setr_epi32(i0, i0, i0, i0, i1, i1, i1, i1, i2, i2, i2, i2, i3, i3, i3, i3),
+                                    _mm512_castsi256_si512(t));
+}
+ALWAYS A a_zero(void) { return _mm512_setzero_si512(); }
+ALWAYS A a_dot_scaled(A acc, W w, W x, SW s) { return _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x), s); }
+ALWAYS V a_fold(A a) { return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)); }
+#endif
+#define prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+
+#else
+/* ---------------------------------------------------------------- portable C: the same lanes, one at a time */
+#define SIMD_NAME "portable C"
+#define ROW_GROUP 2
+typedef union { int8_t b[32]; uint8_t u[32]; int16_t h[16]; int32_t i[8]; } V;
+typedef struct { int32_t i[4]; } I4;
+typedef struct { float f[4]; } F4;
+typedef V S;
+
+ALWAYS V v_load(const void *p) { V v; memcpy(&v, p, 32); return v; }
+ALWAYS V v_zero(void) { V v; memset(&v, 0, 32); return v; }
+ALWAYS V v_or(V a, V b) { for (int j = 0; j < 32; j++) a.u[j] |= b.u[j]; return a; }
+ALWAYS V v_add32(V a, V b) { for (int l = 0; l < 8; l++) a.i[l] += b.i[l]; return a; }
+ALWAYS V v_low_nibbles(V b) { for (int j = 0; j < 32; j++) b.u[j] &= 15; return b; }
+ALWAYS V v_high_nibbles(V b) { for (int j = 0; j < 32; j++) b.u[j] >>= 4; return b; }
+ALWAYS V v_two_bits_at4(V b, int s) { for (int j = 0; j < 32; j++) b.u[j] = (uint8_t)(((b.u[j] >> s) & 3) << 4); return b; }
+ALWAYS V v_nibbles16(const uint8_t *p) {
+    V v;
+    for (int j = 0; j < 16; j++) { v.u[j] = p[j] & 15; v.u[j + 16] = p[j] >> 4; }
+    return v;
+}
+ALWAYS V v_bits16(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    V v;
+    for (int j = 0; j < 32; j++) v.u[j] = (bits >> j & 1) ? 16 : 0;
+    return v;
+}
+ALWAYS V v_dot(V acc, V w, V x) {
+    for (int l = 0; l < 8; l++)
+        for (int j = 4 * l; j < 4 * l + 4; j++) acc.i[l] += (int32_t)w.u[j] * x.b[j];
+    return acc;
+}
+ALWAYS V v_dot_signed(V acc, V w, V x) {
+    for (int l = 0; l < 8; l++)
+        for (int j = 4 * l; j < 4 * l + 4; j++) acc.i[l] += (int32_t)w.b[j] * x.b[j];
+    return acc;
+}
+ALWAYS S s_make(int s0, int s1) { S s; for (int l = 0; l < 8; l++) s.i[l] = l < 4 ? s0 : s1; return s; }
+typedef struct { int8_t s[8]; } T;
+ALWAYS T t_load(const int8_t *s8) { T t; memcpy(t.s, s8, 8); return t; }
+ALWAYS S t_pair(T t, int i, int j) { return s_make(t.s[i], t.s[j]); }
+ALWAYS V v_widen16(const int8_t *s, int shift) { V v; for (int k = 0; k < 16; k++) v.h[k] = (int16_t)(s[k] * (1 << shift)); return v; }
+ALWAYS V v_neg16(V a) { for (int k = 0; k < 16; k++) a.h[k] = (int16_t)-a.h[k]; return a; }
+ALWAYS V v_twice16(const uint8_t *s) { V v; for (int k = 0; k < 16; k++) v.h[k] = s[k / 2]; return v; }
+ALWAYS V v_dot_scaled(V acc, V w, V x, S s) {
+    for (int l = 0; l < 8; l++) {
+        int32_t t = 0;
+        for (int j = 4 * l; j < 4 * l + 4; j++) t += (int32_t)w.u[j] * x.b[j];
+        acc.i[l] += t * s.i[l];
+    }
+    return acc;
+}
+ALWAYS V v_madd16(V acc, V a, V b) {
+    for (int l = 0; l < 8; l++) acc.i[l] += (int32_t)a.h[2 * l] * b.h[2 * l] + (int32_t)a.h[2 * l + 1] * b.h[2 * l + 1];
+    return acc;
+}
+ALWAYS I4 v_sum4(V a, V b, V c, V d) {
+    I4 s = {{0, 0, 0, 0}};
+    for (int l = 0; l < 8; l++) { s.i[0] += a.i[l]; s.i[1] += b.i[l]; s.i[2] += c.i[l]; s.i[3] += d.i[l]; }
+    return s;
+}
+ALWAYS I4 i4_sub(I4 a, I4 b) { for (int k = 0; k < 4; k++) a.i[k] -= b.i[k]; return a; }
+ALWAYS I4 i4_load(const void *p) { I4 a; memcpy(&a, p, 16); return a; }
+ALWAYS void i4_store(void *p, I4 a) { memcpy(p, &a, 16); }
+ALWAYS I4 i4_and(I4 a, I4 b) { for (int k = 0; k < 4; k++) a.i[k] &= b.i[k]; return a; }
+ALWAYS I4 i4_or(I4 a, I4 b) { for (int k = 0; k < 4; k++) a.i[k] |= b.i[k]; return a; }
+ALWAYS I4 i4_shr(I4 a, int s) { for (int k = 0; k < 4; k++) a.i[k] = (int32_t)((uint32_t)a.i[k] >> s); return a; }
+ALWAYS I4 i4_shl(I4 a, int s) { for (int k = 0; k < 4; k++) a.i[k] = (int32_t)((uint32_t)a.i[k] << s); return a; }
+ALWAYS void i4_transpose(const I4 in[4], I4 out[4]) {
+    for (int k = 0; k < 4; k++)
+        for (int o = 0; o < 4; o++) out[k].i[o] = in[o].i[k];
+}
+ALWAYS I4 i4_dup(int a) { I4 s = {{a, a, a, a}}; return s; }
+ALWAYS I4 i4_set(int a, int b, int c, int d) { I4 s = {{a, b, c, d}}; return s; }
+ALWAYS F4 f4_from(I4 a) { F4 f; for (int k = 0; k < 4; k++) f.f[k] = (float)a.i[k]; return f; }
+ALWAYS F4 f4_zero(void) { F4 f = {{0, 0, 0, 0}}; return f; }
+ALWAYS F4 f4_dup(float a) { F4 f = {{a, a, a, a}}; return f; }
+ALWAYS F4 f4_set(float a, float b, float c, float d) { F4 f = {{a, b, c, d}}; return f; }
+ALWAYS F4 f4_add(F4 a, F4 b) { for (int k = 0; k < 4; k++) a.f[k] = a.f[k] + b.f[k]; return a; }
+ALWAYS F4 f4_sub(F4 a, F4 b) { for (int k = 0; k < 4; k++) a.f[k] = a.f[k] - b.f[k]; return a; }
+ALWAYS F4 f4_mul(F4 a, F4 b) { for (int k = 0; k < 4; k++) a.f[k] = a.f[k] * b.f[k]; return a; }
+ALWAYS void f4_store(float *p, F4 a) { memcpy(p, &a, 16); }
+#define prefetch(p) __builtin_prefetch(p)
+#endif
+
+/* IEEE half -> float, exactly */
+static inline float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 31, mantissa = h & 1023;
+    uint32_t bits;
+    if (exponent == 31) bits = sign | 0x7f800000u | (mantissa << 13);
+    else if (exponent) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    else if (!mantissa) bits = sign;
+    else {                                   /* subnormal: normalise */
+        int e = -1;
+        uint32_t m = mantissa;
+        do { e++; m <<= 1; } while (!(m & 1024));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((m & 1023) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* float -> IEEE half, rounded to nearest even (as the F16C and NEON conversions do) */
+static inline uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    const uint32_t abs = x & 0x7fffffffu;
+    if (abs >= 0x7f800000u) return sign | (abs > 0x7f800000u ? 0x7e00 : 0x7c00);
+    if (abs >= 0x477ff000u) return sign | 0x7c00;             /* rounds past the largest half */
+    if (abs < 0x38800000u) {                                  /* a subnormal half (or zero) */
+        if (abs < 0x33000000u) return sign;
+        const uint32_t e = abs >> 23, m = (abs & 0x7fffff) | 0x800000, shift = 126 - e;
+        uint32_t h = m >> shift;
+        const uint32_t rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rest > half || (rest == half && (h & 1))) h++;
+        return sign | (uint16_t)h;
+    }
+    uint32_t h = ((abs >> 13) - (112u << 10));
+    const uint32_t rest = abs & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return sign | (uint16_t)h;
+}
+
+#if !defined(__AVX2__) || !defined(__FMA__) || defined(SPECVIZ_PORTABLE)
+ALWAYS F4 f4_halves(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
+    return f4_set(half_to_float(a), half_to_float(b), half_to_float(c), half_to_float(d));
+}
+ALWAYS F4 f4_low_halves(I4 a) {
+    return f4_halves((uint16_t)a.i[0], (uint16_t)a.i[1], (uint16_t)a.i[2], (uint16_t)a.i[3]);
+}
+ALWAYS F4 f4_high_halves(I4 a) {
+    return f4_halves((uint16_t)((uint32_t)a.i[0] >> 16), (uint16_t)((uint32_t)a.i[1] >> 16), (uint16_t)((uint32_t)a.i[2] >> 16),
+                     (uint16_t)((uint32_t)a.i[3] >> 16));
+}
+#endif
+
+#if !defined(SIMD_WIDE)
+/* 64 bytes as two V: the same helpers on the 32-byte ones */
+typedef struct { V lo, hi; } W;
+typedef V A;
+typedef struct { S lo, hi; } SW;
+ALWAYS W w_load(const void *p) { W w = {v_load(p), v_load((const uint8_t *)p + 32)}; return w; }
+ALWAYS W w_or(W a, W b) { W w = {v_or(a.lo, b.lo), v_or(a.hi, b.hi)}; return w; }
+ALWAYS W w_low_nibbles(W b) { W w = {v_low_nibbles(b.lo), v_low_nibbles(b.hi)}; return w; }
+ALWAYS W w_high_nibbles(W b) { W w = {v_high_nibbles(b.lo), v_high_nibbles(b.hi)}; return w; }
+ALWAYS W w_nibbles32(const uint8_t *p) { const V b = v_load(p); W w = {v_low_nibbles(b), v_high_nibbles(b)}; return w; }
+ALWAYS W w_two_bits(const uint8_t *p, int s) { const V b = v_load(p); W w = {v_two_bits_at4(b, s), v_two_bits_at4(b, s + 2)}; return w; }
+ALWAYS SW sw_pick(T t, int i0, int i1, int i2, int i3) { SW s = {t_pair(t, i0, i1), t_pair(t, i2, i3)}; return s; }
+ALWAYS A a_zero(void) { return v_zero(); }
+ALWAYS A a_dot_scaled(A acc, W w, W x, SW s) { return v_dot_scaled(v_dot_scaled(acc, w.lo, x.lo, s.lo), w.hi, x.hi, s.hi); }
+ALWAYS V a_fold(A a) { return a; }
+#endif
+#endif

@@ -1,0 +1,31 @@
+/* specviz's CPU kernels: their layout constants and entry points, in one place (Python reads the constants from
+ * here: specviz/cpu/build.py). */
+#ifndef SPECVIZ_CPU_H
+#define SPECVIZ_CPU_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* GGUF block formats (ggml's type ids) and their sizes */
+#define GGUF_Q4_0 2
+#define GGUF_Q4_1 3
+#define GGUF_Q5_0 6
+#define GGUF_Q8_0 8
+#define GGUF_Q4_K 12
+#define GGUF_Q6_K 14
+#define QK_K 256                    /* weights in a K-quant block */
+#define QK_LEGACY 32                /* weights in a Q4_0 / Q4_1 / Q5_0 / Q8_0 block */
+
+/* block_product's answers */
+#define BLOCKS_BAD_TYPE -1
+#define BLOCKS_BAD_SHAPE -2
+#define BLOCKS_NOT_FINITE -3
+
+/* y[r * ldy + o] = x[r, :K] . W[o, :K] for o < N, r < n: W the file's blocks as it stores them, N rows of
+ * K / block_weights(type) blocks each. scratch: block_scratch_bytes(K, n). Returns 0, or one of BLOCKS_* (y untouched). */
+int block_product(int type, const uint8_t *w, int K, int N, const float *x, int n, float *y, int ldy, int threads,
+                  void *scratch);
+size_t block_scratch_bytes(int K, int n);
+int block_weights(int type);
+int block_bytes(int type);
+const char *block_simd(void);       /* the instruction set the products were built for */
+#endif
