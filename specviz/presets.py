@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .chunked import CHUNKED, available
 from .machine import memory_bytes
-from .models import AUTO_DTYPE, DEFAULT_TARGET, PROBE_LAYERS_PER_1_5B, ModelLoadError, probe_seconds, resolve_dtype
+from .models import AUTO_DTYPE, DEFAULT_TARGET, PROBE_LAYERS_PER_1_5B, ModelLoadError, auto_precision, probe_seconds
 from .stack import Stack
 
 
@@ -62,8 +62,9 @@ def default_preset(device: str = "cpu") -> str:
 
 
 def predicted_token_seconds() -> float:
-    """One plain-decoding token of a Qwen2-1.5B on this CPU in the precision `auto` picks, from the probe layer."""
-    return probe_seconds(resolve_dtype(AUTO_DTYPE))[1] * PROBE_LAYERS_PER_1_5B
+    """One plain-decoding token of the qwen-coder target on this CPU in the precision `auto` picks for it (its GGUF
+    file's own blocks where specviz's kernels build), from the probe layer."""
+    return probe_seconds(auto_precision(PRESETS["qwen-coder"].target))[1] * PROBE_LAYERS_PER_1_5B
 
 
 def get_preset(name: str) -> Preset:

@@ -21,7 +21,8 @@ from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
 from .engine import Decoder, Prefill, prefill
 from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError, auto_precision, auto_reason,
-                     check_dtype, check_tokenizers_match, compile_model, draft_precisions, load_model, precision_name)
+                     GGUF, check_dtype, check_tokenizers_match, compile_model, draft_precisions, is_gguf, load_model,
+                     precision_name)
 from .sampling import Sampling
 from .strategies import default_tree, drafter_specs, is_ngram
 
@@ -84,7 +85,7 @@ class Stack:
                 stack.loaded[spec] = stack._load_source(spec, dtype, device, auto)
         if auto:
             stack.restrict_draft_vocabulary()
-            stack.precision_reason = auto_reason(target, device)
+            stack.precision_reason = auto_reason(device, target)
         return stack
 
     def restrict_draft_vocabulary(self) -> None:
@@ -128,6 +129,7 @@ class Stack:
         if is_ngram(spec):
             return load_trigram(spec)
         loaded: dict[str, LoadedModel] = {}
+        auto = auto or (dtype == GGUF and not is_gguf(spec))    # a draft that is no GGUF file: the pick for it here
         if auto and device == "cpu":
             lower = self.drafts.index(spec) < len(self.drafts) - 1
 

@@ -1,6 +1,7 @@
 """The qwen-coder preset on the real Qwen2.5-Coder pair (installed by scripts/setup.sh from PyPI chunk
 packages): it loads offline, both models share one vocabulary, and every strategy's greedy output
-equals baseline's in float32, compared within this run (never against tokens remembered from one CPU)."""
+equals baseline's with the files' own blocks (`gguf`, the default), compared within this run (never against tokens
+remembered from one CPU)."""
 import pytest
 
 from specviz.auto_trigram import draft_text_path, draft_texts
@@ -17,11 +18,11 @@ NEW_TOKENS = 12
 def stack():
     missing = [key for key, file in CHUNKED.items() if not available(file)]
     assert not missing, f"{missing} not installed: scripts/setup.sh installs the qwen-coder parts"
-    return load_preset("qwen-coder", dtype="float32")
+    return load_preset("qwen-coder", dtype="gguf")
 
 
 def test_the_pair_shares_a_vocabulary_and_staged_has_a_cascade(stack):
-    assert stack.dtype == "float32" and stack.drafts[0] == "qwen2.5-coder-0.5b"
+    assert stack.dtype == "gguf" and stack.drafts[0] == "qwen2.5-coder-0.5b"
     assert [d.kind for d in stack.drafter_for("staged").stages()] == ["model", "ngram"]
     assert draft_texts(stack.drafts) == [draft_text_path("qwen2.5-coder-0.5b")]   # its trigram knows the 0.5B's text
     assert stack.vocab_size == stack.loaded["qwen2.5-coder-0.5b"].model.get_output_embeddings().weight.shape[0]

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
-from specviz.models import LoadedModel
+from specviz.models import LoadedModel, precision_name
 from specviz.stack import Stack
 from specviz.strategies import STAGED_LOOKUP, default_tree
 from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model, tiny_stack
@@ -74,10 +74,10 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
         return [{n: (0.3 if b else 1.0) if n == 1 else (3.0 if b else 1.2) for n in sizes} for b in bf16]
 
     monkeypatch.setattr(stack_module, "cost_curves", fake_curves)
-    monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
+    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
     _save_target_and_draft(tmp_path)
     chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto")
-    candidates = len(stack_module.cpu_precisions())          # float32, bf16, int4 (, int8)
+    candidates = len(stack_module.draft_precisions(str(tmp_path / "draft"), "float32"))   # float32, bf16, int4 (, int8)
     assert seen == [(1,)] * candidates and chain.precision() == "float32 target, bfloat16 draft"
     seen.clear()
     staged = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
@@ -90,18 +90,18 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
     int4 draft still writes baseline's tokens."""
     import specviz.stack as stack_module
     _save_target_and_draft(tmp_path)
-    monkeypatch.setattr(stack_module, "resolve_dtype", lambda dtype, device="cpu": "float32")
+    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
     monkeypatch.setattr(stack_module, "draft_probe_seconds",
                         lambda models, lower: [1.0 if LoadedModel("", m, None).dtype == fastest else 3.0 for m in models])
     s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
     assert s.dtype == "float32" and s.loaded[str(tmp_path / "draft")].dtype == fastest
-    assert s.precision() == f"float32 target, {fastest} draft"
+    assert s.precision() == f"float32 target, {precision_name(fastest)} draft"
     base = s.decoder([1, 2, 3, 4], "baseline", max_new_tokens=12, stop_at_eos=False).generate().tokens
     for strategy in ("speculative", "tree", "staged"):
         assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base
     monkeypatch.setattr(stack_module, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))    # a tie keeps float32
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto").precision() == \
-        f"float32 target, {fastest} draft"          # ...but the choice stored on this machine stands
+        f"float32 target, {precision_name(fastest)} draft"          # ...but the choice stored on this machine stands
     stack_module.auto_choice.forget()
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto").precision() == "float32"
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="float32").precision() == "float32"

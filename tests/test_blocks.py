@@ -1,0 +1,133 @@
+"""The `gguf` precision's products (specviz/cpu/c/blocks.c) against their definition (specviz/cpu/reference.py, numpy)
+bit for bit, for every block format a file of ours holds, on every instruction set this CPU runs (each built from the
+same source, as a user's machine would build it), alone and in batches of any size; against de-quantise-then-multiply
+within the activations' rounding; and at the boundary (shapes, types, NaN)."""
+import ctypes
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specviz import rows_kernel
+from specviz.cpu import blocks, reference
+from specviz.cpu.__init__ import cpu_info
+from specviz.rows_kernel import BLOCKS, KernelInputError
+
+TYPES = list(reference.BLOCK)
+SIMD = cpu_info()[1]
+BUILDS = {"portable": ("-DSPECVIZ_PORTABLE",), "avx2": ("-mavx2", "-mfma", "-mf16c"),
+          "avx512-vnni": ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")}
+RUNS_HERE = {"portable": True, "avx2": {"avx2", "fma", "f16c"} <= set(SIMD),
+             "avx512-vnni": {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= set(SIMD)}
+
+
+def build(tmp_path, flags, source: str | None = None) -> ctypes.CDLL:
+    """blocks.c (or a changed copy of its text) built alone with these flags."""
+    c_file = tmp_path / "blocks.c"
+    c_file.write_text(source if source is not None else (BLOCKS / "blocks.c").read_text())
+    library = tmp_path / f"blocks-{abs(hash(flags))}.so"
+    subprocess.run(["cc", "-O2", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off", f"-I{BLOCKS}", *flags, str(c_file),
+                    "-o", str(library)], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(library))
+    lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                  ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.block_scratch_bytes.restype = ctypes.c_size_t
+    return lib
+
+
+def run(lib, qtype, w, x, threads=2):
+    n, K = x.shape
+    y = np.full((n, len(w)), np.nan, np.float32)
+    scratch = np.zeros(lib.block_scratch_bytes(K, n), np.uint8)
+    x = np.ascontiguousarray(x, np.float32)
+    assert lib.block_product(qtype, w.ctypes.data, K, len(w), x.ctypes.data, n, y.ctypes.data, len(w), threads,
+                             scratch.ctypes.data) == 0
+    return y
+
+
+def case(qtype, rows, outputs, seed, blocks_per_row=2):
+    rng = np.random.default_rng(seed)
+    K = reference.BLOCK[qtype][0] * blocks_per_row
+    x = rng.standard_normal((rows, K)).astype(np.float32) * rng.uniform(0.01, 10)
+    x[rng.random(x.shape) < 0.05] = 0.0                     # zeros, and a whole block of them sometimes
+    return reference.random_blocks(qtype, outputs, K, rng), x
+
+
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory):
+    if shutil.which("cc") is None:
+        pytest.fail("no C compiler: scripts/setup.sh installs one")
+    return {name: build(tmp_path_factory.mktemp(name), flags) for name, flags in BUILDS.items() if RUNS_HERE[name]}
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())
+def test_every_build_computes_the_definition_bit_for_bit(libraries, qtype):
+    assert "portable" in libraries and ("avx2" in libraries or "avx2" not in SIMD)
+    for seed, (rows, outputs) in enumerate([(1, 4), (3, 13), (7, 9), (16, 33), (32, 5)]):     # ragged outputs too
+        w, x = case(qtype, rows, outputs, seed)
+        expected = reference.product(qtype, w, x)
+        for name, lib in libraries.items():
+            assert np.array_equal(run(lib, qtype, w, x), expected), (name, rows, outputs)
+
+
+@given(qtype=st.sampled_from(TYPES), rows=st.integers(1, 32), outputs=st.integers(1, 24), seed=st.integers(0, 2**16))
+def test_a_row_gets_the_same_bits_alone_or_with_up_to_31_others(qtype, rows, outputs, seed):
+    w, x = case(qtype, rows, outputs, seed)
+    together = blocks.product(qtype, torch.from_numpy(w), torch.from_numpy(x))
+    for r in {0, rows // 2, rows - 1}:
+        alone = blocks.product(qtype, torch.from_numpy(w), torch.from_numpy(x[r:r + 1]))
+        assert torch.equal(alone[0], together[r])
+
+
+def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp_path):
+    """The invariance test can fail: the same kernel with one float product regrouped where a tile meets more rows
+    than one group of registers gives rows other bits in a batch than alone."""
+    source = (BLOCKS / "blocks.c").read_text()
+    marker = "finish_k_quant(type, &u->k, wide, x, b, r0, R, acc);"
+    assert source.count(marker) == 1
+    mutated = source.replace(marker, "finish_k_quant(type, &u->k, wide, x, b, r0, R, acc);\n"
+                             "    for (int r = 0; r < R; r++) acc[r] = f4_mul(acc[r], f4_dup(1.0f + 1e-7f));")
+    lib = build(tmp_path, BUILDS["portable"], mutated)
+    w, x = case(reference.Q4_K, 12, 8, seed=1)
+    assert np.array_equal(run(lib, reference.Q4_K, w, x[:1])[0], reference.product(reference.Q4_K, w, x[:1])[0])
+    assert not np.array_equal(run(lib, reference.Q4_K, w, x)[0], reference.product(reference.Q4_K, w, x)[0])
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())
+def test_the_codes_are_the_files_weights_and_the_product_is_theirs_within_the_rounding_of_the_inputs(qtype):
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    w, x = case(qtype, 6, 40, seed=7, blocks_per_row=4)
+    weights = reference.dequantize(qtype, w)
+    assert np.array_equal(weights.astype(np.float32), dequantize(w, GGMLQuantizationType(qtype)).reshape(weights.shape))
+    exact = x.astype(np.float64) @ weights.T
+    got = blocks.product(qtype, torch.from_numpy(w), torch.from_numpy(x)).numpy()
+    # each input rounded to 1/254 of its block's largest magnitude: the error is a sum of K such steps, weighted
+    bound = np.abs(x).max(1, keepdims=True) / 127 * np.abs(weights).sum(1)[None, :]
+    assert np.all(np.abs(got - exact) <= bound)
+    assert np.abs(got - exact).mean() < 0.1 * bound.mean()
+
+
+def test_bad_inputs_stop_with_one_line():
+    w, x = case(reference.Q4_K, 2, 8, seed=3)
+    w, x = torch.from_numpy(w), torch.from_numpy(x)
+    for bad, fragment in [((99, w, x), "block type 99"), ((reference.Q4_K, w, x[:, :100]), "multiple"),
+                          ((reference.Q4_K, w[:, :-1], x), "shape"), ((reference.Q4_K, w, x.double()), "float32"),
+                          ((reference.Q4_K, w, x[0]), r"\[n, in\]")]:
+        with pytest.raises(KernelInputError, match=fragment) as error:
+            blocks.product(*bad)
+        assert "\n" not in str(error.value)
+    x[1, 5] = float("nan")
+    with pytest.raises(KernelInputError, match="not finite"):
+        blocks.product(reference.Q4_K, w, x)
+
+
+def test_the_library_reports_the_instruction_set_it_was_built_for():
+    flags = rows_kernel._flags()
+    expected = "AVX2 + AVX512-VNNI" if "-mavx512vnni" in flags else "AVX2 + AVX-VNNI" if "-mavxvnni" in flags else "AVX2"
+    assert rows_kernel.available() and blocks.simd() == expected
