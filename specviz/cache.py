@@ -23,7 +23,7 @@ from .cpu_matmul import MAX_ROWS, engine_products, install, rows_product
 from .decoder import Decoder
 from .decoder import supported as decoder_supports
 from .cpu.blocks import BlockLinear
-from .int4 import Int4Linear
+from .int4 import Int4Linear, is_quantized
 from .int8 import Int8Linear
 
 QUANTIZED_HEADS = (Int8Linear, Int4Linear, BlockLinear)     # output layers whose rows for a vocabulary are a layer of their own
@@ -102,7 +102,8 @@ class KVModel:
         self.compiled = compiled
         self.name = name
         self.device = next(model.parameters()).device
-        self.dtype = next(model.parameters()).dtype
+        # what its activations and KV cache hold: float32 for a quantized model, whatever its weights' bytes are
+        self.dtype = torch.float32 if is_quantized(model) else next(model.parameters()).dtype
         self.weight_bytes, self.token_bytes = read_bytes(model, output_vocab)    # read per forward, per token
         self.fast = compiled is None and install(model)     # see specviz/cpu_matmul.py
         # a quantized Llama-family model runs its own forward (specviz/decoder.py), with its own KV cache

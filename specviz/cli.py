@@ -11,7 +11,7 @@ from . import reference
 from .bench.report import ratio
 
 from .tree import SHAPES, TreeSpec
-from .models import AUTO_DTYPE, DEFAULT_TARGET, PRECISIONS, ModelLoadError
+from .models import AUTO_DTYPE, DEFAULT_TARGET, PRECISION_HELP, PRECISIONS, ModelLoadError
 from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling
 from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STRATEGIES, default_tree
@@ -44,8 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="dynamic trees: grow only paths the draft gives at least this probability (default: 0.5 for staged, 0.2 for tree)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
-                     help="auto (default): bfloat16 where a short probe shows it faster on this CPU (or on a "
-                          "GPU), else float32; float32 for exactness checks; int4/int8: linear layers in 4/8 bits (CPU)")
+                     help=PRECISION_HELP)
     gen.add_argument("--compile", action="store_true",
                      help="torch.compile the target and draft models over static KV caches (CUDA graphs on a GPU); the first "
                           "rounds compile, for minutes on a CPU")

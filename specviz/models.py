@@ -40,6 +40,11 @@ BFLOAT16 = "bfloat16"
 QUANTIZED = {INT4: Int4Linear, INT8: Int8Linear}   # CPU precisions: their linear layers (specviz/int4.py, int8.py)
 PRECISIONS = [AUTO_DTYPE, GGUF, *DTYPES, *QUANTIZED]     # what --dtype accepts
 NAMES = {GGUF: "gguf (the file's own blocks)", INT4: "int4 (re-quantised)", INT8: "int8 (re-quantised)"}
+PRECISION_HELP = ("auto (default): a GGUF file's own blocks (gguf) on a CPU where specviz's kernels build; other models "
+                  "in the precision a probe measured fastest here (float32, bfloat16, int4 or int8), bfloat16 on a GPU. "
+                  "gguf: the file's own quantized blocks, computed as llama.cpp computes them; float32: the file "
+                  "de-quantised (its exact weights; the copy is made on first use); int4/int8: re-quantised in 4 or 8 "
+                  "bits (lossier; CPU)")
 
 
 def precision_name(dtype: str) -> str:

@@ -2,6 +2,8 @@
 Llama whose q and k rows llama.cpp reorders): its layers hold the file's weights exactly (as transformers de-quantises
 them, q and k rows back in order), it maps the file instead of copying it, its logits follow the float model of the
 same weights within the activations' rounding, and every strategy writes its baseline's tokens."""
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -69,3 +71,23 @@ def test_every_strategy_writes_baselines_tokens_with_the_files_blocks(auto_choic
     for strategy, run in runs.items():
         assert run.tokens == runs["baseline"].tokens, strategy
     assert np.mean([runs["staged"].stats["tokens_per_target_forward"]]) > 1.2
+
+
+def test_the_quality_table_puts_the_files_blocks_next_to_llama_cpp_and_the_re_quantised_model(tmp_path, capsys):
+    from specviz.bench import quality
+    from specviz.llama_cpp import program
+
+    out = tmp_path / "quality.json"
+    llama = [] if program("llama-perplexity") else ["--no-llama-cpp"]
+    assert quality.main(["--model", "smollm2-135m", "--precisions", "gguf,int4", "--context", "128", "--chunks", "2",
+                         "--out", str(out), *llama]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    exact, ours, requantised = rows["float32 (the file's weights)"], rows["gguf (the file's own blocks)"], rows["int4 (re-quantised)"]
+    assert exact["kl"] == pytest.approx(0, abs=1e-9) and exact["top1"] == 1 and exact["tokens"] == 2 * 63
+    assert ours["kl"] < requantised["kl"] and ours["top1"] >= requantised["top1"]      # the file beats a re-quantisation
+    assert abs(np.log(ours["perplexity"] / exact["perplexity"])) < 0.02
+    if not llama:                                          # llama.cpp's own logits of the same file: as close as ours
+        theirs = rows["llama.cpp (its own logits of the file)"]
+        assert theirs["kl"] < 3 * ours["kl"] + 1e-3 and theirs["top1"] > 0.9
+    printed = capsys.readouterr().out
+    assert "| precision | KL to the file's model (nats) |" in printed and "| Q4_1 |" in printed

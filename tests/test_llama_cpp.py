@@ -127,12 +127,13 @@ def test_llama_bench_gives_its_cost_curve():
 
 def test_the_regime_panel_draws_ours_llama_cpp_and_each_precision(self_drafted):
     from specviz.app import regime
-    from specviz.models import cpu_precisions
 
     view = regime.regime_view(self_drafted)
-    assert set(view["ours"]) == set(view["llama"]) == set(regime.SIZES) and set(view["probes"]) == set(cpu_precisions())
+    precisions = regime.probed_precisions()
+    assert "gguf" in precisions and set(view["probes"]) == set(precisions)
+    assert set(view["ours"]) == set(view["llama"]) == set(regime.SIZES)
     figure = regime.regime_figure(view)
-    assert len(figure.data) == 2 + 2 + len(cpu_precisions())        # two guides, ours, llama.cpp, each precision
+    assert len(figure.data) == 2 + 2 + len(precisions)              # two guides, ours, llama.cpp, each precision
     assert all(trace.y[0] == 1.0 for trace in figure.data)          # costs relative to one token
     text = regime.regime_md(view)
     need = regime.break_even(view["ours"], view["llama"][1])

@@ -11,7 +11,8 @@ import torch
 from .. import llama_cpp
 from ..cost_curve import cost_curve
 from ..markdown import md_table
-from ..models import cpu_precisions, probe_seconds
+from ..models import cpu_precisions, probe_seconds, runs_file_blocks
+from ..cpu.blocks import GGUF
 from ..plots import base_layout, empty_figure
 
 SIZES = (1, 2, 4, 8, 16)
@@ -41,9 +42,14 @@ def _measure(stack) -> dict:
             llama, why = llama_cpp.cost_curve(gguf, torch.get_num_threads(), SIZES), ""
         except llama_cpp.LlamaCppMissing as exc:
             why = str(exc)
-    probes = {name: probe_seconds(name) for name in cpu_precisions()} if stack.target.model.device.type == "cpu" else {}
+    probes = {name: probe_seconds(name) for name in probed_precisions()} if stack.target.model.device.type == "cpu" else {}
     return {"ours": ours, "llama": llama, "why_no_llama": why, "probes": probes,
             "target": stack.target_name, "precision": stack.precision()}
+
+
+def probed_precisions() -> tuple[str, ...]:
+    """The precisions whose probe layer the panel draws: every one a CPU runs any model in, and a GGUF file's blocks."""
+    return cpu_precisions() + ((GGUF,) if runs_file_blocks() else ())
 
 
 def break_even(ours: dict[int, float], reference_s: float) -> dict[int, float]:

@@ -13,7 +13,7 @@ from time import perf_counter
 
 from ..llama_cpp import LlamaCppMissing
 from ..machine import describe
-from ..models import AUTO_DTYPE, DTYPES, PRECISIONS, ModelLoadError, load_model
+from ..models import AUTO_DTYPE, DTYPES, PRECISION_HELP, PRECISIONS, ModelLoadError, load_model
 from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
@@ -47,8 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
                         help="tree and staged: grow only paths the draft gives at least this probability (default: 0.5 for staged, 0.2 for tree)")
     parser.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
-                        help="auto: bfloat16 where a probe shows it faster here, else float32; int4/int8: linear "
-                             "layers in 4/8 bits (CPU)")
+                        help=PRECISION_HELP)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
                         help="our strategies run torch.compile'd target and draft models over static KV caches (CUDA graphs "
