@@ -11,7 +11,8 @@ from . import reference
 from .bench.report import ratio
 
 from .tree import SHAPES, TreeSpec
-from .models import AUTO_DTYPE, DEFAULT_TARGET, PRECISION_HELP, PRECISIONS, ModelLoadError
+from .locations import DEFAULT_TARGET
+from .models import AUTO_DTYPE, PRECISION_HELP, PRECISIONS, ModelLoadError
 from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling
 from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STRATEGIES, default_tree

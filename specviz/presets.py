@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from .chunked import CHUNKED, available
 from .machine import memory_bytes
-from .models import AUTO_DTYPE, DEFAULT_TARGET, PROBE_LAYERS_PER_1_5B, ModelLoadError, auto_precision, probe_seconds
+from .locations import DEFAULT_TARGET
+from .models import AUTO_DTYPE, PROBE_LAYERS_PER_1_5B, ModelLoadError, auto_precision, probe_seconds
 from .stack import Stack
 
 

@@ -20,7 +20,9 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .drafters.model import LOOKAHEAD
 from .tree import TreeSpec
 from .engine import Decoder, Prefill, prefill
-from .models import (ASSETS, AUTO_DTYPE, DEFAULT_TARGET, LoadedModel, ModelLoadError, auto_precision, auto_reason,
+from .locations import DEFAULT_TARGET
+from .paths import ASSETS
+from .models import (AUTO_DTYPE, LoadedModel, ModelLoadError, auto_precision, auto_reason,
                      GGUF, check_dtype, check_tokenizers_match, compile_model, draft_precisions, is_gguf, load_model,
                      precision_name)
 from .sampling import Sampling

@@ -55,7 +55,10 @@ def test_an_operator_may_name_the_default_stack(monkeypatch):
 def test_the_token_time_is_predicted_from_the_probe_layer_here():
     import specviz.presets as presets
     seconds = presets.predicted_token_seconds()
-    assert seconds == specviz.models.probe_seconds(specviz.models.resolve_dtype("auto"))[1] * 33 and 0 < seconds < 60
+    target = presets.PRESETS["qwen-coder"].target        # its GGUF file's own blocks, where the kernels build
+    assert specviz.models.auto_precision(target) == ("gguf" if specviz.models.runs_file_blocks() else
+                                                     specviz.models.resolve_dtype("auto"))
+    assert seconds == specviz.models.probe_seconds(specviz.models.auto_precision(target))[1] * 33 and 0 < seconds < 60
 
 
 def test_hub_preset_without_network_says_what_to_do(monkeypatch, tmp_path):

@@ -23,7 +23,7 @@ import torch
 from ..llama_cpp import program
 from ..markdown import md_table
 from ..models import ModelLoadError, load_model, precision_name, resolve
-from ..prompts import HUMANEVAL, humaneval_path
+from ..prompts import humaneval_path
 
 REFERENCE = "float32"
 LLAMA_CPP = "llama.cpp"
