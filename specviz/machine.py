@@ -16,11 +16,26 @@ CGROUP = Path("/sys/fs/cgroup")
 CGROUP_LIMIT_FILES = ("memory.max", "memory/memory.limit_in_bytes")     # cgroup v2, then v1
 
 
-def memory_bytes(cgroup: Path = CGROUP) -> int:
+def memory_bytes(cgroup: Path = CGROUP) -> int | None:
     """The memory this process may use: the machine's physical memory, or less where a container's cgroup
-    limits it (in a container or on a Space, sysconf sees the host's memory, not the limit)."""
-    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return min([physical, *filter(None, map(_cgroup_limit, (cgroup / name for name in CGROUP_LIMIT_FILES)))])
+    limits it (in a container or on a Space, sysconf sees the host's memory, not the limit). None where neither
+    sysconf nor psutil can tell (the caller then does not judge by memory)."""
+    known = [size for size in (physical_memory(), *map(_cgroup_limit, (cgroup / name for name in CGROUP_LIMIT_FILES)))
+             if size]
+    return min(known) if known else None
+
+
+def physical_memory() -> int | None:
+    """The machine's memory: sysconf on Linux and macOS; psutil where there is no sysconf (Windows); else None."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        pass
+    try:
+        import psutil
+        return int(psutil.virtual_memory().total)
+    except (ImportError, OSError, AttributeError):
+        return None
 
 
 def _cgroup_limit(path: Path) -> int | None:

@@ -58,7 +58,8 @@ def default_preset(device: str = "cpu") -> str:
         return "offline"
     if device.startswith("cuda"):
         return "qwen-coder"
-    fits = memory_bytes() >= QWEN_CODER_MEMORY
+    memory = memory_bytes()
+    fits = memory is None or memory >= QWEN_CODER_MEMORY        # unknown (no sysconf, no psutil): not a reason to refuse
     return "qwen-coder" if fits and predicted_token_seconds() <= QWEN_CODER_TOKEN_S else "offline"
 
 

@@ -23,3 +23,26 @@ def test_no_limit_is_the_physical_memory(tmp_path):
     assert memory_bytes(tmp_path) == PHYSICAL
     (tmp_path / "memory.max").write_text(f"{PHYSICAL * 4}\n")  # a limit above the machine's memory
     assert memory_bytes(tmp_path) == PHYSICAL
+
+
+def test_without_sysconf_as_on_windows_psutil_tells_and_without_either_nothing_is_claimed(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    import specviz.machine as machine
+    monkeypatch.delattr(os, "sysconf")                       # Windows has no os.sysconf
+    monkeypatch.setitem(sys.modules, "psutil", types.SimpleNamespace(virtual_memory=lambda: types.SimpleNamespace(total=8 * 2**30)))
+    assert machine.memory_bytes(tmp_path) == 8 * 2**30
+    (tmp_path / "memory.max").write_text("4294967296\n")      # a cgroup limit still caps it
+    assert machine.memory_bytes(tmp_path) == 4 * 2**30
+    monkeypatch.setitem(sys.modules, "psutil", None)          # no psutil either: unknown
+    assert machine.memory_bytes(tmp_path / "none") is None
+
+
+def test_an_unknown_memory_does_not_turn_the_default_stack_away(monkeypatch):
+    import specviz.presets as presets
+    monkeypatch.delenv(presets.PRESET_ENV, raising=False)
+    monkeypatch.setattr(presets, "available", lambda chunked: True)
+    monkeypatch.setattr(presets, "memory_bytes", lambda: None)
+    monkeypatch.setattr(presets, "predicted_token_seconds", lambda: 0.1)
+    assert presets.default_preset() == "qwen-coder"
