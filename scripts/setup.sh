@@ -5,7 +5,8 @@
 # default ~/.cache/specviz), and build llama.cpp, the reference plain decoder, into .venv/llama.cpp.
 # `--with-browser` also installs what the full test suite needs from Debian (root, as on CI): chromium for
 # the browser tests, a C++ compiler with Python's headers for torch.compile's CPU backend
-# (tests/test_compiled.py), and cmake for llama.cpp.
+# (tests/test_compiled.py), cmake for llama.cpp, and an ARM64 cross compiler with qemu-user for the ARM kernels'
+# tests (tests/test_blocks.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--with-browser" ]]; then
@@ -13,6 +14,10 @@ if [[ "${1:-}" == "--with-browser" ]]; then
     command -v chromium >/dev/null || need+=(chromium)
     command -v g++ >/dev/null || need+=(g++)
     command -v cmake >/dev/null || need+=(cmake)
+    if [[ "$(uname -m)" == x86_64 ]]; then
+        command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+        command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+    fi
     include=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
     [[ -f "$include/Python.h" ]] || need+=(python3-dev)
     if ((${#need[@]})); then

@@ -3,8 +3,10 @@ bit for bit, for every block format a file of ours holds, on every instruction s
 same source, as a user's machine would build it), alone and in batches of any size; against de-quantise-then-multiply
 within the activations' rounding; and at the boundary (shapes, types, NaN)."""
 import ctypes
+import platform
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -131,3 +133,30 @@ def test_the_library_reports_the_instruction_set_it_was_built_for():
     flags = rows_kernel._flags()
     expected = "AVX2 + AVX512-VNNI" if "-mavx512vnni" in flags else "AVX2 + AVX-VNNI" if "-mavxvnni" in flags else "AVX2"
     assert rows_kernel.available() and blocks.simd() == expected
+
+
+CROSS = "aarch64-linux-gnu-gcc"
+ARM_BUILDS = {"neon": "armv8-a", "neon-dotprod": "armv8.2-a+dotprod"}     # a Raspberry Pi 4; Apple Silicon, Graviton
+
+
+def test_arm64_builds_compute_the_definition_bit_for_bit_under_emulation(tmp_path):
+    """ARM64's NEON helpers (with and without the dot-product extension) give the same bits as the definition, and so
+    as x86, on every format: the kernel cross-compiled with a test driver (tests/block_driver.c) and run by qemu."""
+    native = platform.machine() in ("aarch64", "arm64")           # on an ARM64 machine: built and run as they are
+    compiler, runner = ("cc", []) if native else (CROSS, ["qemu-aarch64", "-cpu", "max"])
+    if shutil.which(compiler) is None or (runner and shutil.which(runner[0]) is None):
+        pytest.fail("no ARM64 cross compiler or qemu-user: scripts/setup.sh --with-browser installs them")
+    driver = Path(__file__).with_name("block_driver.c")
+    for name, arch in ARM_BUILDS.items():
+        program = tmp_path / name
+        subprocess.run([compiler, "-O2", *([] if native else ["-static"]), f"-march={arch}", "-ffp-contract=off", "-Wno-unknown-pragmas",
+                        f"-I{BLOCKS}", str(BLOCKS / "blocks.c"), str(driver), "-o", str(program)], check=True,
+                       capture_output=True)
+        for seed, qtype in enumerate(TYPES):
+            w, x = case(qtype, rows=5, outputs=11, seed=seed)
+            given, got = tmp_path / "in.bin", tmp_path / "out.bin"
+            given.write_bytes(np.array([qtype, x.shape[1], len(w), len(x)], np.int32).tobytes() + w.tobytes() + x.tobytes())
+            run = subprocess.run([*runner, str(program), str(given), str(got)], capture_output=True, text=True)
+            assert run.returncode == 0 and run.stderr.strip() == ("NEON + dot product" if "dotprod" in name else "NEON")
+            assert np.array_equal(np.fromfile(got, np.float32).reshape(len(x), len(w)), reference.product(qtype, w, x)), \
+                (name, reference.NAMES[qtype])

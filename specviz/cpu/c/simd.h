@@ -1,5 +1,6 @@
 /* The few vector operations specviz's block products are written in, once per instruction set (x86 AVX2, with
- * VNNI where the build has it; ARM NEON, with the dot-product extension where the build has it; portable C).
+ * VNNI where the build has it; ARM64 NEON, with the dot-product extension where the build has it, in simd_neon.h;
+ * portable C).
  *
  * A V is 32 bytes: 32 int8 (weights or activations), 16 int16, or 8 int32 lanes, int32 lane l holding the sum over
  * bytes 4l..4l+3. Every instruction set computes the same integers in the same lanes, and an I4 (4 int32) or F4
@@ -191,9 +192,14 @@ ALWAYS V a_fold(A a) { return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512
 #endif
 #define prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
+#elif defined(__aarch64__) && defined(__ARM_NEON) && !defined(SPECVIZ_PORTABLE)
+/* ---------------------------------------------------------------- ARM64: NEON, the dot product where built with it */
+#include "simd_neon.h"
+
 #else
 /* ---------------------------------------------------------------- portable C: the same lanes, one at a time */
 #define SIMD_NAME "portable C"
+#define SIMD_SOFT_HALVES 1              /* f4_halves and friends below, from half_to_float */
 #define ROW_GROUP 2
 typedef union { int8_t b[32]; uint8_t u[32]; int16_t h[16]; int32_t i[8]; } V;
 typedef struct { int32_t i[4]; } I4;
@@ -317,7 +323,7 @@ static inline uint16_t float_to_half(float f) {
     return sign | (uint16_t)h;
 }
 
-#if !defined(__AVX2__) || !defined(__FMA__) || defined(SPECVIZ_PORTABLE)
+#if defined(SIMD_SOFT_HALVES)
 ALWAYS F4 f4_halves(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
     return f4_set(half_to_float(a), half_to_float(b), half_to_float(c), half_to_float(d));
 }
