@@ -9,8 +9,8 @@ import time
 
 import torch
 
-from specviz.cpu_matmul import rows_product
-from specviz.int4 import Int4Linear
+from specviz.cpu.matmul import rows_product
+from specviz.cpu.int4 import Int4Linear
 
 SHAPES = {"0.5": (896, 4864, 24, 128), "1.5": (1536, 8960, 28, 256)}    # hidden, intermediate, layers, kv width
 VOCAB = 151936
@@ -27,7 +27,7 @@ def layers(size: str, kind: str) -> list:
             made.append(Int4Linear(linear))
         elif kind == "bfloat16":
             made.append(linear.to(torch.bfloat16))
-        else:       # float32 as the engine multiplies it (specviz/cpu_matmul.py)
+        else:       # float32 as the engine multiplies it (specviz/cpu/matmul.py)
             made.append(RowsProduct(linear))
     return made
 

@@ -36,11 +36,11 @@ def machine() -> str:
     """What the timings depend on: the CPU, its cores, torch and which few-row kernel runs."""
     import torch
 
-    from . import rows_kernel
+    from .cpu import kernels
     from .cpu import cpu_info
     name, simd = cpu_info()
     return (f"{name} | {os.cpu_count()} cores | {' '.join(simd)} | torch {torch.__version__} "
-            f"{torch.get_num_threads()} threads | {rows_kernel.status()}")
+            f"{torch.get_num_threads()} threads | {kernels.status()}")
 
 
 def _read_all() -> dict:

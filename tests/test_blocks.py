@@ -14,10 +14,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specviz import rows_kernel
+from specviz.cpu import kernels
 from specviz.cpu import blocks, reference
 from specviz.cpu.__init__ import cpu_info
-from specviz.rows_kernel import BLOCKS, KernelInputError
+from specviz.cpu.kernels import C as BLOCKS, KernelInputError
 
 TYPES = list(reference.BLOCK)
 SIMD = cpu_info()[1]
@@ -130,9 +130,9 @@ def test_bad_inputs_stop_with_one_line():
 
 
 def test_the_library_reports_the_instruction_set_it_was_built_for():
-    flags = rows_kernel._flags()
+    flags = kernels._flags()
     expected = "AVX2 + AVX512-VNNI" if "-mavx512vnni" in flags else "AVX2 + AVX-VNNI" if "-mavxvnni" in flags else "AVX2"
-    assert rows_kernel.available() and blocks.simd() == expected
+    assert kernels.available() and blocks.simd() == expected
 
 
 CROSS = "aarch64-linux-gnu-gcc"

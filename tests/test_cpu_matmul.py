@@ -1,4 +1,4 @@
-"""The engine's few-row matrix products (specviz/cpu_matmul.py): same numbers as nn.Linear up to
+"""The engine's few-row matrix products (specviz/cpu/matmul.py): same numbers as nn.Linear up to
 float rounding, used only inside the engine's own forwards, and the engine's output unchanged."""
 import threading
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from specviz.cache import KVModel
-from specviz.cpu_matmul import MAX_ROWS, engine_products, install, rows_product
+from specviz.cpu.matmul import MAX_ROWS, engine_products, install, rows_product
 from tiny import tiny_model
 
 

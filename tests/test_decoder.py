@@ -1,19 +1,19 @@
-"""specviz's own forward for quantized Llama-family models (specviz/decoder.py) and its C parts
+"""specviz's own forward for quantized Llama-family models (specviz/cpu/decoder.py) and its C parts
 (row_attention.c): the same function as transformers' forward, each row computed alone."""
 import copy
 
 import pytest
 import torch
 
-from specviz import rows_kernel
+from specviz.cpu import kernels
 from specviz.cache import KVModel
-from specviz.decoder import Decoder, supported
+from specviz.cpu.decoder import Decoder, supported
 from specviz.models import LoadedModel, _quantized
 from specviz.tree import ancestor_matrix
 from test_int4 import gqa_model
 from tiny import tiny_model
 
-pytestmark = pytest.mark.skipif(not rows_kernel.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
 
 
 @pytest.mark.parametrize("make", [gqa_model, lambda: tiny_model("llama", hidden=64)], ids=["qwen2", "llama"])
@@ -46,7 +46,7 @@ def test_attention_gives_each_row_softmax_over_the_entries_it_sees():
     keys, values = torch.randn(kv_heads, capacity, dim), torch.randn(kv_heads, capacity, dim)
     query = torch.randn(5, heads, dim)
     visible = ancestor_matrix([-1, 0, 0, 1, 3]).bool()
-    out = rows_kernel.attend(query, keys, values, visible, committed, 0.125)
+    out = kernels.attend(query, keys, values, visible, committed, 0.125)
     for row in range(5):
         seen = list(range(committed)) + [committed + c for c in range(5) if visible[row, c]]
         k, v = keys[:, seen].repeat_interleave(3, 0), values[:, seen].repeat_interleave(3, 0)
@@ -58,14 +58,14 @@ def test_a_rows_attention_and_norm_are_the_same_bits_whatever_rows_come_with_it(
     torch.manual_seed(1)
     keys, values = torch.randn(2, 64, 128), torch.randn(2, 64, 128)
     query = torch.randn(8, 12, 128)
-    together = rows_kernel.attend(query, keys, values, torch.ones(8, 8, dtype=torch.bool).tril(), 50, 0.1)
+    together = kernels.attend(query, keys, values, torch.ones(8, 8, dtype=torch.bool).tril(), 50, 0.1)
     for row in range(8):
-        alone = rows_kernel.attend(query[row:row + 1], keys, values, torch.ones(1, 1, dtype=torch.bool), 50 + row, 0.1)
+        alone = kernels.attend(query[row:row + 1], keys, values, torch.ones(1, 1, dtype=torch.bool), 50 + row, 0.1)
         assert torch.equal(alone[0], together[row])
     x, weight = torch.randn(8, 1536) * 3, torch.randn(1536)
-    normed = rows_kernel.rms_norm(x, weight, 1e-6)
+    normed = kernels.rms_norm(x, weight, 1e-6)
     assert torch.allclose(normed, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight, atol=1e-5)
-    assert all(torch.equal(rows_kernel.rms_norm(x[r:r + 1], weight, 1e-6)[0], normed[r]) for r in range(8))
+    assert all(torch.equal(kernels.rms_norm(x[r:r + 1], weight, 1e-6)[0], normed[r]) for r in range(8))
 
 
 def test_committing_a_branch_keeps_the_entries_plain_feeding_writes():

@@ -6,11 +6,11 @@ import copy
 import pytest
 import torch
 
-from specviz import rows_kernel
+from specviz.cpu import kernels
 from specviz.cache import KVModel, read_bytes, restricts_output
-from specviz.int4 import Int4Linear
+from specviz.cpu.int4 import Int4Linear
 from specviz.drafters.katz import KatzTrigram
-from specviz.int8 import Int8Linear
+from specviz.cpu.int8 import Int8Linear
 from specviz.models import LoadedModel, _quantized
 from specviz.sampling import Sampling
 from specviz.strategies import STRATEGIES, default_tree
@@ -32,7 +32,7 @@ def test_a_quantized_output_layer_cut_to_some_rows_computes_those_outputs(quanti
     ids = torch.tensor([3, 0, 17, 39, 21])              # for int4 not a whole tile of 4 rows
     part = layer.output_rows(ids)
     x = torch.randn(5, 128)
-    if rows_kernel.available():       # each output computed alone: the same bits
+    if kernels.available():       # each output computed alone: the same bits
         assert torch.equal(part(x), layer(x)[:, ids])
     else:
         assert torch.allclose(part(x), layer(x)[:, ids], atol=1e-5)

@@ -1,4 +1,4 @@
-"""A GGUF file's own model (`gguf`, specviz/file_model.py) on the real SmolLM2-135M file (Q4_1 and Q8_0 blocks, a
+"""A GGUF file's own model (`gguf`, specviz/cpu/file_model.py) on the real SmolLM2-135M file (Q4_1 and Q8_0 blocks, a
 Llama whose q and k rows llama.cpp reorders): its layers hold the file's weights exactly (as transformers de-quantises
 them, q and k rows back in order), it maps the file instead of copying it, its logits follow the float model of the
 same weights within the activations' rounding, and every strategy writes its baseline's tokens."""

@@ -15,7 +15,7 @@ from tiny import TinyTokenizer, tiny_model
 from toy_ngram import ToyBigram
 
 TOK = TinyTokenizer()
-INT4 = "llama-int4"       # the llama family 64 wide in 4 bits: specviz/decoder.py's forward and the 4-bit kernel
+INT4 = "llama-int4"       # the llama family 64 wide in 4 bits: specviz/cpu/decoder.py's forward and the 4-bit kernel
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,4 +1,4 @@
-"""Linear layers in 4 bits (specviz/int4.py): what they compute, and models built from them."""
+"""Linear layers in 4 bits (specviz/cpu/int4.py): what they compute, and models built from them."""
 import copy
 import os
 import subprocess
@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz import cache, rows_kernel
+from specviz import cache
+from specviz.cpu import kernels
 from specviz.cache import KVModel, parameter_bytes, read_bytes
-from specviz.int4 import GROUP, Int4Linear, is_quantized, quantize_model
+from specviz.cpu.int4 import GROUP, Int4Linear, is_quantized, quantize_model
 from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
 from specviz.tree import ancestor_matrix
 from tiny import tiny_model
@@ -53,12 +54,12 @@ def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding
 
 
 def test_specviz_kernel_and_pytorchs_hold_the_same_weights(monkeypatch):
-    if not rows_kernel.available():
+    if not kernels.available():
         pytest.skip("no kernel here: every layer is PyTorch's")
     layer = linear(192, 32)
     own = Int4Linear(layer)
     assert own.own and own.kernel() == "specviz q4 x q8"
-    monkeypatch.setattr(rows_kernel, "available", lambda: False)
+    monkeypatch.setattr(kernels, "available", lambda: False)
     fallback = Int4Linear(layer)
     assert not fallback.own and fallback.kernel().startswith("torch")
     assert torch.equal(own.dequantized(), fallback.dequantized())
@@ -97,20 +98,20 @@ def test_each_row_is_computed_alone(inputs):
 def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path):
     """The integer dot products are exact either way, and the float operations are the same: a machine
     with VNNI computes what one without it does."""
-    if not rows_kernel.available():
+    if not kernels.available():
         pytest.skip("no kernel here: the layer is PyTorch's (tested above)")
-    code = ("import sys, torch; from specviz import rows_kernel; from specviz.int4 import Int4Linear; torch.manual_seed(0); "
+    code = ("import sys, torch; from specviz.cpu import kernels; from specviz.cpu.int4 import Int4Linear; torch.manual_seed(0); "
             "q = Int4Linear(torch.nn.Linear(896, 64)); x = torch.randn(5, 896); "
-            "torch.save((q(x), rows_kernel.status()), sys.argv[1])")
+            "torch.save((q(x), kernels.status()), sys.argv[1])")
     results = []
     for switch in ("1", "avx2"):
         path = tmp_path / f"{switch}.pt"
-        env = {**os.environ, rows_kernel.SWITCH: switch, "SPECVIZ_CACHE": str(tmp_path / switch)}
+        env = {**os.environ, kernels.SWITCH: switch, "SPECVIZ_CACHE": str(tmp_path / switch)}
         done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         results.append(torch.load(path))
     (vnni, status), (avx2, plain) = results
-    assert plain == rows_kernel.KERNEL and status.startswith(rows_kernel.KERNEL)
+    assert plain == kernels.KERNEL and status.startswith(kernels.KERNEL)
     assert torch.equal(vnni, avx2)
 
 
@@ -184,7 +185,7 @@ def tree_and_sequential_logits(model, root: int):
     return fed[[0, 1, 3, 4]], sequential
 
 
-@pytest.mark.parametrize("own_forward", [True, False])       # specviz/decoder.py, or transformers' modules
+@pytest.mark.parametrize("own_forward", [True, False])       # specviz/cpu/decoder.py, or transformers' modules
 def test_an_int4_model_verifies_each_token_bit_for_bit_as_plain_decoding_computes_it(monkeypatch, own_forward):
     model = gqa_model()
     _quantized(LoadedModel("target", model, None))
@@ -204,7 +205,7 @@ def test_through_transformers_with_all_tokens_attending_at_once_it_would_not_be(
     assert any(differ)
 
 
-@pytest.mark.parametrize("precision", ["int4", "int8"])       # int8: specviz/int8.py (tests/test_int8.py)
+@pytest.mark.parametrize("precision", ["int4", "int8"])       # int8: specviz/cpu/int8.py (tests/test_int8.py)
 def test_every_strategy_writes_baselines_tokens_with_a_quantized_target_and_draft(tmp_path, precision):
     from specviz.models import precision_name
     from specviz.stack import Stack

@@ -1,4 +1,4 @@
-"""Linear layers in 8 bits (specviz/int8.py) through the rows kernel: what they compute, and models built
+"""Linear layers in 8 bits (specviz/cpu/int8.py) through the rows kernel: what they compute, and models built
 from them (every strategy with an int8 target and draft: tests/test_int4.py, parametrized)."""
 import copy
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specviz import rows_kernel
+from specviz.cpu import kernels
 from specviz.cache import read_bytes
-from specviz.int8 import Int8Linear
+from specviz.cpu.int8 import Int8Linear
 from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
 from test_int4 import gqa_model, tree_and_sequential_logits
 from tiny import tiny_model
@@ -33,7 +33,7 @@ def test_without_the_kernel_a_layer_still_multiplies_by_its_dequantized_weight(m
     torch.manual_seed(1)
     layer = Int8Linear(torch.nn.Linear(64, 24, bias=False))
     x = torch.randn(3, 64)
-    monkeypatch.setattr(rows_kernel, "product_int8", lambda *args: None)
+    monkeypatch.setattr(kernels, "product_int8", lambda *args: None)
     assert torch.allclose(layer(x), x @ layer.dequantized().T, atol=1e-5)
 
 
@@ -52,7 +52,7 @@ def test_an_int8_model_reads_a_quarter_of_the_bytes_and_says_so():
         load_model("smollm2-135m", "int8", "cuda")
 
 
-@pytest.mark.skipif(not rows_kernel.available(), reason="bit for bit needs the rows kernel (no compiler here)")
+@pytest.mark.skipif(not kernels.available(), reason="bit for bit needs the rows kernel (no compiler here)")
 def test_an_int8_model_verifies_each_token_bit_for_bit_as_plain_decoding_computes_it():
     model = gqa_model()
     _quantized(LoadedModel("target", model, None), "int8")

@@ -1,7 +1,7 @@
 """What this machine is: its memory limit as a container sees it."""
 import os
 
-from specviz.machine import memory_bytes
+from specviz.cpu.machine import memory_bytes
 
 PHYSICAL = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -29,7 +29,7 @@ def test_without_sysconf_as_on_windows_psutil_tells_and_without_either_nothing_i
     import sys
     import types
 
-    import specviz.machine as machine
+    import specviz.cpu.machine as machine
     monkeypatch.delattr(os, "sysconf")                       # Windows has no os.sysconf
     monkeypatch.setitem(sys.modules, "psutil", types.SimpleNamespace(virtual_memory=lambda: types.SimpleNamespace(total=8 * 2**30)))
     assert machine.memory_bytes(tmp_path) == 8 * 2**30

@@ -1,17 +1,17 @@
-"""Sibling 4-bit layers stacked into one product (specviz/shared_input.py): the same bits, fewer calls."""
+"""Sibling 4-bit layers stacked into one product (specviz/cpu/shared_input.py): the same bits, fewer calls."""
 import copy
 
 import pytest
 import torch
 
-from specviz import rows_kernel
+from specviz.cpu import kernels
 from specviz.cache import KVModel, parameter_bytes
-from specviz.int4 import Int4Linear
+from specviz.cpu.int4 import Int4Linear
 from specviz.models import LoadedModel, _quantized
-from specviz.shared_input import Slice, Stacked, stack_siblings
+from specviz.cpu.shared_input import Slice, Stacked, stack_siblings
 from test_int4 import gqa_model
 
-pytestmark = pytest.mark.skipif(not rows_kernel.available(), reason="no rows kernel here: int4 layers are PyTorch's, never stacked")
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="no rows kernel here: int4 layers are PyTorch's, never stacked")
 
 
 def quantized_pair():
@@ -43,8 +43,8 @@ def test_stacked_siblings_compute_the_same_bits_in_fewer_calls(monkeypatch):
     assert isinstance(stacked.model.layers[0].mlp.up_proj, Slice)
     assert parameter_bytes(stacked) == parameter_bytes(apart)          # each weight counted once
     calls = []
-    product = rows_kernel.product_q4
-    monkeypatch.setattr(rows_kernel, "product_q4", lambda *a: calls.append(1) or product(*a))
+    product = kernels.product_q4
+    monkeypatch.setattr(kernels, "product_q4", lambda *a: calls.append(1) or product(*a))
     logits = {}
     with torch.inference_mode():
         for name, model in (("stacked", stacked), ("apart", apart)):

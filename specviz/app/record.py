@@ -9,7 +9,7 @@ from time import perf_counter
 
 from .. import __version__
 from ..tree import TreeSpec
-from ..machine import describe
+from ..cpu.machine import describe
 from ..recording import Recording, RecordedLane, RecordedPeer, RecordingError, dump
 from ..sampling import Sampling
 from .race import Race

@@ -12,7 +12,7 @@ from pathlib import Path
 from time import perf_counter
 
 from ..llama_cpp import LlamaCppMissing
-from ..machine import describe
+from ..cpu.machine import describe
 from ..models import AUTO_DTYPE, DTYPES, PRECISION_HELP, PRECISIONS, ModelLoadError, load_model
 from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts

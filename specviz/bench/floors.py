@@ -108,7 +108,7 @@ def measure() -> dict:
 
 def file_floors(model: str, floors: dict) -> dict:
     """A GGUF file's decoder layers: their bytes and multiply-adds per row, and the floors those give."""
-    from ..file_model import tensors
+    from ..cpu.file_model import tensors
     from ..models import resolve
     location, gguf_file = resolve(model)
     layers = {name: data for name, (qtype, data) in tensors(Path(location) / gguf_file).items()

@@ -87,7 +87,7 @@ def compare(reference: np.ndarray, other: np.ndarray, tokens: np.ndarray) -> dic
 
 def bits_per_weight(gguf: Path) -> list[list]:
     """Per tensor type of the file: its weights and bits per weight (as stored)."""
-    from ..file_model import tensors
+    from ..cpu.file_model import tensors
     kinds: dict[str, list[int]] = {}
     import gguf as gguf_package
     for name, (qtype, data) in tensors(gguf).items():

@@ -1,4 +1,4 @@
-"""What this CPU is and which SIMD instructions it has (for reports, and for building specviz/rows_kernel.c)."""
+"""What this CPU is and which SIMD instructions it has (for reports, and for building specviz/cpu/c/rows_kernel.c)."""
 from __future__ import annotations
 
 import platform

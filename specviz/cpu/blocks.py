@@ -15,7 +15,7 @@ import functools
 import numpy as np
 import torch
 
-from .. import rows_kernel
+from . import kernels
 from . import reference
 
 GGUF = "gguf"                    # the precision's name (`--dtype gguf`)
@@ -26,7 +26,7 @@ ERRORS = {-1: "a block type the kernel does not read", -2: "shapes the blocks do
 
 @functools.cache
 def _kernel():
-    library = rows_kernel.library()
+    library = kernels.library()
     library.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                                       ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     library.block_product.restype = ctypes.c_int
@@ -48,15 +48,15 @@ def row_bytes(qtype: int, K: int) -> int:
 
 def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """rows [n, K] float32 @ W.T -> [n, N], W the file's blocks [N, row bytes] of type `qtype`."""
-    require = rows_kernel.require
+    require = kernels.require
     require(qtype in TYPES, f"GGUF block type {qtype} is not one the kernel reads ({', '.join(TYPES.values())})")
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
     n, K = rows.shape
     weights = reference.BLOCK[qtype][0]
     require(K > 0 and K % weights == 0, f"{TYPES[qtype]} blocks hold {weights} inputs: {K} inputs is not a multiple")
     rows = rows.contiguous()
-    rows_kernel.require_tensor("rows", rows, torch.float32, (n, K))
-    rows_kernel.require_tensor("blocks", blocks, torch.uint8, (None, row_bytes(qtype, K)))
+    kernels.require_tensor("rows", rows, torch.float32, (n, K))
+    kernels.require_tensor("blocks", blocks, torch.uint8, (None, row_bytes(qtype, K)))
     out = torch.empty(n, blocks.shape[0])
     scratch = torch.empty(_kernel().block_scratch_bytes(K, n), dtype=torch.uint8)
     failed = _kernel().block_product(qtype, blocks.data_ptr(), K, blocks.shape[0], rows.data_ptr(), n, out.data_ptr(),

@@ -3,7 +3,7 @@
 Speculation is exact when verifying a token computes what plain decoding would have computed for
 it. In float32 the differences between a one-token forward and a tree forward are rounding in the
 last bits, too small to move an argmax in practice. A model whose linear layers round their inputs
-to bfloat16 (specviz/int4.py) amplifies them: an input that lands on the other side of a bfloat16
+to bfloat16 (specviz/cpu/int4.py) amplifies them: an input that lands on the other side of a bfloat16
 rounding boundary moves by a whole bfloat16 step, and greedy outputs then differ now and then
 (1 of 4 HumanEval prompts over 64 tokens with the Qwen2.5-Coder pair in int4).
 
@@ -14,7 +14,7 @@ see, gathered into a tensor of the same shape plain decoding would give it, thro
 call: a tree forward then computes every token's logits bit for bit as plain decoding does.
 Feeds longer than MAX_ROWS (a prompt, which every strategy feeds alike) take SDPA at once.
 
-A quantized Llama-family model does not come here: specviz/decoder.py runs its forward, with the same rule
+A quantized Llama-family model does not come here: specviz/cpu/decoder.py runs its forward, with the same rule
 in C (row_attention.c) and without copying any entry. This serves the other families, and machines where
 specviz's kernels do not build.
 """

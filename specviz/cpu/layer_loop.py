@@ -1,8 +1,8 @@
-"""A quantized model's decoder layers run by one C call per forward (layer_loop.c), for specviz/decoder.py.
+"""A quantized model's decoder layers run by one C call per forward (layer_loop.c), for specviz/cpu/decoder.py.
 
 It applies where every product of every layer is a BlockLinear on a GGUF file's blocks (`--dtype gguf`, q/k/v and
 gate/up each apart, their outputs written side by side), or an Int4Linear on specviz's kernel with q/k/v and gate/up
-stacked (specviz/shared_input.py), as `--dtype int4` loads Llama-family models wherever the kernel builds.
+stacked (specviz/cpu/shared_input.py), as `--dtype int4` loads Llama-family models wherever the kernel builds.
 The C structures hold pointers into the model's own tensors, which this object keeps alive.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import ctypes
 
 import torch
 
-from . import rows_kernel
-from .cpu.blocks import ERRORS, BlockLinear
+from . import kernels
+from .blocks import ERRORS, BlockLinear
 from .int4 import Int4Linear
 
 NO_MEMORY = -100                     # decode_layers' answer where its scratch could not be allocated
@@ -78,22 +78,22 @@ class LayerLoop:
         n = x.shape[0]
         x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
         capacity, cols = keys.shape[2] if keys.dim() == 4 else 0, visible.shape[1]
-        rows_kernel.require(0 <= committed <= start and start + n <= capacity and committed + cols <= capacity
+        kernels.require(0 <= committed <= start and start + n <= capacity and committed + cols <= capacity
                             and start + n == committed + cols, f"{n} new entries at {start} after {committed} committed "
                             f"({cols} visible) do not fit a cache of {capacity}")
-        rows_kernel.require_tensor("hidden states", x, torch.float32, (n, self.hidden))
+        kernels.require_tensor("hidden states", x, torch.float32, (n, self.hidden))
         for name, t in (("cos", cos), ("sin", sin)):
-            rows_kernel.require_tensor(name, t, torch.float32, (n, self.head_dim))
+            kernels.require_tensor(name, t, torch.float32, (n, self.head_dim))
         for name, t in (("keys", keys), ("values", values)):
-            rows_kernel.require_tensor(name, t, torch.float32, (self.count, self.kv_heads, capacity, self.head_dim))
-        rows_kernel.require_tensor("visible", visible, torch.bool, (n, cols))
+            kernels.require_tensor(name, t, torch.float32, (self.count, self.kv_heads, capacity, self.head_dim))
+        kernels.require_tensor("visible", visible, torch.bool, (n, cols))
         mask = visible.to(torch.uint8).contiguous()
-        failed = rows_kernel.library().decode_layers(
+        failed = kernels.library().decode_layers(
             ctypes.addressof(self.layers), self.count, x.data_ptr(), n, self.hidden, self.heads, self.kv_heads,
             self.head_dim, self.intermediate, cos.data_ptr(), sin.data_ptr(), keys.data_ptr(), values.data_ptr(),
             keys.shape[2], start, mask.data_ptr(), committed, visible.shape[1], self.scale, self.eps,
             torch.get_num_threads())
         if failed == NO_MEMORY:
-            raise MemoryError(f"{rows_kernel.KERNEL}: no memory for the layers' scratch ({n} rows)")
-        rows_kernel.require(not failed, f"a layer's product was given {ERRORS.get(failed, failed)}")
+            raise MemoryError(f"{kernels.KERNEL}: no memory for the layers' scratch ({n} rows)")
+        kernels.require(not failed, f"a layer's product was given {ERRORS.get(failed, failed)}")
         return x

@@ -1,5 +1,5 @@
 /* Attention for the few query rows that decoding and verifying feed, each row alone over exactly the
- * cache entries it may see (specviz/decoder.py). Built into one library with rows_kernel.c.
+ * cache entries it may see (specviz/cpu/decoder.py). Built into one library with rows_kernel.c.
  *
  * A row's entries are the committed prefix, then the uncommitted entries its mask shows, in cache
  * order. Every sum below runs over those entries in that order, with the same vector code whatever

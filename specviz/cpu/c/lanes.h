@@ -1,4 +1,4 @@
-/* Shared by rows_kernel.c and row_attention.c (one library, specviz/rows_kernel.py builds both). */
+/* Shared by rows_kernel.c and row_attention.c (one library, specviz/cpu/kernels.py builds both). */
 #ifndef SPECVIZ_LANES_H
 #define SPECVIZ_LANES_H
 #include <immintrin.h>

@@ -7,7 +7,7 @@ once per query row. Here each layer is the few tensor operations it needs, over 
 allocated ahead, and attention is one C call for all rows (row_attention.c): each row over exactly
 the entries it sees, in cache order, with no entry copied.
 
-Every step computes a row alone (products: rows_kernel.c; norms, rotary and activations element-wise
+Every step computes a row alone (products: c/rows_kernel.c, c/blocks.c; norms, rotary and activations element-wise
 or along a row; attention: row_attention.c), so a tree's forward gives each token the same bits as
 plain decoding gives it. The weights are the model's own modules (the quantized linear layers and
 their stacked siblings, the norms' weights, the rotary frequencies): nothing is copied.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import rows_kernel
+from . import kernels
 from .int4 import is_quantized
 from .layer_loop import LayerLoop
 
@@ -38,7 +38,7 @@ class Layer:
 
 
 def _siblings(module: torch.nn.Module, stacked: str, names: tuple[str, ...]) -> list:
-    """The siblings' products: their stacked layer (specviz/shared_input.py), else each."""
+    """The siblings' products: their stacked layer (specviz/cpu/shared_input.py), else each."""
     return [getattr(module, stacked).layer] if hasattr(module, stacked) else [getattr(module, name) for name in names]
 
 
@@ -51,7 +51,7 @@ def supported(model: torch.nn.Module) -> bool:
     specviz's kernels run."""
     config = model.config
     rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-    return (is_quantized(model) and rows_kernel.available() and config.model_type in FAMILIES
+    return (is_quantized(model) and kernels.available() and config.model_type in FAMILIES
             and getattr(config, "hidden_act", "silu") == "silu" and rope in ("default", "linear", "llama3")
             and all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ())
             and getattr(config, "pretraining_tp", 1) == 1 and (config.head_dim if getattr(config, "head_dim", None)
@@ -135,18 +135,18 @@ class Decoder:
         x = self.embedding(torch.tensor(tokens)).float()
         if self.loop is not None:
             x = self.loop.run(x, cos[:, 0], sin[:, 0], entries.keys, entries.values, start, visible, committed)
-            return rows_kernel.rms_norm(x[n - keep:], self.final_norm, self.eps)
+            return kernels.rms_norm(x[n - keep:], self.final_norm, self.eps)
         for i, layer in enumerate(self.layers):
-            h = rows_kernel.rms_norm(x, layer.input_norm, self.eps)
+            h = kernels.rms_norm(x, layer.input_norm, self.eps)
             qkv = _side_by_side(layer.attention_in, h)
             qk = qkv[:, :(heads + kv_heads) * dim].view(n, heads + kv_heads, dim)
             low, high = qk.chunk(2, -1)
             qk = qk * cos + torch.cat((-high, low), -1) * sin
             entries.keys[i, :, start:start + n] = qk[:, heads:].transpose(0, 1)
             entries.values[i, :, start:start + n] = qkv[:, (heads + kv_heads) * dim:].view(n, kv_heads, dim).transpose(0, 1)
-            attended = rows_kernel.attend(qk[:, :heads], entries.keys[i], entries.values[i], visible, committed, self.scale)
+            attended = kernels.attend(qk[:, :heads], entries.keys[i], entries.values[i], visible, committed, self.scale)
             x = x + layer.output(attended.view(n, heads * dim))
-            h = rows_kernel.rms_norm(x, layer.post_norm, self.eps)
+            h = kernels.rms_norm(x, layer.post_norm, self.eps)
             gate, up = _side_by_side(layer.mlp_in, h).chunk(2, -1)
             x = x + layer.down(F.silu(gate) * up)
-        return rows_kernel.rms_norm(x[n - keep:], self.final_norm, self.eps)
+        return kernels.rms_norm(x[n - keep:], self.final_norm, self.eps)

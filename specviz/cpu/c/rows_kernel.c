@@ -1,6 +1,6 @@
 /* y[n, N] = x[n, K] @ w[N, K].T in float32 with AVX2 + FMA, for the few rows (n <= 16) that decoding
  * and verifying feed; w in float32 (rows_matmul_f32) or in int8 with a float32 scale per output row
- * (rows_matmul_q8: y = scale * (x @ q.T)). See specviz/rows_kernel.py for why and how it is built.
+ * (rows_matmul_q8: y = scale * (x @ q.T)). See specviz/cpu/kernels.py for why and how it is built.
  *
  * Each output y[r, o] is one accumulator: eight lanes of fused multiply-adds over k = 0, 8, 16, ...
  * in order, then the lanes summed in a fixed order. No tiling choice changes that sequence, so a row's
@@ -76,7 +76,7 @@ PRODUCT(1, rows_matmul_q8)
  * second's, their high nibbles q[16..31] of each (q in 0..15): so one register's eight int32 lanes sum four
  * lanes of each block, and one float multiply by the two blocks' scales serves both (rows of x are stored
  * in the same order). Scales d and zeros z are bfloat16, a block's weights
- * being d * (q - 8) + z (specviz/int4.py): per tile, per chunk of 8 blocks, the 4 rows' 8 values in turn
+ * being d * (q - 8) + z (specviz/cpu/int4.py): per tile, per chunk of 8 blocks, the 4 rows' 8 values in turn
  * (B, the blocks of a row, padded to a multiple of 8 with zeros). Each row of x is rounded to int8 per
  * chunk of 8 blocks (scale e = max |x| / 127), as llama.cpp's Q8_K does, so a block's product is an integer:
  * y = sum_chunks e sum_b d (q . x8) + sum_b (z - 8 d) e S, S the block's int sum. The integer dot products are exact

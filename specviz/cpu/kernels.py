@@ -1,4 +1,4 @@
-"""A float32 product of a few rows with a weight matrix, in C with AVX2 + FMA (`rows_kernel.c`).
+"""A float32 product of a few rows with a weight matrix, in C with AVX2 + FMA (`specviz/cpu/c/rows_kernel.c`).
 
 Decoding feeds one token per forward and verifying a tree 2-16, so every linear layer multiplies a
 wide weight matrix by a few rows, and its cost is reading the weights. On our 2-core AVX2 machines
@@ -28,15 +28,14 @@ from pathlib import Path
 
 import torch
 
-from .cpu import cpu_info
-from .paths import cache_dir
+from . import cpu_info
+from ..paths import cache_dir
 
-BLOCKS = Path(__file__).with_name("cpu") / "c"         # the GGUF block products (blocks.c) and their headers
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("rows_kernel.c", "row_attention.c", "layer_loop.c")) + \
-    (BLOCKS / "blocks.c",)
-HEADERS = (Path(__file__).with_name("lanes.h"), BLOCKS / "simd.h", BLOCKS / "specviz_cpu.h")   # in the library's name too
+C = Path(__file__).with_name("c")                     # every C source and header of the library
+SOURCES = tuple(C / name for name in ("rows_kernel.c", "row_attention.c", "layer_loop.c", "blocks.c"))
+HEADERS = tuple(C / name for name in ("lanes.h", "simd.h", "simd_neon.h", "specviz_cpu.h"))   # in the library's name too
 # -ffp-contract=off: a product and a sum written apart stay apart (layer_loop.c rotates as transformers does)
-FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off", f"-I{BLOCKS}")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off", f"-I{C}")
 # 8-bit dot products in one instruction where the CPU has them (the 4-bit product's integer sums are the same either way)
 VNNI_FLAGS = {"avx512_vnni": ("-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
 SWITCH = "SPECVIZ_ROWS_KERNEL"       # "0" turns the kernel off (to measure torch's product instead), "avx2" leaves out VNNI
@@ -155,7 +154,7 @@ def product_int8(weight: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor) 
 
 def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, rows: torch.Tensor,
                out_features: int) -> torch.Tensor:
-    """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/int4.py's
+    """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/cpu/int4.py's
     tiled(), each row rounded to int8 per 256 values as it is read. The caller checks available()."""
     rows = rows.contiguous()
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")

@@ -1,6 +1,6 @@
 """What this machine is, in one line: CPU model, cores, the SIMD units that decide float kernels
 (and so the last bits of results, and whether bfloat16 pays), the torch build and the GPU.
-`python -m specviz.machine` prints it (CI prints it before the tests)."""
+`python -m specviz.cpu.machine` prints it (CI prints it before the tests)."""
 from __future__ import annotations
 
 import os
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from . import rows_kernel
-from .cpu import cpu_info
+from . import kernels
+from . import cpu_info
 
 CGROUP = Path("/sys/fs/cgroup")
 CGROUP_LIMIT_FILES = ("memory.max", "memory/memory.limit_in_bytes")     # cgroup v2, then v1
@@ -50,9 +50,9 @@ def _cgroup_limit(path: Path) -> int | None:
 def describe() -> str:
     name, simd = cpu_info()
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    kernels = torch.backends.cpu.get_cpu_capability()
+    capability = torch.backends.cpu.get_cpu_capability()
     return (f"{name}, {os.cpu_count()} cores, SIMD {' '.join(simd) or 'unknown'}, torch {torch.__version__} "
-            f"({kernels} kernels, {torch.get_num_threads()} threads; few-row float32 products: {rows_kernel.status()}), {device}, {platform.system()} {platform.release()}")
+            f"({capability} kernels, {torch.get_num_threads()} threads; few-row float32 products: {kernels.status()}), {device}, {platform.system()} {platform.release()}")
 
 
 if __name__ == "__main__":

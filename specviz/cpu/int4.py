@@ -3,7 +3,7 @@
 Decoding reads every weight once per forward, so on a small CPU a forward of a few tokens costs
 what reading the weights costs. Stored in 4 bits (groups of 32 weights along the input, each with a
 bfloat16 scale and offset, as GGUF's Q4 formats store them), a model's linear layers are multiplied
-by specviz's own kernel (`rows_kernel.c`, `rows_matmul_q4`): each input row rounded to int8 on one
+by specviz's own kernel (`specviz/cpu/c/rows_kernel.c`, `rows_matmul_q4`): each input row rounded to int8 on one
 scale per 256 values, as llama.cpp's Q8_K does, and integer dot products (VNNI where the CPU has it). On a
 2-core AVX512 machine it reads a Qwen2.5-Coder-1.5B's 4-bit layers at about 37 GB/s for one token,
 against about 17 GB/s for PyTorch's own `_weight_int4pack_mm_for_cpu` (docs/BENCHMARKS.md). Where
@@ -14,16 +14,16 @@ change: embeddings, norms and attention keep float32.
 A draft's precision moves acceptance only, never the output, so a draft may always take this. A
 target in `int4` is a different numerical model from the same target in float32: the exactness
 promise is then against our baseline in `int4`, and holds bit for bit because both kernels compute
-each row alone and an int4 model attends one token at a time (specviz/decoder.py, specviz/row_attention.py).
+each row alone and an int4 model attends one token at a time (specviz/cpu/decoder.py, specviz/cpu/row_attention.py).
 """
 from __future__ import annotations
 
 import torch
 
-from . import rows_kernel
+from . import kernels
 
 GROUP = 32                    # weights per scale and offset (GGUF's Q4_0/Q4_1/Q4_K blocks are 32 wide)
-TILE = 4                      # output rows the kernel reads as one stream (rows_kernel.c)
+TILE = 4                      # output rows the kernel reads as one stream (c/rows_kernel.c)
 CHUNK = 8                     # groups whose scales the kernel reads at once
 INT4 = "int4"                 # the precision's name (`--dtype int4`)
 _MARK = "_specviz_quantized"
@@ -36,7 +36,7 @@ class Int4Linear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         q, scale, zero = groups(linear.weight.detach())
-        self.own = rows_kernel.available() and self.in_features % (2 * GROUP) == 0 and self.out_features % TILE == 0
+        self.own = kernels.available() and self.in_features % (2 * GROUP) == 0 and self.out_features % TILE == 0
         self.kept = self.out_features           # outputs returned (output_rows pads the rows to whole tiles)
         if self.own:
             self.packed, self.scales, self.zeros = map(_frozen, tiled(q, scale, zero))
@@ -70,7 +70,7 @@ class Int4Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         if self.own:
-            y = rows_kernel.product_q4(self.packed, self.scales, self.zeros, rows.float(), self.out_features)[:, :self.kept]
+            y = kernels.product_q4(self.packed, self.scales, self.zeros, rows.float(), self.out_features)[:, :self.kept]
         else:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows.to(torch.bfloat16), self.packed, GROUP, self.scales_and_zeros)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.kept)
@@ -107,7 +107,7 @@ def _frozen(t: torch.Tensor) -> torch.nn.Parameter:
 
 
 def tiled(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """groups() in the layout rows_kernel.c reads: per tile of 4 output rows, per pair of groups, each
+    """groups() in the layout c/rows_kernel.c reads: per tile of 4 output rows, per pair of groups, each
     row's 32 bytes (low nibbles: q[0..15] of the pair's first group, then of its second; high nibbles:
     q[16..31] of each); the scales and zeros per tile, per chunk of 8 groups (padded with zeros), each
     row's 8 values."""

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cpu import reference
-from .cpu.blocks import GGUF, TYPES, BlockEmbedding, BlockLinear
+from . import reference
+from .blocks import GGUF, TYPES, BlockEmbedding, BlockLinear
 from .int4 import mark_precision
-from .paths import cache_dir
+from ..paths import cache_dir
 from .row_attention import use_row_attention
 
 FAMILIES = ("llama", "qwen2")                # the architectures whose tensors are named below
@@ -156,7 +156,7 @@ def load(path: Path):
 
 def requantizable(loaded):
     """The model with each BlockLinear a float32 nn.Linear of the weights its blocks hold (as the `gguf` package
-    de-quantises them), to be re-quantised by specviz/int4.py or int8.py: one layer at a time, in memory."""
+    de-quantises them), to be re-quantised by specviz/cpu/int4.py or int8.py: one layer at a time, in memory."""
     for parent in list(loaded.model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, BlockLinear):

@@ -4,7 +4,7 @@ up projections) computed in one kernel call.
 On a small CPU a one-token forward of a quantized model spends much of its time outside the products:
 each layer call costs Python and a kernel launch, and the small k and v products read their weights
 slower than a large one does. Stacking the siblings' rows into one layer halves the calls; each output
-row is still computed from its own weights and the input alone (specviz/rows_kernel.c), so every output
+row is still computed from its own weights and the input alone (specviz/cpu/c/rows_kernel.c), so every output
 is the same bits as before. The transformers modules keep calling q_proj, k_proj and v_proj: the first
 call computes all of them for that input, the others take their slices of it.
 """

@@ -1,4 +1,4 @@
-/* All the decoder layers of a quantized Llama-family model in one call (specviz/decoder.py's forward, without
+/* All the decoder layers of a quantized Llama-family model in one call (specviz/cpu/decoder.py's forward, without
  * Python between its steps). Built into one library with rows_kernel.c and row_attention.c.
  *
  * A one-token forward of the Qwen2.5-Coder-0.5B made about 600 Python and torch calls around its 97 products:
@@ -65,7 +65,7 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
 /* x [n, hidden]: the embeddings in, the last layer's output out. cos, sin [n, D]. keys, values: the cache,
  * [layers, kv_heads, capacity, D]; the n new entries go at `start`. visible [n, cols] bytes as attend_rows.
  * Returns 0; -100 (x untouched) where the scratch could not be allocated; blocks.c's error where a product failed (x
- * then holds garbage). specviz/layer_loop.py checks the rest. */
+ * then holds garbage). specviz/cpu/layer_loop.py checks the rest. */
 int decode_layers(const Layer *layers, int count, float *x, int n, int hidden, int heads, int kv_heads, int D,
                    int intermediate, const float *cos, const float *sin, float *keys, float *values, int capacity,
                    int start, const uint8_t *visible, int committed, int cols, float scale, float eps, int threads) {

@@ -1,4 +1,4 @@
-"""Linear layers with 8-bit weights, multiplied by specviz's rows kernel (`rows_kernel.py`).
+"""Linear layers with 8-bit weights, multiplied by specviz's rows kernel (`specviz/cpu/kernels.py`).
 
 Each output row of a weight matrix keeps one float32 scale (its largest magnitude / 127) and its
 weights as int8, so a layer reads a quarter of float32's bytes. The rows kernel converts the weights
@@ -6,7 +6,7 @@ to float32 as it reads them and accumulates in float32. On our 2-core AVX2 machi
 kernel (before specviz's own, `int4.py`), a Qwen2.5-Coder-0.5B forward of 8 tokens took 141-155 ms in int4,
 141-146 in float32 and 102-107 here; one token 52-54 ms, as in int4 (docs/BENCHMARKS.md). Meant for drafts, whose precision moves
 acceptance only; as a target, `int8` is its own numerical model, exact against our int8 baseline
-(each row computed alone by the kernel, and one token at a time by specviz/decoder.py or row_attention.py).
+(each row computed alone by the kernel, and one token at a time by specviz/cpu/decoder.py or row_attention.py).
 Without the kernel (no C compiler), the layer multiplies by its de-quantised weight: correct, slow.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import rows_kernel
+from . import kernels
 
 INT8 = "int8"                 # the precision's name (`--dtype int8`)
 
@@ -34,7 +34,7 @@ class Int8Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()
-        y = rows_kernel.product_int8(self.weight_int8, self.scale, rows)
+        y = kernels.product_int8(self.weight_int8, self.scale, rows)
         if y is None:
             y = F.linear(rows, self.dequantized())
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)

@@ -2,7 +2,7 @@
 
 Decoding and verifying feed 1-16 tokens, so each linear layer is a product of a wide weight matrix
 with a few rows. nn.Linear computes rows @ W.T, which MKL runs at 9-19 GB/s of weights on our 2-core
-AVX2 machines. The engine's forwards use specviz's own kernel instead (`rows_kernel.py`: about twice
+AVX2 machines. The engine's forwards use specviz's own kernel instead (`specviz/cpu/kernels.py`: about twice
 as fast up to 4 rows, and each row computed by the same operations whatever rows come with it). Where that
 kernel cannot run, they compute W @ rows.T, which MKL streams at ~17 GB/s for 2-8 rows, and feed a
 single row as two (the row twice). Either way plain decoding gets the same kernel as verification,
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-from . import rows_kernel
+from . import kernels
 from .int4 import is_quantized
 
 MAX_ROWS = 16            # more rows (a prompt) go to nn.Linear's own product
@@ -31,7 +31,7 @@ _INSTALL_LOCK = threading.Lock()
 def rows_product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """rows @ weight.T for a few rows [n, in] -> [n, out]: by the rows kernel, else as weight @ rows.T
     (a single row goes in twice, see the module's docstring)."""
-    out = rows_kernel.product(weight, rows)
+    out = kernels.product(weight, rows)
     if out is not None:
         return out
     n = rows.shape[0]
