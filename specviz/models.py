@@ -57,7 +57,7 @@ def check_dtype(dtype: str) -> None:
 def cpu_precisions() -> tuple[str, ...]:
     """What a CPU can run any model in here: float32, bfloat16, int4, and int8 where the rows kernel runs."""
     from .cpu import kernels
-    return ("float32", BFLOAT16, INT4) + ((INT8,) if kernels.available() else ())
+    return ("float32", BFLOAT16, INT4) + ((INT8,) if kernels.rows_available() else ())
 
 
 def runs_file_blocks() -> bool:

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from specviz.cpu import kernels
 from specviz.cpu import blocks, reference
 from specviz.cpu.__init__ import cpu_info
-from specviz.cpu.kernels import C as BLOCKS, KernelInputError
+from specviz.cpu.build import C as BLOCKS
+from specviz.cpu.kernels import KernelInputError
 
 TYPES = list(reference.BLOCK)
 SIMD = cpu_info()[1]
@@ -130,9 +131,17 @@ def test_bad_inputs_stop_with_one_line():
 
 
 def test_the_library_reports_the_instruction_set_it_was_built_for():
-    flags = kernels._flags()
-    expected = "AVX2 + AVX512-VNNI" if "-mavx512vnni" in flags else "AVX2 + AVX-VNNI" if "-mavxvnni" in flags else "AVX2"
-    assert kernels.available() and blocks.simd() == expected
+    from specviz.cpu import build
+    assert kernels.available() and blocks.simd() == build.library()[1].name and blocks.simd() in kernels.status()
+
+
+def test_the_header_and_the_definition_agree_on_the_formats():
+    from specviz.cpu import build
+    for name, qtype in build.CONSTANTS.items():
+        if name.startswith("GGUF_"):
+            assert reference.NAMES[qtype] == name.removeprefix("GGUF_")
+            assert (blocks._kernel().block_weights(qtype), blocks._kernel().block_bytes(qtype)) == reference.BLOCK[qtype]
+    assert {build.CONSTANTS[f"GGUF_{n}"] for n in reference.NAMES.values()} == set(reference.BLOCK)
 
 
 CROSS = "aarch64-linux-gnu-gcc"

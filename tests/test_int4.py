@@ -54,7 +54,7 @@ def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding
 
 
 def test_specviz_kernel_and_pytorchs_hold_the_same_weights(monkeypatch):
-    if not kernels.available():
+    if not kernels.rows_available():
         pytest.skip("no kernel here: every layer is PyTorch's")
     layer = linear(192, 32)
     own = Int4Linear(layer)
@@ -98,8 +98,8 @@ def test_each_row_is_computed_alone(inputs):
 def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path):
     """The integer dot products are exact either way, and the float operations are the same: a machine
     with VNNI computes what one without it does."""
-    if not kernels.available():
-        pytest.skip("no kernel here: the layer is PyTorch's (tested above)")
+    if not kernels.rows_available():
+        pytest.skip("no rows kernel here (no AVX2): the layer is PyTorch's (tested above)")
     code = ("import sys, torch; from specviz.cpu import kernels; from specviz.cpu.int4 import Int4Linear; torch.manual_seed(0); "
             "q = Int4Linear(torch.nn.Linear(896, 64)); x = torch.randn(5, 896); "
             "torch.save((q(x), kernels.status()), sys.argv[1])")
@@ -111,7 +111,7 @@ def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path):
         assert done.returncode == 0, done.stderr
         results.append(torch.load(path))
     (vnni, status), (avx2, plain) = results
-    assert plain == kernels.KERNEL and status.startswith(kernels.KERNEL)
+    assert plain == f"{kernels.KERNEL}: AVX2" and status.startswith(f"{kernels.KERNEL}: AVX2")
     assert torch.equal(vnni, avx2)
 
 

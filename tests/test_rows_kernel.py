@@ -20,9 +20,9 @@ CAN_BUILD = (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
 def test_it_runs_wherever_a_compiler_and_avx2_are_here():
-    assert kernels.status().startswith(kernels.KERNEL) == CAN_BUILD, kernels.status()
+    assert kernels.rows_available() == CAN_BUILD, kernels.status()
     vnni = any(f in cpu_info()[1] for f in ("avx512_vnni", "avx_vnni"))
-    assert kernels.status().endswith("with VNNI") == (CAN_BUILD and vnni and kernels._flags() != kernels.FLAGS)
+    assert kernels.status().startswith(f"{kernels.KERNEL}: AVX2" + (" + " if vnni else "")) == CAN_BUILD
 
 
 @pytest.mark.parametrize("out_features", [1, 2, 3, 7, 8, 9, 24, 250])
@@ -58,12 +58,12 @@ def _status_in_a_fresh_process(env: dict) -> str:
 
 
 def test_switched_off_or_without_a_compiler_it_says_so_and_torch_multiplies(tmp_path):
-    assert _status_in_a_fresh_process({kernels.SWITCH: "0"}) == "torch (the rows kernel is off: SPECVIZ_ROWS_KERNEL=0)"
+    assert _status_in_a_fresh_process({kernels.SWITCH: "0"}) == "torch (specviz's kernels are off: SPECVIZ_ROWS_KERNEL=0)"
     bare = tmp_path / "bin"                    # a PATH with python but no C compiler, and an empty cache
     bare.mkdir()
     status = _status_in_a_fresh_process({"PATH": str(bare), "SPECVIZ_CACHE": str(tmp_path / "cache")})
-    assert status in ("torch (no C compiler to build the rows kernel)", "torch (this CPU has no AVX2)")
+    assert status == "torch (no C compiler to build specviz's kernels)"
     assert not (tmp_path / "cache" / "kernels").exists()
     if CAN_BUILD:                              # a fresh cache: built on first use
         assert _status_in_a_fresh_process({"SPECVIZ_CACHE": str(tmp_path / "fresh")}).startswith(kernels.KERNEL)
-        assert len(list((tmp_path / "fresh" / "kernels").glob("rows_kernel-*.so"))) == 1
+        assert len(list((tmp_path / "fresh" / "kernels").glob("specviz-*.so"))) == 1

@@ -15,13 +15,14 @@ import functools
 import numpy as np
 import torch
 
-from . import kernels
+from . import build, kernels
 from . import reference
 
 GGUF = "gguf"                    # the precision's name (`--dtype gguf`)
 TYPES = reference.NAMES          # ggml type id -> name, for the formats the kernel reads
-ERRORS = {-1: "a block type the kernel does not read", -2: "shapes the blocks do not fit",
-           -3: "an input that is not finite (NaN or infinity)"}
+ERRORS = {build.CONSTANTS["BLOCKS_BAD_TYPE"]: "a block type the kernel does not read",
+          build.CONSTANTS["BLOCKS_BAD_SHAPE"]: "shapes the blocks do not fit",
+          build.CONSTANTS["BLOCKS_NOT_FINITE"]: "an input that is not finite (NaN or infinity)"}
 
 
 @functools.cache

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from . import kernels
+from . import build, kernels
 
-GROUP = 32                    # weights per scale and offset (GGUF's Q4_0/Q4_1/Q4_K blocks are 32 wide)
-TILE = 4                      # output rows the kernel reads as one stream (c/rows_kernel.c)
-CHUNK = 8                     # groups whose scales the kernel reads at once
+GROUP = build.CONSTANTS["Q4_GROUP"]     # weights per scale and offset (GGUF's Q4_0/Q4_1/Q4_K blocks are 32 wide)
+TILE = build.CONSTANTS["Q4_TILE"]       # output rows the kernel reads as one stream (c/rows_kernel.c)
+CHUNK = build.CONSTANTS["Q4_CHUNK"]     # groups whose scales the kernel reads at once
 INT4 = "int4"                 # the precision's name (`--dtype int4`)
 _MARK = "_specviz_quantized"
 
@@ -36,7 +36,7 @@ class Int4Linear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         q, scale, zero = groups(linear.weight.detach())
-        self.own = kernels.available() and self.in_features % (2 * GROUP) == 0 and self.out_features % TILE == 0
+        self.own = kernels.rows_available() and self.in_features % (2 * GROUP) == 0 and self.out_features % TILE == 0
         self.kept = self.out_features           # outputs returned (output_rows pads the rows to whole tiles)
         if self.own:
             self.packed, self.scales, self.zeros = map(_frozen, tiled(q, scale, zero))

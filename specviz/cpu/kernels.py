@@ -1,72 +1,42 @@
-"""A float32 product of a few rows with a weight matrix, in C with AVX2 + FMA (`specviz/cpu/c/rows_kernel.c`).
+"""specviz's C kernels as Python calls: each entry point checks its inputs, then calls the library that
+specviz/cpu/build.py built for this machine.
 
-Decoding feeds one token per forward and verifying a tree 2-16, so every linear layer multiplies a
-wide weight matrix by a few rows, and its cost is reading the weights. On our 2-core AVX2 machines
-MKL's products read them at 9-19 GB/s and this kernel at 13-42 GB/s (the fewer rows, the faster)
-(all linear layers of a Qwen2.5-1.5B, 6.2 GB of float32, milliseconds for 1, 2, 4, 8, 16 rows:
-`W @ rows.T` 314-336, 309-329, 302, 530-538, 704-730; here 148-210, 181-232, 224-249, 291-324,
-456-460; `scripts/linear_layer_speeds.py`, docs/BENCHMARKS.md). It also
-computes each row by the same sequence of operations whatever rows come with it, so the linear
-layers of a tree's forward compute each token exactly as plain decoding does, bit for bit.
-
-It is compiled on first use with the machine's C compiler into the user cache, under a name made
-from the source and flags, and loaded with ctypes; it runs on torch's own OpenMP threads (the
-library links the `libgomp.so.1` torch has already loaded). Where there is no compiler, no AVX2
-and FMA, or `SPECVIZ_ROWS_KERNEL=0` is set, `product` returns None and the caller keeps torch's
-product; `status()` says which, for reports.
+The library holds: the products of a GGUF file's own blocks (c/blocks.c, `blocks.py` calls them), attention and RMS
+norm each row alone (c/row_attention.c), a whole model's layers in one call (c/layer_loop.c), and on x86 with AVX2
+the few-row products of float32, int8 and specviz's 4-bit weights (c/rows_kernel.c). Decoding feeds one token per
+forward and verifying a tree 2-16, so every linear layer multiplies a wide weight matrix by a few rows, and its cost
+is reading the weights: on our 2-core AVX2 machines MKL's products read a Qwen2.5-1.5B's float32 layers at 9-19
+GB/s, the rows kernel at 13-42 GB/s (`scripts/linear_layer_speeds.py`, docs/BENCHMARKS.md). Every kernel computes each
+row by the same sequence of operations whatever rows come with it, so a tree's forward computes each token exactly
+as plain decoding does, bit for bit. Where the library did not build, or has no rows kernel (a CPU without AVX2),
+`product` and `product_int8` return None and the caller keeps PyTorch's product; `status()` says which, for reports.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import torch
 
-from . import cpu_info
-from ..paths import cache_dir
+from . import build
 
-C = Path(__file__).with_name("c")                     # every C source and header of the library
-SOURCES = tuple(C / name for name in ("rows_kernel.c", "row_attention.c", "layer_loop.c", "blocks.c"))
-HEADERS = tuple(C / name for name in ("lanes.h", "simd.h", "simd_neon.h", "specviz_cpu.h"))   # in the library's name too
-# -ffp-contract=off: a product and a sum written apart stay apart (layer_loop.c rotates as transformers does)
-FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off", f"-I{C}")
-# 8-bit dot products in one instruction where the CPU has them (the 4-bit product's integer sums are the same either way)
-VNNI_FLAGS = {"avx512_vnni": ("-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
-SWITCH = "SPECVIZ_ROWS_KERNEL"       # "0" turns the kernel off (to measure torch's product instead), "avx2" leaves out VNNI
-_ROW_STEP = 8                        # the kernel reads 8 floats at a time: rows must be a multiple wide
-KERNEL = "specviz AVX2 rows kernel"
+SWITCH = build.SWITCH
+KERNEL = build.PREFIX
+_ROW_STEP = 8                        # the kernels read 8 floats at a time: rows must be a multiple wide
 
 
 @functools.cache
-def _loaded() -> tuple[ctypes.CDLL | None, str]:
-    """(the kernel's library or None, a few words saying which product runs)."""
-    if os.environ.get(SWITCH, "1") == "0":
-        return None, f"torch (the rows kernel is off: {SWITCH}=0)"
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        return None, "torch (this CPU has no AVX2)"
-    compiler = next((c for c in ("cc", "gcc", "clang") if shutil.which(c)), None)
-    if compiler is None:
-        return None, "torch (no C compiler to build the rows kernel)"
-    flags = _flags()
-    digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES + HEADERS) + " ".join(flags).encode()).hexdigest()[:12]
-    path = cache_dir() / "kernels" / f"rows_kernel-{digest}.so"
-    try:
-        if not path.exists():
-            _build(compiler, flags, path)
-        library = ctypes.CDLL(str(path))
-    except (OSError, subprocess.CalledProcessError) as error:
-        return None, f"torch (the rows kernel did not build: {str(error).splitlines()[0][:120]})"
-    for entry in (library.rows_matmul_f32, library.rows_matmul_q8):
-        entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
-        entry.restype = None
-    library.rows_matmul_q4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
-    library.rows_matmul_q4.restype = None
+def _loaded() -> ctypes.CDLL | None:
+    """The library with its entry points typed, or None."""
+    library, built, _ = build.library()
+    if library is None:
+        return None
+    if built.rows:
+        for entry in (library.rows_matmul_f32, library.rows_matmul_q8):
+            entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
+            entry.restype = None
+        library.rows_matmul_q4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+        library.rows_matmul_q4.restype = None
     library.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p]
     library.attend_rows.restype = None
     library.rms_norm_rows.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
@@ -74,26 +44,21 @@ def _loaded() -> tuple[ctypes.CDLL | None, str]:
     library.decode_layers.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 6 + \
         [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_float] * 2 + [ctypes.c_int]
     library.decode_layers.restype = ctypes.c_int
-    return library, KERNEL + (" with VNNI" if len(flags) > len(FLAGS) else "")
-
-
-def _flags() -> tuple[str, ...]:
-    simd = cpu_info()[1] if os.environ.get(SWITCH) != "avx2" else []
-    vnni = next((extra for flag, extra in VNNI_FLAGS.items() if flag in simd and (flag != "avx512_vnni" or {"avx512vl", "avx512bw"} <= set(simd))), ())
-    return FLAGS + vnni
-
-
-def _build(compiler: str, flags: tuple[str, ...], library: Path) -> None:
-    """Compile next to the target and rename into place, so concurrent first uses never load half a file."""
-    library.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
-        built = Path(scratch) / library.name
-        subprocess.run([compiler, *flags, *map(str, SOURCES), "-o", str(built), "-lm"], check=True, capture_output=True, text=True)
-        os.replace(built, library)
+    return library
 
 
 def status() -> str:
-    return _loaded()[1]
+    return build.library()[2]
+
+
+def available() -> bool:
+    """The library built here: a GGUF file's blocks, attention, norms and the layer loop run on it."""
+    return _loaded() is not None
+
+
+def rows_available() -> bool:
+    """x86's few-row float32, int8 and int4 products are in it."""
+    return available() and build.library()[1].rows
 
 
 class KernelInputError(ValueError):
@@ -120,13 +85,9 @@ def q4_groups(K: int) -> int:
     return (K // 32 + 7) // 8 * 8
 
 
-def available() -> bool:
-    return _loaded()[0] is not None
-
-
 def _applies(weight: torch.Tensor, rows: torch.Tensor) -> bool:
     return (rows.dtype == torch.float32 and weight.device.type == "cpu" and rows.device.type == "cpu"
-            and rows.shape[1] % _ROW_STEP == 0 and weight.is_contiguous() and available())
+            and rows.shape[1] % _ROW_STEP == 0 and weight.is_contiguous() and rows_available())
 
 
 def _run(entry, weight: torch.Tensor, scale: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
@@ -141,7 +102,7 @@ def product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
     """rows @ weight.T ([n, in] and [out, in] float32 -> [n, out]) by the kernel, or None where it does not apply."""
     if weight.dtype != torch.float32 or not _applies(weight, rows):
         return None
-    return _run(_loaded()[0].rows_matmul_f32, weight, None, rows)
+    return _run(_loaded().rows_matmul_f32, weight, None, rows)
 
 
 def product_int8(weight: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor) -> torch.Tensor | None:
@@ -149,13 +110,13 @@ def product_int8(weight: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor) 
     kernel (weights converted to float32 as they are read), or None where it does not apply."""
     if weight.dtype != torch.int8 or not _applies(weight, rows):
         return None
-    return _run(_loaded()[0].rows_matmul_q8, weight, scale.float().contiguous(), rows)
+    return _run(_loaded().rows_matmul_q8, weight, scale.float().contiguous(), rows)
 
 
 def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, rows: torch.Tensor,
                out_features: int) -> torch.Tensor:
     """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/cpu/int4.py's
-    tiled(), each row rounded to int8 per 256 values as it is read. The caller checks available()."""
+    tiled(), each row rounded to int8 per 256 values as it is read. The caller checks rows_available()."""
     rows = rows.contiguous()
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
     n, K = rows.shape
@@ -167,7 +128,7 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
         require_tensor(name, t, torch.bfloat16, (out_features, q4_groups(K)))
     out = torch.empty(n, out_features)
     scratch = torch.empty(n * (K + 8 * q4_groups(K)), dtype=torch.uint8)     # the rows in int8, and per group two floats
-    _loaded()[0].rows_matmul_q4(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
+    _loaded().rows_matmul_q4(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
                                 n, K, out_features, torch.get_num_threads(), scratch.data_ptr())
     return out
 
@@ -195,7 +156,7 @@ def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visibl
     out = torch.empty(n, heads, D)
     scratch = torch.empty(threads * entries * (1 + heads // kv_heads), dtype=torch.int32)
     query, mask = query.contiguous(), visible.to(torch.uint8).contiguous()      # held: the C call reads them
-    _loaded()[0].attend_rows(query.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
+    _loaded().attend_rows(query.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
                              out.data_ptr(), n, heads, kv_heads, D, capacity, committed, cols, scale, threads,
                              scratch.data_ptr())
     return out
@@ -203,7 +164,7 @@ def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visibl
 
 def library() -> ctypes.CDLL:
     """The built library (the caller checks available())."""
-    return _loaded()[0]
+    return _loaded()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -214,5 +175,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     require_tensor("rows", x, torch.float32, (None, x.shape[1]))
     require_tensor("norm weight", weight, torch.float32, (x.shape[1],))
     out = torch.empty_like(x)
-    _loaded()[0].rms_norm_rows(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
+    _loaded().rms_norm_rows(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
     return out

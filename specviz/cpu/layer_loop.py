@@ -11,11 +11,11 @@ import ctypes
 
 import torch
 
-from . import kernels
+from . import build, kernels
 from .blocks import ERRORS, BlockLinear
 from .int4 import Int4Linear
 
-NO_MEMORY = -100                     # decode_layers' answer where its scratch could not be allocated
+NO_MEMORY = build.CONSTANTS["LAYERS_NO_MEMORY"]     # decode_layers' answer where its scratch could not be allocated
 
 
 class _Product(ctypes.Structure):

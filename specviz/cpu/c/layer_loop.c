@@ -13,13 +13,6 @@
 #include <string.h>
 #include "specviz_cpu.h"
 
-void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
-                    int n, int K, int N, int threads, void *scratch);
-void attend_rows(const float *q, const float *k, const float *v, const uint8_t *visible, float *out,
-                 int n, int heads, int kv_heads, int D, int capacity, int committed, int cols, float scale,
-                 int threads, void *scratch);
-void rms_norm_rows(const float *x, const float *w, float *y, int n, int K, float eps);
-
 /* One product: a GGUF file's blocks of ggml type `type` (blocks.c), or (type 0) specviz's 4-bit tiles (int4.py's
  * tiled(): w, d, z); its N outputs and bias or NULL. N = 0: no product (its sibling's stacked product made its outputs). */
 typedef struct { int type, N; const uint8_t *w; const uint16_t *d, *z; const float *bias; } Product;
@@ -33,7 +26,11 @@ static int product(const Product *p, const float *x, float *y, int ldy, int at, 
         const int failed = block_product(p->type, p->w, K, p->N, x, n, y + at, ldy, threads, scratch);
         if (failed) return failed;
     } else {
+#ifdef SPECVIZ_ROWS_KERNEL
         rows_matmul_q4(x, p->w, p->d, p->z, y + at, n, K, p->N, threads, scratch);     /* stacked: ldy == N */
+#else
+        return BLOCKS_BAD_TYPE;                 /* no 4-bit tiles in this build (layer_loop.py never sends them) */
+#endif
     }
     if (p->bias)
         for (int r = 0; r < n; r++)
@@ -64,7 +61,7 @@ static void rotate(const float *x, const float *cos, const float *sin, float *ou
 
 /* x [n, hidden]: the embeddings in, the last layer's output out. cos, sin [n, D]. keys, values: the cache,
  * [layers, kv_heads, capacity, D]; the n new entries go at `start`. visible [n, cols] bytes as attend_rows.
- * Returns 0; -100 (x untouched) where the scratch could not be allocated; blocks.c's error where a product failed (x
+ * Returns 0; LAYERS_NO_MEMORY (x untouched) where the scratch could not be allocated; blocks.c's error where a product failed (x
  * then holds garbage). specviz/cpu/layer_loop.py checks the rest. */
 int decode_layers(const Layer *layers, int count, float *x, int n, int hidden, int heads, int kv_heads, int D,
                    int intermediate, const float *cos, const float *sin, float *keys, float *values, int capacity,
@@ -84,7 +81,7 @@ int decode_layers(const Layer *layers, int count, float *x, int n, int hidden, i
         free(h);
         free(product_scratch);
         free(attention_scratch);
-        return -100;
+        return LAYERS_NO_MEMORY;
     }
     int failed = 0;
     const size_t layer_size = (size_t)kv_heads * capacity * D;

@@ -4,24 +4,29 @@
  * A row's entries are the committed prefix, then the uncommitted entries its mask shows, in cache
  * order. Every sum below runs over those entries in that order, with the same vector code whatever
  * rows come with it, so a tree node's result is the same bits as plain decoding gives the same token
- * (the same entries, in the same order, wherever they sit in the cache). No entry is ever copied. */
-#include <immintrin.h>
-#include "lanes.h"
+ * (the same entries, in the same order, wherever they sit in the cache). No entry is ever copied. Written on
+ * simd.h's 8-float helpers: the same operations in the same order on every instruction set. */
+#include "simd.h"
+#include "specviz_cpu.h"
 #include <math.h>
-#include <omp.h>
 #include <stddef.h>
 #include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+#define omp_get_thread_num() 0
+#endif
 
 /* a . b over D floats (D a multiple of 8), two accumulators in a fixed order */
 static inline float dot(const float *a, const float *b, int D) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    F8 s0 = f8_zero(), s1 = f8_zero();
     int i = 0;
     for (; i + 16 <= D; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s0 = f8_fma(f8_load(a + i), f8_load(b + i), s0);
+        s1 = f8_fma(f8_load(a + i + 8), f8_load(b + i + 8), s1);
     }
-    if (i < D) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    return lanes_sum(_mm256_add_ps(s0, s1));
+    if (i < D) s0 = f8_fma(f8_load(a + i), f8_load(b + i), s0);
+    return f8_sum(f8_add(s0, s1));
 }
 
 /* q: [n, heads, D] (rotary applied); k, v: one layer's cache, [kv_heads, capacity, D];
@@ -64,10 +69,9 @@ void attend_rows(const float *q, const float *k, const float *v, const uint8_t *
         for (int j = 0; j < m; j++) {
             const float *value = V + (size_t)seen[j] * D;
             for (int g = 0; g < G; g++) {
-                const __m256 weight = _mm256_set1_ps(p[(size_t)g * m + j]);
+                const F8 weight = f8_dup(p[(size_t)g * m + j]);
                 float *o = O + (size_t)g * D;
-                for (int i = 0; i < D; i += 8)
-                    _mm256_storeu_ps(o + i, _mm256_fmadd_ps(weight, _mm256_loadu_ps(value + i), _mm256_loadu_ps(o + i)));
+                for (int i = 0; i < D; i += 8) f8_store(o + i, f8_fma(weight, f8_load(value + i), f8_load(o + i)));
             }
         }
     }
@@ -80,8 +84,7 @@ void rms_norm_rows(const float *x, const float *w, float *y, int n, int K, float
         const float *row = x + (size_t)r * K;
         float *out = y + (size_t)r * K;
         const float inverse = 1.0f / sqrtf(dot(row, row, K) / (float)K + eps);
-        const __m256 factor = _mm256_set1_ps(inverse);
-        for (int i = 0; i < K; i += 8)
-            _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(row + i), factor), _mm256_loadu_ps(w + i)));
+        const F8 factor = f8_dup(inverse);
+        for (int i = 0; i < K; i += 8) f8_store(out + i, f8_mul(f8_mul(f8_load(row + i), factor), f8_load(w + i)));
     }
 }

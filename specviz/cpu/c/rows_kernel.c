@@ -8,7 +8,8 @@
  * exactly as plain decoding does. Tiles of O outputs by R rows keep the accumulators in registers
  * and read each weight row from memory once per tile of rows (later tiles find it in cache). */
 #include <immintrin.h>
-#include "lanes.h"
+#include "simd.h"
+#include "specviz_cpu.h"
 #include <stddef.h>
 
 #define MAX_O 8
@@ -35,7 +36,7 @@ static inline __attribute__((always_inline)) void tile(const float *__restrict__
         }
     }
     for (int o = 0; o < O; o++)
-        for (int r = 0; r < R; r++) y[(size_t)(r0 + r) * N + o0 + o] = q8 ? lanes_sum(acc[o][r]) * scale[o0 + o] : lanes_sum(acc[o][r]);
+        for (int r = 0; r < R; r++) y[(size_t)(r0 + r) * N + o0 + o] = q8 ? f8_sum(acc[o][r]) * scale[o0 + o] : f8_sum(acc[o][r]);
 }
 
 /* All rows of outputs o0..o0+O-1, in tiles of up to 4 rows. */
@@ -84,7 +85,7 @@ PRODUCT(1, rows_matmul_q8)
  * whatever rows come with it: a row's result is the same bits fed alone or with others. */
 #include <stdint.h>
 
-#define TILE 4
+#define TILE Q4_TILE
 /* Weights are asked for this many bytes ahead of their use: with the hardware prefetcher alone one token's products
  * through the Qwen2.5-Coder-1.5B's layers took 28-33 ms on 2 cores, with this 24 ms (and 15% less at 4 and 8 rows). */
 #define PREFETCH 2048
@@ -202,7 +203,7 @@ static inline __attribute__((always_inline)) void tile_q4(const int8_t *__restri
             for (int r = 0; r < R; r++) offset[o][r] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xes + (size_t)(r0 + r) * Bp + c), offset[o][r]);
         }
     for (int o = 0; o < TILE; o++)
-        for (int r = 0; r < R; r++) y[(size_t)(r0 + r) * N + o0 + o] = lanes_sum(acc[o][r]) + lanes_sum(offset[o][r]);
+        for (int r = 0; r < R; r++) y[(size_t)(r0 + r) * N + o0 + o] = f8_sum(acc[o][r]) + f8_sum(offset[o][r]);
 }
 
 static void outputs_q4(const int8_t *xq, const float *xe, const float *xes, const uint8_t *w, const uint16_t *d,

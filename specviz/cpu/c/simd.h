@@ -190,6 +190,22 @@ ALWAYS A a_zero(void) { return _mm512_setzero_si512(); }
 ALWAYS A a_dot_scaled(A acc, W w, W x, SW s) { return _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x), s); }
 ALWAYS V a_fold(A a) { return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)); }
 #endif
+/* 8 floats: F8 (attention and norms), fused multiply-adds, and one order of summing the lanes */
+typedef __m256 F8;
+ALWAYS F8 f8_load(const float *p) { return _mm256_loadu_ps(p); }
+ALWAYS void f8_store(float *p, F8 a) { _mm256_storeu_ps(p, a); }
+ALWAYS F8 f8_zero(void) { return _mm256_setzero_ps(); }
+ALWAYS F8 f8_dup(float a) { return _mm256_set1_ps(a); }
+ALWAYS F8 f8_add(F8 a, F8 b) { return _mm256_add_ps(a, b); }
+ALWAYS F8 f8_mul(F8 a, F8 b) { return _mm256_mul_ps(a, b); }
+ALWAYS F8 f8_fma(F8 a, F8 b, F8 c) { return _mm256_fmadd_ps(a, b, c); }     /* a b + c, rounded once */
+/* ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+ALWAYS float f8_sum(F8 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 #define prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 #elif defined(__aarch64__) && defined(__ARM_NEON) && !defined(SPECVIZ_PORTABLE)
@@ -200,6 +216,19 @@ ALWAYS V a_fold(A a) { return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512
 /* ---------------------------------------------------------------- portable C: the same lanes, one at a time */
 #define SIMD_NAME "portable C"
 #define SIMD_SOFT_HALVES 1              /* f4_halves and friends below, from half_to_float */
+#include <math.h>
+typedef struct { float f[8]; } F8;
+ALWAYS F8 f8_load(const float *p) { F8 a; memcpy(a.f, p, 32); return a; }
+ALWAYS void f8_store(float *p, F8 a) { memcpy(p, a.f, 32); }
+ALWAYS F8 f8_zero(void) { F8 a; memset(a.f, 0, 32); return a; }
+ALWAYS F8 f8_dup(float x) { F8 a; for (int l = 0; l < 8; l++) a.f[l] = x; return a; }
+ALWAYS F8 f8_add(F8 a, F8 b) { for (int l = 0; l < 8; l++) a.f[l] = a.f[l] + b.f[l]; return a; }
+ALWAYS F8 f8_mul(F8 a, F8 b) { for (int l = 0; l < 8; l++) a.f[l] = a.f[l] * b.f[l]; return a; }
+ALWAYS F8 f8_fma(F8 a, F8 b, F8 c) { for (int l = 0; l < 8; l++) c.f[l] = fmaf(a.f[l], b.f[l], c.f[l]); return c; }
+ALWAYS float f8_sum(F8 v) {
+    const float s0 = v.f[0] + v.f[4], s1 = v.f[1] + v.f[5], s2 = v.f[2] + v.f[6], s3 = v.f[3] + v.f[7];
+    return (s0 + s2) + (s1 + s3);
+}
 #define ROW_GROUP 2
 typedef union { int8_t b[32]; uint8_t u[32]; int16_t h[16]; int32_t i[8]; } V;
 typedef struct { int32_t i[4]; } I4;

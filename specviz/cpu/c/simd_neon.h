@@ -119,4 +119,17 @@ ALWAYS F4 f4_halves(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
 }
 ALWAYS F4 f4_low_halves(I4 a) { return vcvt_f32_f16(vreinterpret_f16_u16(vmovn_u32(vreinterpretq_u32_s32(a)))); }
 ALWAYS F4 f4_high_halves(I4 a) { return vcvt_f32_f16(vreinterpret_f16_u16(vshrn_n_u32(vreinterpretq_u32_s32(a), 16))); }
+typedef struct { float32x4_t lo, hi; } F8;
+ALWAYS F8 f8_pair(float32x4_t lo, float32x4_t hi) { F8 a = {lo, hi}; return a; }
+ALWAYS F8 f8_load(const float *p) { return f8_pair(vld1q_f32(p), vld1q_f32(p + 4)); }
+ALWAYS void f8_store(float *p, F8 a) { vst1q_f32(p, a.lo); vst1q_f32(p + 4, a.hi); }
+ALWAYS F8 f8_zero(void) { return f8_pair(vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)); }
+ALWAYS F8 f8_dup(float x) { return f8_pair(vdupq_n_f32(x), vdupq_n_f32(x)); }
+ALWAYS F8 f8_add(F8 a, F8 b) { return f8_pair(vaddq_f32(a.lo, b.lo), vaddq_f32(a.hi, b.hi)); }
+ALWAYS F8 f8_mul(F8 a, F8 b) { return f8_pair(vmulq_f32(a.lo, b.lo), vmulq_f32(a.hi, b.hi)); }
+ALWAYS F8 f8_fma(F8 a, F8 b, F8 c) { return f8_pair(vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)); }
+ALWAYS float f8_sum(F8 v) {                /* the order of the x86 helper */
+    const float32x4_t s = vaddq_f32(v.lo, v.hi), t = vaddq_f32(s, vextq_f32(s, s, 2));
+    return vgetq_lane_f32(t, 0) + vgetq_lane_f32(t, 1);
+}
 #define prefetch(p) __builtin_prefetch(p)

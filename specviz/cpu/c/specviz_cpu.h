@@ -1,5 +1,5 @@
 /* specviz's CPU kernels: their layout constants and entry points, in one place (Python reads the constants from
- * here: specviz/cpu/build.py). */
+ * here: specviz/cpu/kernels.py's CONSTANTS). */
 #ifndef SPECVIZ_CPU_H
 #define SPECVIZ_CPU_H
 #include <stddef.h>
@@ -28,4 +28,24 @@ size_t block_scratch_bytes(int K, int n);
 int block_weights(int type);
 int block_bytes(int type);
 const char *block_simd(void);       /* the instruction set the products were built for */
+
+/* row_attention.c: each query row over exactly the cache entries it sees; RMS norm of each row alone */
+void attend_rows(const float *q, const float *k, const float *v, const uint8_t *visible, float *out,
+                 int n, int heads, int kv_heads, int D, int capacity, int committed, int cols, float scale,
+                 int threads, void *scratch);
+void rms_norm_rows(const float *x, const float *w, float *y, int n, int K, float eps);
+
+/* rows_kernel.c (x86 with AVX2 only: builds with SPECVIZ_ROWS_KERNEL defined): float32, int8 and specviz's 4-bit
+ * weights. 4-bit weights come in tiles of Q4_TILE output rows, groups of Q4_GROUP inputs, their scales read Q4_CHUNK
+ * groups at a time (specviz/cpu/int4.py's tiled()). */
+#define Q4_TILE 4
+#define Q4_GROUP 32
+#define Q4_CHUNK 8
+void rows_matmul_f32(const float *x, const void *w, const float *scale, float *y, int n, int K, int N, int threads);
+void rows_matmul_q8(const float *x, const void *w, const float *scale, float *y, int n, int K, int N, int threads);
+void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
+                    int n, int K, int N, int threads, void *scratch);
+
+/* layer_loop.c's decode_layers: its answer where its scratch could not be allocated */
+#define LAYERS_NO_MEMORY -100
 #endif
