@@ -150,17 +150,24 @@ ARM_BUILDS = {"neon": "armv8-a", "neon-dotprod": "armv8.2-a+dotprod"}     # a Ra
 
 def test_arm64_builds_compute_the_definition_bit_for_bit_under_emulation(tmp_path):
     """ARM64's NEON helpers (with and without the dot-product extension) give the same bits as the definition, and so
-    as x86, on every format: the kernel cross-compiled with a test driver (tests/block_driver.c) and run by qemu."""
+    as x86, on every format, and attention gives the bits this machine's build gives: the kernels cross-compiled with a
+    test driver (tests/block_driver.c) and run by qemu."""
     native = platform.machine() in ("aarch64", "arm64")           # on an ARM64 machine: built and run as they are
     compiler, runner = ("cc", []) if native else (CROSS, ["qemu-aarch64", "-cpu", "max"])
     if shutil.which(compiler) is None or (runner and shutil.which(runner[0]) is None):
         pytest.fail("no ARM64 cross compiler or qemu-user: scripts/setup.sh --with-browser installs them")
     driver = Path(__file__).with_name("block_driver.c")
+    sources = [str(BLOCKS / "blocks.c"), str(BLOCKS / "row_attention.c"), str(driver)]
+    here = tmp_path / "here"
+    subprocess.run(["cc", "-O2", "-ffp-contract=off", "-Wno-unknown-pragmas", f"-I{BLOCKS}", *sources, "-o", str(here), "-lm"],
+                   check=True, capture_output=True)
+    attention = subprocess.run([str(here), "attend"], capture_output=True, text=True, check=True).stdout
     for name, arch in ARM_BUILDS.items():
         program = tmp_path / name
-        subprocess.run([compiler, "-O2", *([] if native else ["-static"]), f"-march={arch}", "-ffp-contract=off", "-Wno-unknown-pragmas",
-                        f"-I{BLOCKS}", str(BLOCKS / "blocks.c"), str(driver), "-o", str(program)], check=True,
+        subprocess.run([compiler, "-O2", *([] if native else ["-static"]), f"-march={arch}", "-ffp-contract=off",
+                        "-Wno-unknown-pragmas", f"-I{BLOCKS}", *sources, "-o", str(program), "-lm"], check=True,
                        capture_output=True)
+        assert subprocess.run([*runner, str(program), "attend"], capture_output=True, text=True).stdout == attention, name
         for seed, qtype in enumerate(TYPES):
             w, x = case(qtype, rows=5, outputs=11, seed=seed)
             given, got = tmp_path / "in.bin", tmp_path / "out.bin"
