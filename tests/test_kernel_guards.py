@@ -13,7 +13,7 @@ from specviz.models import quantize_in_place
 from specviz.cpu.kernels import KernelInputError
 from tiny import tiny_model
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="no C compiler or no AVX2: torch's products run")
+pytestmark = pytest.mark.skipif(not kernels.rows_available(), reason="no C compiler or no AVX2: torch's products run")
 
 
 def one_line_error(call, match: str) -> None:
@@ -35,6 +35,8 @@ def test_the_4bit_product_refuses_what_its_tiles_cannot_hold():
     one_line_error(lambda: kernels.product_q4(packed, scales, zeros, rows.double(), 8), "float32")
     wide = torch.empty(8, 128, dtype=torch.uint8)[:, :64]                      # right shape, wrong layout
     one_line_error(lambda: kernels.product_q4(wide, scales, zeros, rows, 8), "contiguous")
+    rows[1, 7] = float("nan")
+    one_line_error(lambda: kernels.product_q4(packed, scales, zeros, rows, 8), "not finite")
 
 
 def test_attention_refuses_entries_past_its_cache():

@@ -126,6 +126,7 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     require_tensor("packed weights", packed, torch.uint8, (out_features, K // 2))
     for name, t in (("scales", scales), ("zeros", zeros)):
         require_tensor(name, t, torch.bfloat16, (out_features, q4_groups(K)))
+    require(bool(torch.isfinite(rows).all()), "the 4-bit product was given an input that is not finite (NaN or infinity)")
     out = torch.empty(n, out_features)
     scratch = torch.empty(n * (K + 8 * q4_groups(K)), dtype=torch.uint8)     # the rows in int8, and per group two floats
     _loaded().rows_matmul_q4(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
