@@ -16,9 +16,9 @@
  * add them, and the float work is element-wise: so a row's outputs are the same bits whether it comes alone or with
  * other rows, and on every instruction set (simd.h). That is what lets a quantized target verify a tree exactly.
  *
- * The work is cut in tiles of TILE outputs, and the rows in groups of ROW_GROUP (simd.h: as many as the registers
- * hold). 32 weights at a time of a tile's block are unpacked into registers and multiplied into every row of the
- * group: the unpacking, the dearest part per weight, is paid once per group of rows, and nothing goes through memory. */
+ * The work is cut in tiles of TILE outputs. Up to FEW_ROWS rows at once, 64 weights at a time of a tile's block are
+ * unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
+ * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP (simd.h). */
 #include "simd.h"
 #include "specviz_cpu.h"
 #include <float.h>
@@ -26,10 +26,12 @@
 #include <stddef.h>
 
 #define TILE 4                      /* outputs per tile: one I4 / F4 of results */
-/* A tile's rows are contiguous, and so are the tiles a thread takes: while it reads one, it asks for the bytes this far
- * ahead (the hardware's prefetcher alone, on four streams at once, left a one-row product at 60% of the memory's speed) */
-#define PREFETCH_AHEAD 2048
+/* While a tile reads block b of each of its rows, it asks for the block PREFETCH_AHEAD further along (past the row's
+ * end, in the rows of the tiles after): every block is asked for once, well before it is read. The hardware's
+ * prefetcher alone, on TILE short streams at once, leaves a one-row product far short of the memory's speed. */
+#define PREFETCH_AHEAD 24
 #define ROWS_AT_ONCE 32             /* rows whose results a tile keeps (more: the blocks are unpacked again) */
+#define FEW_ROWS 4                  /* the most rows whose accumulators stay in registers alongside the unpacking */
 
 /* ---------------------------------------------------------------- rows rounded to int8 */
 
@@ -48,37 +50,46 @@ static inline int round_away(float f) {
     return i + (rest >= 0.5f) - (rest <= -0.5f);
 }
 
-/* Q8_K (quantize_row_q8_K_ref): per 256 values, the one of largest magnitude (the first such) maps to -127 */
-static int quantize_q8_k(const float *x, int K, int8_t *q, float *d, int16_t *bsum) {
-    int bad = 0;
-    for (int b = 0; b < K / QK_K; b++) {
-        const float *v = x + (size_t)b * QK_K;
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < QK_K; j++) {
-            const float a = fabsf(v[j]);
-            bad |= !(a <= FLT_MAX);
-            if (a > amax) { amax = a; max = v[j]; }
-        }
-        int8_t *out = q + (size_t)b * QK_K;
-        if (amax == 0.0f) {
-            memset(out, 0, QK_K);
-            memset(bsum + (size_t)b * 16, 0, 16 * sizeof(int16_t));
-            d[b] = 0.0f;
-            continue;
-        }
-        const float iscale = -127.0f / max;
-        for (int j = 0; j < QK_K; j++) {
-            const int t = nearest_int(iscale * v[j]);
-            out[j] = (int8_t)(t < 127 ? t : 127);
-        }
-        for (int g = 0; g < 16; g++) {
-            int s = 0;
-            for (int j = 0; j < 16; j++) s += out[16 * g + j];
-            bsum[(size_t)b * 16 + g] = (int16_t)s;
-        }
-        d[b] = 1.0f / iscale;
+/* |f| as an integer: ordered as the magnitudes are, and above 0x7f7fffff (FLT_MAX) for infinities and NaN */
+static inline uint32_t magnitude(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u & 0x7fffffff;
+}
+
+/* Q8_K (quantize_row_q8_K_ref), one block of 256 values: the one of largest magnitude (the first such) maps to -127.
+ * sums: those of its 16-value groups; for Q4_K (by32) those of its 32-value sub-blocks S0..S7 instead, ordered
+ * S0 S2 S1 S3 S4 S6 S5 S7 to meet the mins as q4_k_scales pairs them. Written for the compiler to vectorise. */
+static int quantize_q8_k(const float *v, int8_t *out, float *d, int16_t *sums, int by32) {
+    uint32_t top = 0;
+    for (int j = 0; j < QK_K; j++) top = magnitude(v[j]) > top ? magnitude(v[j]) : top;
+    if (top > 0x7f7fffff) return 1;
+    if (top == 0) {
+        memset(out, 0, QK_K);
+        memset(sums, 0, 16 * sizeof(int16_t));
+        *d = 0.0f;
+        return 0;
     }
-    return bad;
+    int first = 0;
+    while (magnitude(v[first]) != top) first++;
+    const float iscale = -127.0f / v[first];
+    for (int j = 0; j < QK_K; j++) {
+        const int t = nearest_int(iscale * v[j]);
+        out[j] = (int8_t)(t < 127 ? t : 127);
+    }
+    for (int g = 0; g < 16; g++) {
+        int s = 0;
+        for (int j = 0; j < 16; j++) s += out[16 * g + j];
+        sums[g] = (int16_t)s;
+    }
+    if (by32) {
+        static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+        int16_t s32[8];
+        for (int k = 0; k < 8; k++) s32[k] = (int16_t)(sums[2 * order[k]] + sums[2 * order[k] + 1]);
+        memcpy(sums, s32, sizeof s32);
+    }
+    *d = 1.0f / iscale;
+    return 0;
 }
 
 /* Q8_0 / Q8_1 (quantize_row_q8_0_ref, _q8_1_ref): per 32 values d = max |x| / 127 kept as a half; sx = half(d * sum) */
@@ -145,7 +156,9 @@ static int quantize_rows(int type, const float *x, int n, int K, void *scratch, 
     int bad = 0;
     for (int r = 0; r < n; r++) {
         if (k_quant(type))
-            bad |= quantize_q8_k(x + (size_t)r * K, K, q + (size_t)r * K, d + (size_t)r * blocks, bsum + (size_t)r * K / 16);
+            for (int b = 0; b < blocks; b++)
+                bad |= quantize_q8_k(x + (size_t)r * K + (size_t)b * QK_K, q + (size_t)r * K + (size_t)b * QK_K,
+                                     d + (size_t)r * blocks + b, bsum + (size_t)r * K / 16 + (size_t)b * 16, type == GGUF_Q4_K);
         else
             bad |= quantize_q8_0(x + (size_t)r * K, K, q + (size_t)r * K, d + (size_t)r * blocks, sum + (size_t)r * blocks,
                                  sx + (size_t)r * blocks);
@@ -159,18 +172,24 @@ static int quantize_rows(int type, const float *x, int n, int K, void *scratch, 
 static inline uint16_t read16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return h; }
 
 /* The first 16 bytes of a tile's Q4_K blocks (d and dmin, then 12 bytes of 6-bit scales and mins) -> per block its
- * 8 scales, then its 8 mins, a byte each; and the d, dmin of each block. All four blocks at once: one column each. */
-ALWAYS void q4_k_scales(const uint8_t *const blk[TILE], uint32_t out[TILE][4], F4 *d, F4 *dmin) {
+ * 8 scales, a byte each; the mins as int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7), a block per lane, for
+ * i4_madd16 with the rows' sums per 32 (quantize_q8_k's order); and the d, dmin of each block. */
+ALWAYS void q4_k_scales(const uint8_t *const blk[TILE], uint8_t scales[TILE][8], I4 mins[4], F4 *d, F4 *dmin) {
     I4 in[4], u[4], r[4];
     for (int o = 0; o < TILE; o++) in[o] = i4_load(blk[o]);
     i4_transpose(in, u);                     /* u[0]: d | dmin << 16, u[1..3]: the scale bytes 0-3, 4-7, 8-11 */
-    const I4 low4 = i4_dup(0x0f0f0f0f), low6 = i4_dup(0x3f3f3f3f), low2 = i4_dup(0x03030303);
+    const I4 low4 = i4_dup(0x0f0f0f0f), low6 = i4_dup(0x3f3f3f3f), low2 = i4_dup(0x03030303), even = i4_dup(0x00ff00ff);
     r[0] = i4_and(u[1], low6);                                                           /* scales 0-3 */
     r[1] = i4_or(i4_and(u[3], low4), i4_shl(i4_and(i4_shr(u[1], 6), low2), 4));          /* scales 4-7 */
     r[2] = i4_and(u[2], low6);                                                           /* mins 0-3 */
     r[3] = i4_or(i4_and(i4_shr(u[3], 4), low4), i4_shl(i4_and(i4_shr(u[2], 6), low2), 4)); /* mins 4-7 */
-    i4_transpose(r, in);
-    for (int o = 0; o < TILE; o++) i4_store(out[o], in[o]);
+    for (int k = 0; k < 2; k++) {
+        mins[2 * k] = i4_and(r[2 + k], even);
+        mins[2 * k + 1] = i4_and(i4_shr(r[2 + k], 8), even);
+    }
+    i4_zip(r[0], r[1], in);                  /* each block's 8 scales together: blocks 0 and 1, then 2 and 3 */
+    i4_store(scales[0], in[0]);
+    i4_store(scales[2], in[1]);
     *d = f4_low_halves(u[0]);
     *dmin = f4_high_halves(u[0]);
 }
@@ -180,7 +199,8 @@ ALWAYS void q4_k_scales(const uint8_t *const blk[TILE], uint32_t out[TILE][4], F
 typedef struct {
     const uint8_t *blk[TILE];
     T table[TILE][2];           /* Q4_K: its 8 scales; Q6_K: its scales 0-7, then 8-15 */
-    V extra[TILE];              /* int16 per 16 values: Q4_K the mins (each twice), Q6_K -32 times the scales */
+    V extra[TILE];              /* Q6_K: -32 times the scales, int16 per 16 values */
+    I4 mins[4];                 /* Q4_K: the mins, as q4_k_scales pairs them */
     F4 d, m;                    /* d; Q4_K's dmin */
 } KScales;
 
@@ -188,12 +208,9 @@ ALWAYS void k_scales(const int type, const uint8_t *const w[TILE], int b, KScale
     const int bytes = type == GGUF_Q4_K ? 144 : 210;
     for (int o = 0; o < TILE; o++) k->blk[o] = w[o] + (size_t)b * bytes;
     if (type == GGUF_Q4_K) {
-        uint32_t scales_mins[TILE][4];
-        q4_k_scales(k->blk, scales_mins, &k->d, &k->m);
-        for (int o = 0; o < TILE; o++) {
-            k->table[o][0] = k->table[o][1] = t_load((const int8_t *)scales_mins[o]);
-            k->extra[o] = v_twice16((const uint8_t *)scales_mins[o] + 8);
-        }
+        uint8_t scales[TILE][8];
+        q4_k_scales(k->blk, scales, k->mins, &k->d, &k->m);
+        for (int o = 0; o < TILE; o++) k->table[o][0] = t_load((const int8_t *)scales[o]);
     } else {
         for (int o = 0; o < TILE; o++) {
             const int8_t *sc = (const int8_t *)(k->blk[o] + 192);
@@ -202,7 +219,6 @@ ALWAYS void k_scales(const int type, const uint8_t *const w[TILE], int b, KScale
             k->extra[o] = v_neg16(v_widen16(sc, 5));
         }
         k->d = f4_halves(read16(k->blk[0] + 208), read16(k->blk[1] + 208), read16(k->blk[2] + 208), read16(k->blk[3] + 208));
-        k->m = f4_zero();
     }
 }
 
@@ -219,7 +235,7 @@ ALWAYS void pair(const int type, const KScales *k, int o, int p, W *w, SW *s) {
     }
 }
 
-/* A block's whole unpacking, kept for every group of rows when there are more rows than one group */
+/* A block's whole unpacking, kept for every group of rows when there are more than FEW_ROWS */
 typedef struct {
     KScales k;
     W w[TILE][4];
@@ -232,22 +248,38 @@ ALWAYS void unpack_k_quant(const int type, const uint8_t *const w[TILE], int b, 
         UNROLL for (int o = 0; o < TILE; o++) pair(type, &u->k, o, p, &u->w[o][p], &u->s[o][p]);
 }
 
+/* A group's accumulators before a block: Q6_K's start at -32 times the scaled sums of the rows' 16-value groups
+ * (its weights are stored + 32); Q4_K's start with the first products (dot_k_quant) */
+ALWAYS void start_k_quant(const int type, const KScales *k, A wide[TILE][FEW_ROWS], const Rows *x, int b, int r0, const int R) {
+    if (type == GGUF_Q6_K)
+        for (int r = 0; r < R; r++) {
+            const V bsum = v_load(x->bsum + (size_t)(r0 + r) * (x->K / 16) + (size_t)b * 16);
+            for (int o = 0; o < TILE; o++) wide[o][r] = a_widen(v_madd16(v_zero(), k->extra[o], bsum));
+        }
+}
+
+/* acc + the scaled products of weights w and activations x, of pair p of a block (Q4_K's pair 0: no acc yet) */
+ALWAYS A dot_k_quant(const int type, int p, A acc, W w, W x, SW s) {
+    return type == GGUF_Q4_K && p == 0 ? a_scaled(w, x, s) : a_dot_scaled(acc, w, x, s);
+}
+
 /* The integer sums of a block and rows r0 .. r0 + R - 1 into the float results acc[r] */
-ALWAYS void finish_k_quant(const int type, const KScales *k, A wide[TILE][ROW_GROUP], const Rows *x, int b, int r0,
+ALWAYS void finish_k_quant(const int type, const KScales *k, A wide[TILE][FEW_ROWS], const Rows *x, int b, int r0,
                            const int R, F4 *acc) {
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)(r0 + r);
-        V sums[TILE];
-        for (int o = 0; o < TILE; o++) sums[o] = a_fold(wide[o][r]);
-        const V bsum = v_load(x->bsum + row * (x->K / 16) + (size_t)b * 16);
+        const I4 sumi = a_sum4(wide[0][r], wide[1][r], wide[2][r], wide[3][r]);
         const F4 dx = f4_dup(x->d[row * x->blocks + b]);
         if (type == GGUF_Q6_K) {
-            for (int o = 0; o < TILE; o++) sums[o] = v_madd16(sums[o], k->extra[o], bsum);
-            acc[r] = f4_add(acc[r], f4_mul(f4_mul(k->d, dx), f4_from(v_sum4(sums[0], sums[1], sums[2], sums[3]))));
+            acc[r] = f4_add(acc[r], f4_mul(f4_mul(k->d, dx), f4_from(sumi)));
         } else {
-            const I4 summ = v_sum4(v_madd16(v_zero(), k->extra[0], bsum), v_madd16(v_zero(), k->extra[1], bsum),
-                                   v_madd16(v_zero(), k->extra[2], bsum), v_madd16(v_zero(), k->extra[3], bsum));
-            const I4 sumi = v_sum4(sums[0], sums[1], sums[2], sums[3]);
+            const int16_t *s32 = x->bsum + row * (x->K / 16) + (size_t)b * 16;   /* quantize_q8_k's pairs of sums */
+            I4 summ = i4_dup(0);
+            for (int j = 0; j < 4; j++) {
+                int32_t pair;
+                memcpy(&pair, s32 + 2 * j, 4);
+                summ = i4_madd16(summ, k->mins[j], i4_dup(pair));
+            }
             acc[r] = f4_add(acc[r], f4_sub(f4_mul(f4_mul(k->d, dx), f4_from(sumi)), f4_mul(f4_mul(k->m, dx), f4_from(summ))));
         }
     }
@@ -257,12 +289,11 @@ ALWAYS const int8_t *x_at(const Rows *x, int row, int b, int p) { return x->q + 
 
 /* An unpacked block into rows r0 .. r0 + R - 1 */
 ALWAYS void rows_k_quant(const int type, const KBlock *u, const Rows *x, int b, int r0, const int R, F4 *acc) {
-    A wide[TILE][ROW_GROUP];
-    for (int o = 0; o < TILE; o++)
-        for (int r = 0; r < R; r++) wide[o][r] = a_zero();
+    A wide[TILE][FEW_ROWS];
+    start_k_quant(type, &u->k, wide, x, b, r0, R);
     UNROLL for (int p = 0; p < 4; p++)
         UNROLL for (int o = 0; o < TILE; o++)
-            for (int r = 0; r < R; r++) wide[o][r] = a_dot_scaled(wide[o][r], u->w[o][p], w_load(x_at(x, r0 + r, b, p)), u->s[o][p]);
+            for (int r = 0; r < R; r++) wide[o][r] = dot_k_quant(type, p, wide[o][r], u->w[o][p], w_load(x_at(x, r0 + r, b, p)), u->s[o][p]);
     finish_k_quant(type, &u->k, wide, x, b, r0, R, acc);
 }
 
@@ -270,15 +301,14 @@ ALWAYS void rows_k_quant(const int type, const KBlock *u, const Rows *x, int b, 
 ALWAYS void block_k_quant(const int type, const uint8_t *const w[TILE], const Rows *x, int b, int r0, const int R, F4 *acc) {
     KScales k;
     k_scales(type, w, b, &k);
-    A wide[TILE][ROW_GROUP];
-    for (int o = 0; o < TILE; o++)
-        for (int r = 0; r < R; r++) wide[o][r] = a_zero();
+    A wide[TILE][FEW_ROWS];
+    start_k_quant(type, &k, wide, x, b, r0, R);
     UNROLL for (int p = 0; p < 4; p++)
         UNROLL for (int o = 0; o < TILE; o++) {
             W wv;
             SW sv;
             pair(type, &k, o, p, &wv, &sv);
-            for (int r = 0; r < R; r++) wide[o][r] = a_dot_scaled(wide[o][r], wv, w_load(x_at(x, r0 + r, b, p)), sv);
+            for (int r = 0; r < R; r++) wide[o][r] = dot_k_quant(type, p, wide[o][r], wv, w_load(x_at(x, r0 + r, b, p)), sv);
         }
     finish_k_quant(type, &k, wide, x, b, r0, R, acc);
 }
@@ -341,40 +371,52 @@ ALWAYS void rows(const int type, const void *u, const Rows *x, int b, int r0, in
 #undef ROWS
 }
 
-/* A K-quant block into at most one group of rows, as block_k_quant does it */
-ALWAYS void few_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int b, int r0, int count, F4 *acc) {
-    switch (count) {
-#if ROW_GROUP > 3
-    case 4: block_k_quant(type, w, x, b, r0, 4, acc); break;
-    case 3: block_k_quant(type, w, x, b, r0, 3, acc); break;
-#endif
-    case 2: block_k_quant(type, w, x, b, r0, 2, acc); break;
-    default: block_k_quant(type, w, x, b, r0, 1, acc); break;
+/* The cache lines of the block PREFETCH_AHEAD past block b of each of the tile's rows: its last byte's and every
+ * 64 bytes back from there (its first line, if not among them, holds the block before's last byte) */
+ALWAYS void prefetch_ahead(const int type, const uint8_t *const w[TILE], int blocks, int b) {
+    const int bytes = bytes_of(type);
+    const size_t at = b + PREFETCH_AHEAD < blocks ? (size_t)(b + PREFETCH_AHEAD) : (size_t)(b + PREFETCH_AHEAD + (TILE - 1) * blocks);
+    for (int o = 0; o < TILE; o++)
+        for (int k = bytes - 1; k >= 0; k -= 64) prefetch(w[o] + at * bytes + k);
+}
+
+/* All blocks of a tile into at most one group of rows (R of them), each block unpacked in registers (block_k_quant) */
+ALWAYS void few_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, const int R, F4 *acc) {
+    for (int b = 0; b < x->blocks; b++) {
+        if (r0 == 0) prefetch_ahead(type, w, x->blocks, b);
+        block_k_quant(type, w, x, b, r0, R, acc);
+    }
+}
+
+/* All blocks of a tile into count rows, each block unpacked once for them all */
+ALWAYS void many_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, int count, F4 *acc) {
+    for (int b = 0; b < x->blocks; b++) {
+        if (r0 == 0) prefetch_ahead(type, w, x->blocks, b);
+        if (k_quant(type)) {
+            KBlock u;
+            unpack_k_quant(type, w, b, &u);
+            rows(type, &u, x, b, r0, count, acc);
+        } else {
+            LBlock u;
+            unpack_legacy(type, w, b, &u);
+            rows(type, &u, x, b, r0, count, acc);
+        }
     }
 }
 
 /* TILE outputs (w[o]: their rows; past the last output, the last again) for every row: each block is unpacked once
- * per ROWS_AT_ONCE rows */
+ * per ROWS_AT_ONCE rows. The choice of a loop comes before the blocks, so that each is compiled on its own. */
 ALWAYS void tile(const int type, const uint8_t *const w[TILE], const Rows *x, int n, float *y, int ldy, int o0, int outputs) {
-    const int bytes = bytes_of(type);
     for (int r0 = 0; r0 < n; r0 += ROWS_AT_ONCE) {
         const int count = n - r0 < ROWS_AT_ONCE ? n - r0 : ROWS_AT_ONCE;
         F4 acc[ROWS_AT_ONCE];
         for (int r = 0; r < count; r++) acc[r] = f4_zero();
-        for (int b = 0; b < x->blocks; b++) {
-            if (r0 == 0)            /* the next tiles, as far into them as this one has come */
-                for (int line = 0; line < TILE * bytes; line += 64) prefetch(w[0] + PREFETCH_AHEAD + (size_t)b * TILE * bytes + line);
-            if (k_quant(type) && count <= ROW_GROUP) {
-                few_rows(type, w, x, b, r0, count, acc);
-            } else if (k_quant(type)) {
-                KBlock u;
-                unpack_k_quant(type, w, b, &u);
-                rows(type, &u, x, b, r0, count, acc);
-            } else {
-                LBlock u;
-                unpack_legacy(type, w, b, &u);
-                rows(type, &u, x, b, r0, count, acc);
-            }
+        switch (k_quant(type) && count <= FEW_ROWS ? count : 0) {
+        case 4: few_rows(type, w, x, r0, 4, acc); break;
+        case 3: few_rows(type, w, x, r0, 3, acc); break;
+        case 2: few_rows(type, w, x, r0, 2, acc); break;
+        case 1: few_rows(type, w, x, r0, 1, acc); break;
+        default: many_rows(type, w, x, r0, count, acc); break;
         }
         for (int r = 0; r < count; r++) {
             float out[TILE];

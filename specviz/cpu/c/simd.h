@@ -28,17 +28,17 @@
 #define SIMD_NAME SIMD_NAME_BASE SIMD_VNNI
 typedef __m256i V;
 typedef __m128i I4;
+/* rows at a time over an unpacked block (blocks.c's KBlock), as measured: AVX-512's accumulators are twice as wide */
 #if defined(__AVX512VL__)
-#define ROW_GROUP 4                     /* rows whose accumulators stay in registers: 32 of them here */
+#define ROW_GROUP 2
 #else
-#define ROW_GROUP 2                     /* 16 registers */
+#define ROW_GROUP 4
 #endif
 typedef __m128 F4;
 
 ALWAYS V v_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 ALWAYS V v_zero(void) { return _mm256_setzero_si256(); }
 ALWAYS V v_or(V a, V b) { return _mm256_or_si256(a, b); }
-ALWAYS V v_add32(V a, V b) { return _mm256_add_epi32(a, b); }
 ALWAYS V v_low_nibbles(V b) { return _mm256_and_si256(b, _mm256_set1_epi8(0x0f)); }
 ALWAYS V v_high_nibbles(V b) { return _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0f)); }
 /* bits s and s+1 of each byte, moved to bits 4 and 5 (s <= 6) */
@@ -71,62 +71,60 @@ ALWAYS V v_dot(V acc, V w, V x) {
 }
 /* the same for signed w: |w| times x with w's sign */
 ALWAYS V v_dot_signed(V acc, V w, V x) { return v_dot(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)); }
-/* A scale per int32 lane, for v_dot_scaled: lanes 0-3 take s0, lanes 4-7 s1 (int16 values) */
+/* A scale per int32 lane, for v_dot_scaled: the int16 pair (s, s), so that one multiply-add of the pair sums of
+ * weights times activations gives s times their sum */
 typedef V S;
-ALWAYS S s_make(int s0, int s1) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
-    const int a = (uint16_t)s0, b = (uint16_t)s1;                       /* (s, 0) int16 pairs */
-#else
-    const int a = (int)((uint16_t)s0 * 0x10001u), b = (int)((uint16_t)s1 * 0x10001u);   /* (s, s) int16 pairs */
-#endif
-    return _mm256_setr_epi32(a, a, a, a, b, b, b, b);
-}
-/* A table of 8 int8 scales, for t_pair */
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
-typedef __m256i T;                      /* 8 int32 */
-ALWAYS T t_load(const int8_t *s8) {        /* as (s, 0) int16 pairs */
-    return _mm256_and_si256(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)s8)), _mm256_set1_epi32(0xffff));
-}
-/* lanes 0-3 take scale i, lanes 4-7 scale j (i, j constants) */
-ALWAYS S t_pair(T t, int i, int j) { return _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(i, i, i, i, j, j, j, j)); }
-#else
-typedef __m256i T;                      /* 8 int16, in both 128-bit halves */
+/* A table of 8 int8 scales as int16: in both 128-bit halves for t_pair's shuffles, in the low one for sw_pick's */
+typedef __m256i T;
 ALWAYS T t_load(const int8_t *s8) {
     const __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)s8));
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+    return _mm256_castsi128_si256(h);
+#else
     return _mm256_set_m128i(h, h);
+#endif
 }
+/* lanes 0-3 take scale i, lanes 4-7 scale j (i, j constants) */
 ALWAYS S t_pair(T t, int i, int j) {
     return _mm256_shuffle_epi8(t, _mm256_setr_epi8(2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1,
         2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * i, 2 * i + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1,
         2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1, 2 * j, 2 * j + 1));
 }
-#endif
 /* 16 int8 -> 16 int16 (times 2^shift) */
 ALWAYS V v_widen16(const int8_t *s, int shift) { return _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)s)), shift); }
 ALWAYS V v_neg16(V a) { return _mm256_sub_epi16(_mm256_setzero_si256(), a); }
-/* 8 uint8 -> 16 int16, each twice */
-ALWAYS V v_twice16(const uint8_t *s) {
-    const __m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)s));
-    return _mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h));
-}
 /* four halves -> floats */
 ALWAYS F4 f4_halves(uint16_t a, uint16_t b, uint16_t c, uint16_t d) { return _mm_cvtph_ps(_mm_setr_epi16(a, b, c, d, 0, 0, 0, 0)); }
-/* acc + per lane s times the sum of four products of unsigned w (0..63) and signed x */
+/* per lane s times the sum of four products of unsigned w (0..63) and signed x (the pair sums fit int16) */
+ALWAYS V v_scaled(V w, V x, S s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), s); }
+/* acc + v_scaled(w, x, s) */
 ALWAYS V v_dot_scaled(V acc, V w, V x, S s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpwssd_epi32(acc, _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x), s);
+    return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(w, x), s);
 #elif defined(__AVXVNNI__)
-    return _mm256_dpwssd_avx_epi32(acc, _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x), s);
+    return _mm256_dpwssd_avx_epi32(acc, _mm256_maddubs_epi16(w, x), s);
 #else
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), s));
+    return _mm256_add_epi32(acc, v_scaled(w, x, s));
 #endif
 }
 /* acc + per lane a[2l] b[2l] + a[2l+1] b[2l+1] over int16 pairs */
 ALWAYS V v_madd16(V acc, V a, V b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
-/* the four vectors' lane sums, in one I4 */
+/* the four vectors' lane sums, in one I4 (interleaving halves, then adding: cheaper than hadd) */
 ALWAYS I4 v_sum4(V a, V b, V c, V d) {
-    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    const __m256i s = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+/* acc + per lane a[2l] b[2l] + a[2l+1] b[2l+1] over int16 pairs */
+ALWAYS I4 i4_madd16(I4 acc, I4 a, I4 b) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm_dpwssd_epi32(acc, a, b);
+#elif defined(__AVXVNNI__)
+    return _mm_dpwssd_avx_epi32(acc, a, b);
+#else
+    return _mm_add_epi32(acc, _mm_madd_epi16(a, b));
+#endif
 }
 ALWAYS I4 i4_sub(I4 a, I4 b) { return _mm_sub_epi32(a, b); }
 ALWAYS I4 i4_dup(int a) { return _mm_set1_epi32(a); }
@@ -137,6 +135,11 @@ ALWAYS I4 i4_or(I4 a, I4 b) { return _mm_or_si128(a, b); }
 ALWAYS I4 i4_shr(I4 a, int s) { return _mm_srli_epi32(a, s); }
 ALWAYS I4 i4_shl(I4 a, int s) { return _mm_slli_epi32(a, s); }
 /* rows to columns: out[k] holds word k of in[0..3] */
+/* words a0 b0 a1 b1, then a2 b2 a3 b3 */
+ALWAYS void i4_zip(I4 a, I4 b, I4 out[2]) {
+    out[0] = _mm_unpacklo_epi32(a, b);
+    out[1] = _mm_unpackhi_epi32(a, b);
+}
 ALWAYS void i4_transpose(const I4 in[4], I4 out[4]) {
     const __m128i t0 = _mm_unpacklo_epi32(in[0], in[1]), t1 = _mm_unpacklo_epi32(in[2], in[3]);
     const __m128i t2 = _mm_unpackhi_epi32(in[0], in[1]), t3 = _mm_unpackhi_epi32(in[2], in[3]);
@@ -148,7 +151,6 @@ ALWAYS void i4_transpose(const I4 in[4], I4 out[4]) {
 /* the halves in the low (high) 16 bits of each word, as floats */
 ALWAYS F4 f4_low_halves(I4 a) { return _mm_cvtph_ps(_mm_packus_epi32(_mm_and_si128(a, _mm_set1_epi32(0xffff)), a)); }
 ALWAYS F4 f4_high_halves(I4 a) { return _mm_cvtph_ps(_mm_packus_epi32(_mm_srli_epi32(a, 16), a)); }
-ALWAYS I4 i4_set(int a, int b, int c, int d) { return _mm_setr_epi32(a, b, c, d); }
 ALWAYS F4 f4_from(I4 a) { return _mm_cvtepi32_ps(a); }
 ALWAYS F4 f4_zero(void) { return _mm_setzero_ps(); }
 ALWAYS F4 f4_dup(float a) { return _mm_set1_ps(a); }
@@ -181,14 +183,23 @@ ALWAYS W w_two_bits(const uint8_t *p, int s) {
     return _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(b, _mm512_setr_epi64(lo, lo, lo, lo, hi, hi, hi, hi)),
                                               _mm512_set1_epi8(3)), 4);
 }
-/* lanes 0-3 scale i0, 4-7 i1, 8-11 i2, 12-15 i3 of the table (constants) */
+/* int32 lanes 0-3 scale i0, 4-7 i1, 8-11 i2, 12-15 i3 of the table (constants) */
 ALWAYS SW sw_pick(T t, int i0, int i1, int i2, int i3) {
-    return _mm512_permutexvar_epi32(_mm512_setr_epi32(i0, i0, i0, i0, i1, i1, i1, i1, i2, i2, i2, i2, i3, i3, i3, i3),
-                                    _mm512_castsi256_si512(t));
+    return _mm512_permutexvar_epi16(_mm512_set_epi64(0x0001000100010001LL * i3, 0x0001000100010001LL * i3, 0x0001000100010001LL * i2,
+        0x0001000100010001LL * i2, 0x0001000100010001LL * i1, 0x0001000100010001LL * i1, 0x0001000100010001LL * i0,
+        0x0001000100010001LL * i0), _mm512_castsi256_si512(t));
 }
-ALWAYS A a_zero(void) { return _mm512_setzero_si512(); }
-ALWAYS A a_dot_scaled(A acc, W w, W x, SW s) { return _mm512_dpwssd_epi32(acc, _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x), s); }
-ALWAYS V a_fold(A a) { return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)); }
+ALWAYS A a_widen(V v) { return _mm512_zextsi256_si512(v); }    /* upper lanes 0 */
+ALWAYS A a_scaled(W w, W x, SW s) { return _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), s); }
+ALWAYS A a_dot_scaled(A acc, W w, W x, SW s) { return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w, x), s); }
+/* the four accumulators' lane sums, in one I4 */
+ALWAYS I4 a_sum4(A a, A b, A c, A d) {
+    const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
 #endif
 /* 8 floats: F8 (attention and norms), fused multiply-adds, and one order of summing the lanes */
 typedef __m256 F8;
@@ -206,7 +217,8 @@ ALWAYS float f8_sum(F8 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-#define prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+/* into the L2 cache (L1 requests are fewer and busy with the loads) */
+#define prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T2)
 
 #elif defined(__aarch64__) && defined(__ARM_NEON) && !defined(SPECVIZ_PORTABLE)
 /* ---------------------------------------------------------------- ARM64: NEON, the dot product where built with it */
@@ -238,7 +250,6 @@ typedef V S;
 ALWAYS V v_load(const void *p) { V v; memcpy(&v, p, 32); return v; }
 ALWAYS V v_zero(void) { V v; memset(&v, 0, 32); return v; }
 ALWAYS V v_or(V a, V b) { for (int j = 0; j < 32; j++) a.u[j] |= b.u[j]; return a; }
-ALWAYS V v_add32(V a, V b) { for (int l = 0; l < 8; l++) a.i[l] += b.i[l]; return a; }
 ALWAYS V v_low_nibbles(V b) { for (int j = 0; j < 32; j++) b.u[j] &= 15; return b; }
 ALWAYS V v_high_nibbles(V b) { for (int j = 0; j < 32; j++) b.u[j] >>= 4; return b; }
 ALWAYS V v_two_bits_at4(V b, int s) { for (int j = 0; j < 32; j++) b.u[j] = (uint8_t)(((b.u[j] >> s) & 3) << 4); return b; }
@@ -264,13 +275,11 @@ ALWAYS V v_dot_signed(V acc, V w, V x) {
         for (int j = 4 * l; j < 4 * l + 4; j++) acc.i[l] += (int32_t)w.b[j] * x.b[j];
     return acc;
 }
-ALWAYS S s_make(int s0, int s1) { S s; for (int l = 0; l < 8; l++) s.i[l] = l < 4 ? s0 : s1; return s; }
 typedef struct { int8_t s[8]; } T;
 ALWAYS T t_load(const int8_t *s8) { T t; memcpy(t.s, s8, 8); return t; }
-ALWAYS S t_pair(T t, int i, int j) { return s_make(t.s[i], t.s[j]); }
+ALWAYS S t_pair(T t, int i, int j) { S s; for (int l = 0; l < 8; l++) s.i[l] = l < 4 ? t.s[i] : t.s[j]; return s; }
 ALWAYS V v_widen16(const int8_t *s, int shift) { V v; for (int k = 0; k < 16; k++) v.h[k] = (int16_t)(s[k] * (1 << shift)); return v; }
 ALWAYS V v_neg16(V a) { for (int k = 0; k < 16; k++) a.h[k] = (int16_t)-a.h[k]; return a; }
-ALWAYS V v_twice16(const uint8_t *s) { V v; for (int k = 0; k < 16; k++) v.h[k] = s[k / 2]; return v; }
 ALWAYS V v_dot_scaled(V acc, V w, V x, S s) {
     for (int l = 0; l < 8; l++) {
         int32_t t = 0;
@@ -279,6 +288,7 @@ ALWAYS V v_dot_scaled(V acc, V w, V x, S s) {
     }
     return acc;
 }
+ALWAYS V v_scaled(V w, V x, S s) { return v_dot_scaled(v_zero(), w, x, s); }
 ALWAYS V v_madd16(V acc, V a, V b) {
     for (int l = 0; l < 8; l++) acc.i[l] += (int32_t)a.h[2 * l] * b.h[2 * l] + (int32_t)a.h[2 * l + 1] * b.h[2 * l + 1];
     return acc;
@@ -288,6 +298,13 @@ ALWAYS I4 v_sum4(V a, V b, V c, V d) {
     for (int l = 0; l < 8; l++) { s.i[0] += a.i[l]; s.i[1] += b.i[l]; s.i[2] += c.i[l]; s.i[3] += d.i[l]; }
     return s;
 }
+ALWAYS I4 i4_madd16(I4 acc, I4 a, I4 b) {
+    int16_t x[8], y[8];
+    memcpy(x, &a, 16);
+    memcpy(y, &b, 16);
+    for (int k = 0; k < 4; k++) acc.i[k] += (int32_t)x[2 * k] * y[2 * k] + (int32_t)x[2 * k + 1] * y[2 * k + 1];
+    return acc;
+}
 ALWAYS I4 i4_sub(I4 a, I4 b) { for (int k = 0; k < 4; k++) a.i[k] -= b.i[k]; return a; }
 ALWAYS I4 i4_load(const void *p) { I4 a; memcpy(&a, p, 16); return a; }
 ALWAYS void i4_store(void *p, I4 a) { memcpy(p, &a, 16); }
@@ -295,12 +312,19 @@ ALWAYS I4 i4_and(I4 a, I4 b) { for (int k = 0; k < 4; k++) a.i[k] &= b.i[k]; ret
 ALWAYS I4 i4_or(I4 a, I4 b) { for (int k = 0; k < 4; k++) a.i[k] |= b.i[k]; return a; }
 ALWAYS I4 i4_shr(I4 a, int s) { for (int k = 0; k < 4; k++) a.i[k] = (int32_t)((uint32_t)a.i[k] >> s); return a; }
 ALWAYS I4 i4_shl(I4 a, int s) { for (int k = 0; k < 4; k++) a.i[k] = (int32_t)((uint32_t)a.i[k] << s); return a; }
+ALWAYS void i4_zip(I4 a, I4 b, I4 out[2]) {
+    for (int k = 0; k < 2; k++) {
+        out[0].i[2 * k] = a.i[k];
+        out[0].i[2 * k + 1] = b.i[k];
+        out[1].i[2 * k] = a.i[2 + k];
+        out[1].i[2 * k + 1] = b.i[2 + k];
+    }
+}
 ALWAYS void i4_transpose(const I4 in[4], I4 out[4]) {
     for (int k = 0; k < 4; k++)
         for (int o = 0; o < 4; o++) out[k].i[o] = in[o].i[k];
 }
 ALWAYS I4 i4_dup(int a) { I4 s = {{a, a, a, a}}; return s; }
-ALWAYS I4 i4_set(int a, int b, int c, int d) { I4 s = {{a, b, c, d}}; return s; }
 ALWAYS F4 f4_from(I4 a) { F4 f; for (int k = 0; k < 4; k++) f.f[k] = (float)a.i[k]; return f; }
 ALWAYS F4 f4_zero(void) { F4 f = {{0, 0, 0, 0}}; return f; }
 ALWAYS F4 f4_dup(float a) { F4 f = {{a, a, a, a}}; return f; }
@@ -309,7 +333,7 @@ ALWAYS F4 f4_add(F4 a, F4 b) { for (int k = 0; k < 4; k++) a.f[k] = a.f[k] + b.f
 ALWAYS F4 f4_sub(F4 a, F4 b) { for (int k = 0; k < 4; k++) a.f[k] = a.f[k] - b.f[k]; return a; }
 ALWAYS F4 f4_mul(F4 a, F4 b) { for (int k = 0; k < 4; k++) a.f[k] = a.f[k] * b.f[k]; return a; }
 ALWAYS void f4_store(float *p, F4 a) { memcpy(p, &a, 16); }
-#define prefetch(p) __builtin_prefetch(p)
+#define prefetch(p) __builtin_prefetch(p, 0, 1)
 #endif
 
 /* IEEE half -> float, exactly */
@@ -377,8 +401,9 @@ ALWAYS W w_high_nibbles(W b) { W w = {v_high_nibbles(b.lo), v_high_nibbles(b.hi)
 ALWAYS W w_nibbles32(const uint8_t *p) { const V b = v_load(p); W w = {v_low_nibbles(b), v_high_nibbles(b)}; return w; }
 ALWAYS W w_two_bits(const uint8_t *p, int s) { const V b = v_load(p); W w = {v_two_bits_at4(b, s), v_two_bits_at4(b, s + 2)}; return w; }
 ALWAYS SW sw_pick(T t, int i0, int i1, int i2, int i3) { SW s = {t_pair(t, i0, i1), t_pair(t, i2, i3)}; return s; }
-ALWAYS A a_zero(void) { return v_zero(); }
+ALWAYS A a_widen(V v) { return v; }
+ALWAYS A a_scaled(W w, W x, SW s) { return v_dot_scaled(v_scaled(w.lo, x.lo, s.lo), w.hi, x.hi, s.hi); }
 ALWAYS A a_dot_scaled(A acc, W w, W x, SW s) { return v_dot_scaled(v_dot_scaled(acc, w.lo, x.lo, s.lo), w.hi, x.hi, s.hi); }
-ALWAYS V a_fold(A a) { return a; }
+ALWAYS I4 a_sum4(A a, A b, A c, A d) { return v_sum4(a, b, c, d); }
 #endif
 #endif

@@ -75,10 +75,7 @@ ALWAYS V v_widen16(const int8_t *s, int shift) {
 ALWAYS V v_neg16(V a) {
     return v_pair(vreinterpretq_s8_s16(vnegq_s16(vreinterpretq_s16_s8(a.lo))), vreinterpretq_s8_s16(vnegq_s16(vreinterpretq_s16_s8(a.hi))));
 }
-ALWAYS V v_twice16(const uint8_t *s) {
-    const int16x8_t m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(s)));
-    return v_pair(vreinterpretq_s8_s16(vzip1q_s16(m, m)), vreinterpretq_s8_s16(vzip2q_s16(m, m)));
-}
+ALWAYS V v_scaled(V w, V x, S s) { return v_dot_scaled(v_zero(), w, x, s); }
 ALWAYS int32x4_t madd8(int32x4_t acc, int16x8_t a, int16x8_t b) {     /* lane l += a[2l] b[2l] + a[2l+1] b[2l+1] */
     return vaddq_s32(acc, vpaddq_s32(vmull_s16(vget_low_s16(a), vget_low_s16(b)), vmull_high_s16(a, b)));
 }
@@ -90,6 +87,7 @@ ALWAYS int32x4_t halves(V a) { return vaddq_s32(vreinterpretq_s32_s8(a.lo), vrei
 ALWAYS I4 v_sum4(V a, V b, V c, V d) {
     return vpaddq_s32(vpaddq_s32(halves(a), halves(b)), vpaddq_s32(halves(c), halves(d)));
 }
+ALWAYS I4 i4_madd16(I4 acc, I4 a, I4 b) { return madd8(acc, vreinterpretq_s16_s32(a), vreinterpretq_s16_s32(b)); }
 ALWAYS I4 i4_sub(I4 a, I4 b) { return vsubq_s32(a, b); }
 ALWAYS I4 i4_dup(int a) { return vdupq_n_s32(a); }
 ALWAYS I4 i4_load(const void *p) { return vld1q_s32((const int32_t *)p); }
@@ -98,6 +96,10 @@ ALWAYS I4 i4_and(I4 a, I4 b) { return vandq_s32(a, b); }
 ALWAYS I4 i4_or(I4 a, I4 b) { return vorrq_s32(a, b); }
 ALWAYS I4 i4_shr(I4 a, int s) { return vreinterpretq_s32_u32(vshlq_u32(vreinterpretq_u32_s32(a), vdupq_n_s32(-s))); }
 ALWAYS I4 i4_shl(I4 a, int s) { return vreinterpretq_s32_u32(vshlq_u32(vreinterpretq_u32_s32(a), vdupq_n_s32(s))); }
+ALWAYS void i4_zip(I4 a, I4 b, I4 out[2]) {       /* a0 b0 a1 b1, then a2 b2 a3 b3 */
+    out[0] = vzip1q_s32(a, b);
+    out[1] = vzip2q_s32(a, b);
+}
 ALWAYS void i4_transpose(const I4 in[4], I4 out[4]) {
     const int64x2_t t0 = vreinterpretq_s64_s32(vzip1q_s32(in[0], in[1])), t1 = vreinterpretq_s64_s32(vzip1q_s32(in[2], in[3]));
     const int64x2_t t2 = vreinterpretq_s64_s32(vzip2q_s32(in[0], in[1])), t3 = vreinterpretq_s64_s32(vzip2q_s32(in[2], in[3]));
@@ -132,4 +134,4 @@ ALWAYS float f8_sum(F8 v) {                /* the order of the x86 helper */
     const float32x4_t s = vaddq_f32(v.lo, v.hi), t = vaddq_f32(s, vextq_f32(s, s, 2));
     return vgetq_lane_f32(t, 0) + vgetq_lane_f32(t, 1);
 }
-#define prefetch(p) __builtin_prefetch(p)
+#define prefetch(p) __builtin_prefetch(p, 0, 1)
