@@ -201,6 +201,7 @@ def test_replay_projects_recorded_lanes_with_no_model_loaded(tmp_path, compiled)
     from specviz.recording import RECORDINGS, load
 
     files = [RECORDINGS / "cpu-qwen-coder-humaneval0-greedy.json.gz", RECORDINGS / "cpu-qwen-coder-humaneval2-topk50.json.gz"]
+    files = files[:1] if compiled else files        # compiling is most of the time: one recording shows it
     out = tmp_path / "projection.json"
     assert bench.main(["--replay", *map(str, files), "--projection", "tiny-qwen", "--out", str(out),
                        *(["--compile"] if compiled else [])]) == 0
@@ -213,7 +214,7 @@ def test_replay_projects_recorded_lanes_with_no_model_loaded(tmp_path, compiled)
             row = rows[(path.name.split(".")[0], strategy)]
             assert row["new_tokens"] == len([t for step in lane.recorded_steps for t in step.committed_tokens])
             assert row["target_forwards"] == len(lane.recorded_steps) and row["tokens_per_s"] > 0
-    assert {r["sampling"] for r in projection["results"]} == {"greedy", "topk50"}
+    assert {r["sampling"] for r in projection["results"]} == ({"greedy"} if compiled else {"greedy", "topk50"})
 
 
 def test_replay_without_a_projection_is_refused_in_one_line(capsys):

@@ -55,16 +55,24 @@ def forced(tmp_path, builds) -> tuple[str, tuple]:
     return done.stdout.strip(), torch.load(out)
 
 
-@pytest.mark.parametrize("which", range(6))
-def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, which):
-    import torch
+@pytest.fixture(scope="module")
+def best(tmp_path_factory):
+    return forced(tmp_path_factory.mktemp("best"), build.candidates()[:1])
+
+
+def paths_to_force() -> list[int]:
+    """Every instruction set this machine tries, with OpenMP, and the last without it (the same sources)."""
     builds = build.candidates()
-    if which >= len(builds):
-        pytest.skip(f"this machine tries {len(builds)} builds")
-    status, results = forced(tmp_path / "forced", [builds[which]])
-    assert status == f"{build.PREFIX}: {names([builds[which]])[0]}"
-    best_status, best = forced(tmp_path / "best", builds[:1])
-    assert all(torch.equal(a, b) for a, b in zip(results, best)), (status, best_status)
+    return [i for i, b in enumerate(builds) if b.openmp] + [len(builds) - 1]
+
+
+@pytest.mark.parametrize("which", paths_to_force())
+def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, best, which):
+    import torch
+    chosen = build.candidates()[which]
+    status, results = forced(tmp_path, [chosen])
+    assert status == f"{build.PREFIX}: {names([chosen])[0]}"
+    assert all(torch.equal(a, b) for a, b in zip(results, best[1])), (status, best[0])
 
 
 def test_a_build_that_fails_hands_over_and_the_status_says_why(tmp_path):
