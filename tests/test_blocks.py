@@ -24,8 +24,10 @@ TYPES = list(reference.BLOCK)
 SIMD = cpu_info()[1]
 BUILDS = {"portable": ("-DSPECVIZ_PORTABLE",), "avx2": ("-mavx2", "-mfma", "-mf16c"),
           "avx512-vnni": ("-mavx2", "-mfma", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")}
+BUILDS["amx"] = BUILDS["avx512-vnni"] + ("-mamx-tile", "-mamx-int8")
 RUNS_HERE = {"portable": True, "avx2": {"avx2", "fma", "f16c"} <= set(SIMD),
              "avx512-vnni": {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= set(SIMD)}
+RUNS_HERE["amx"] = RUNS_HERE["avx512-vnni"] and {"amx_tile", "amx_int8"} <= set(SIMD)
 
 
 def build(tmp_path, flags, source: str | None = None) -> ctypes.CDLL:
@@ -39,6 +41,8 @@ def build(tmp_path, flags, source: str | None = None) -> ctypes.CDLL:
     lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
                                   ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     lib.block_scratch_bytes.restype = ctypes.c_size_t
+    if "-mamx-int8" in flags:
+        assert lib.block_amx() == 1, "the CPU has AMX but the OS did not allow its tiles to this process"
     return lib
 
 
@@ -70,7 +74,8 @@ def libraries(tmp_path_factory):
 @pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())
 def test_every_build_computes_the_definition_bit_for_bit(libraries, qtype):
     assert "portable" in libraries and ("avx2" in libraries or "avx2" not in SIMD)
-    for seed, (rows, outputs) in enumerate([(1, 4), (3, 13), (7, 9), (16, 33), (32, 5)]):     # ragged outputs too
+    # ragged outputs too; past one group of 16 rows for the AMX tiles, and past the 128 rows a tile of outputs keeps
+    for seed, (rows, outputs) in enumerate([(1, 4), (3, 13), (7, 9), (16, 33), (32, 5), (40, 17), (130, 3)]):
         w, x = case(qtype, rows, outputs, seed)
         expected = reference.product(qtype, w, x)
         for name, lib in libraries.items():
@@ -98,6 +103,25 @@ def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp
     w, x = case(reference.Q4_K, 12, 8, seed=1)
     assert np.array_equal(run(lib, reference.Q4_K, w, x[:1])[0], reference.product(reference.Q4_K, w, x[:1])[0])
     assert not np.array_equal(run(lib, reference.Q4_K, w, x)[0], reference.product(reference.Q4_K, w, x)[0])
+
+
+def test_an_amx_product_that_sums_in_another_order_fails_these_tests(tmp_path):
+    """The same for the AMX tiles' path (many rows of a K-quant): one float product regrouped there gives a row in a
+    batch other bits than alone (alone, a row takes the VNNI path). Built on every x86 machine; run where AMX is."""
+    source = (BLOCKS / "blocks.c").read_text()
+    marker = "fz_store(acc[o], fz_add(fz_load(acc[o]), t));"
+    assert source.count(marker) == 1
+    mutated = source.replace(marker, "fz_store(acc[o], fz_add(fz_load(acc[o]), fz_mul(t, fz_dup(1.0f + 1e-7f))));")
+    if not RUNS_HERE["amx"]:
+        # the mutant still has to compile (the AMX source stays built on every x86 CI machine)
+        subprocess.run(["cc", "-O2", "-fopenmp", "-fsyntax-only", f"-I{BLOCKS}", *BUILDS["amx"], "-x", "c", "-"],
+                       input=mutated, text=True, check=True, capture_output=True)
+        return
+    lib = build(tmp_path, BUILDS["amx"], mutated)
+    for qtype, rows in [(reference.Q4_K, 12), (reference.Q6_K, 12)]:
+        w, x = case(qtype, rows, 8, seed=1)
+        assert np.array_equal(run(lib, qtype, w, x[:1])[0], reference.product(qtype, w, x[:1])[0])
+        assert not np.array_equal(run(lib, qtype, w, x)[0], reference.product(qtype, w, x)[0])
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())

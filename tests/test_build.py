@@ -21,6 +21,9 @@ def test_the_builds_tried_on_each_kind_of_machine():
     assert names(build.candidates("x86_64", X86_AVX512, "")) == [
         "AVX2 + AVX512-VNNI", "AVX2", "portable C", "AVX2 + AVX512-VNNI, no OpenMP", "AVX2, no OpenMP", "portable C, no OpenMP"]
     assert names(build.candidates("x86_64", ["avx2", "fma", "avx_vnni"], ""))[:2] == ["AVX2 + AVX-VNNI", "AVX2"]
+    assert names(build.candidates("x86_64", X86_AVX512 + ["amx_tile", "amx_int8"], ""))[:3] == [
+        "AVX2 + AVX512-VNNI + AMX", "AVX2 + AVX512-VNNI", "AVX2"]                           # Sapphire Rapids on
+    assert names(build.candidates("x86_64", ["avx2", "fma", "avx_vnni", "amx_tile", "amx_int8"], ""))[0] == "AVX2 + AVX-VNNI"
     assert names(build.candidates("x86_64", X86_AVX512, "avx2"))[0] == "AVX2"
     assert names(build.candidates("x86_64", ["sse4_2"], "")) == ["portable C", "portable C, no OpenMP"]   # no AVX2
     assert names(build.candidates("aarch64", ["asimd", "asimddp"], "")) == [
@@ -33,7 +36,7 @@ def test_the_builds_tried_on_each_kind_of_machine():
 
 RUN = ("import sys, json, torch, numpy as np; from specviz.cpu import blocks, kernels, reference; "
        "rng = np.random.default_rng(0); w = reference.random_blocks(reference.Q4_K, 8, 512, rng); "
-       "x = torch.from_numpy(rng.standard_normal((3, 512)).astype(np.float32)); "
+       "x = torch.from_numpy(rng.standard_normal((12, 512)).astype(np.float32)); "
        "q = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(1)); "
        "kv = torch.randn(2, 1, 8, 16, generator=torch.Generator().manual_seed(2)); "
        "out = (blocks.product(reference.Q4_K, torch.from_numpy(w), x), "

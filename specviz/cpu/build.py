@@ -2,8 +2,8 @@
 
 The builds are tried in order and the first that compiles is kept, so a compiler without some flag costs speed, never
 the kernels:
-- x86 with AVX2 and FMA: every source, with VNNI where the CPU has it (AVX512-VNNI or AVX-VNNI; GCC before 11 has no
-  `-mavxvnni`); then without VNNI; then without OpenMP (Apple's clang has no `-fopenmp`); then portable C.
+- x86 with AVX2 and FMA: every source, with AMX tiles where the CPU has them and AVX512-VNNI (GCC before 11 has no
+  `-mamx-int8`), with VNNI where the CPU has it (AVX512-VNNI or AVX-VNNI; nor `-mavxvnni`); then without VNNI; then without OpenMP (Apple's clang has no `-fopenmp`); then portable C.
 - ARM64: NEON with the dot-product extension where the CPU has it (`asimddp`), then NEON, then without OpenMP, then
   portable C.
 - any other CPU: portable C, then without OpenMP.
@@ -39,6 +39,8 @@ COMMON = ("-O3", "-Wall", "-shared", "-fPIC", "-ffp-contract=off", f"-I{C}")
 X86 = ("-mavx2", "-mfma", "-mf16c", "-DSPECVIZ_ROWS_KERNEL")
 # 8-bit dot products in one instruction where the CPU has them (the integer sums are the same either way)
 VNNI = {"avx512_vnni": ("-mavx512f", "-mavx512bw", "-mavx512vnni", "-mavx512vl"), "avx_vnni": ("-mavxvnni",)}
+# many rows of the file's K-quant blocks on AMX tiles (Sapphire Rapids on); the OS must allow them, asked at run time
+AMX = ("-mamx-tile", "-mamx-int8")
 SWITCH = "SPECVIZ_ROWS_KERNEL"
 PREFIX = "specviz kernels"
 
@@ -82,6 +84,8 @@ def candidates(machine: str | None = None, simd: list[str] | None = None, switch
     if machine in ("x86_64", "amd64") and {"avx2", "fma"} <= set(simd):
         vnni = next((name for name in VNNI if name in simd and (name != "avx512_vnni" or {"avx512vl", "avx512bw"} <= set(simd))),
                     None)
+        if vnni == "avx512_vnni" and {"amx_tile", "amx_int8"} <= set(simd) and switch != "avx2":
+            best.append(Build("AVX2 + AVX512-VNNI + AMX", X86 + VNNI[vnni] + AMX, X86_SOURCES))
         if vnni and switch != "avx2":
             best.append(Build("AVX2 + " + ("AVX512-VNNI" if vnni == "avx512_vnni" else "AVX-VNNI"), X86 + VNNI[vnni], X86_SOURCES))
         best.append(Build("AVX2", X86, X86_SOURCES))
@@ -112,6 +116,8 @@ def library() -> tuple[ctypes.CDLL | None, Build | None, str]:
             failed.append(f"{build.name}{'' if build.openmp else ' without OpenMP'}: {_first_error(error)}")
             continue
         note = f" ({failed[0]})" if failed else ""
+        if AMX[0] in build.flags and not loaded.block_amx():
+            note += " (the OS did not allow AMX tiles: their products run on VNNI)"
         return loaded, build, f"{PREFIX}: {build.name}{'' if build.openmp else ', no OpenMP'}{note}"
     return None, None, f"torch (specviz's kernels did not build: {failed[0] if failed else 'no build for this CPU'})"
 

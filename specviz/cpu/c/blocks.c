@@ -24,6 +24,12 @@
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
+#if defined(SIMD_AMX) && defined(__linux__)
+#include <cpuid.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #define TILE 4                      /* outputs per tile: one I4 / F4 of results */
 /* While a tile reads block b of each of its rows, it asks for the block PREFETCH_AHEAD further along (past the row's
@@ -145,7 +151,10 @@ typedef struct {
     int K, blocks;
 } Rows;
 
-size_t block_scratch_bytes(int K, int n) { return (size_t)n * (2 * (size_t)K + 64) + 64; }
+static size_t rows_bytes(int K, int n) { return (size_t)n * (2 * (size_t)K + 64) + 64; }
+static size_t amx_bytes(int K, int n);
+
+size_t block_scratch_bytes(int K, int n) { return rows_bytes(K, n) + amx_bytes(K, n); }
 
 static int quantize_rows(int type, const float *x, int n, int K, void *scratch, Rows *rows) {
     const int blocks = K / block_weights(type);
@@ -222,15 +231,20 @@ ALWAYS void k_scales(const int type, const uint8_t *const w[TILE], int b, KScale
     }
 }
 
-/* Weights 64p .. 64p + 63 of output o's block (sub-blocks 2p and 2p + 1) as bytes, and their scales per lane */
+/* Weights 64p .. 64p + 63 of a block (sub-blocks 2p and 2p + 1) as bytes */
+ALWAYS W k_weights(const int type, const uint8_t *blk, int p) {
+    if (type == GGUF_Q4_K) return w_nibbles32(blk + 16 + 32 * p);   /* qs byte 32p + l: weight 64p + l (low nibble), 64p + 32 + l (high) */
+    const int h = p >> 1, half = 2 * (p & 1);  /* weight 128h + 32k + l: 4 bits of ql[64h + 32 (k & 1) + l], 2 of qh[32h + l] */
+    const W ql = w_load(blk + 64 * h);
+    return w_or(half ? w_high_nibbles(ql) : w_low_nibbles(ql), w_two_bits(blk + 128 + 32 * h, 2 * half));
+}
+
+/* Weights 64p .. 64p + 63 of output o's block, and their scales per lane */
 ALWAYS void pair(const int type, const KScales *k, int o, int p, W *w, SW *s) {
-    if (type == GGUF_Q4_K) {                    /* qs byte 32p + l: weight 64p + l (low nibble), 64p + 32 + l (high) */
-        *w = w_nibbles32(k->blk[o] + 16 + 32 * p);
-        *s = sw_pick(k->table[o][0], 2 * p, 2 * p, 2 * p + 1, 2 * p + 1);
-    } else {                                    /* weight 128h + 32k + l: 4 bits of ql[64h + 32 (k & 1) + l], 2 of qh[32h + l] */
+    *w = k_weights(type, k->blk[o], p);
+    if (type == GGUF_Q4_K) *s = sw_pick(k->table[o][0], 2 * p, 2 * p, 2 * p + 1, 2 * p + 1);
+    else {
         const int h = p >> 1, half = 2 * (p & 1);
-        const W ql = w_load(k->blk[o] + 64 * h);
-        *w = w_or(half ? w_high_nibbles(ql) : w_low_nibbles(ql), w_two_bits(k->blk[o] + 128 + 32 * h, 2 * half));
         *s = sw_pick(k->table[o][h], 2 * half, 2 * half + 1, 2 * half + 2, 2 * half + 3);
     }
 }
@@ -371,19 +385,19 @@ ALWAYS void rows(const int type, const void *u, const Rows *x, int b, int r0, in
 #undef ROWS
 }
 
-/* The cache lines of the block PREFETCH_AHEAD past block b of each of the tile's rows: its last byte's and every
- * 64 bytes back from there (its first line, if not among them, holds the block before's last byte) */
-ALWAYS void prefetch_ahead(const int type, const uint8_t *const w[TILE], int blocks, int b) {
+/* The cache lines of the block PREFETCH_AHEAD past block b of each of the tile's rows (outputs of them): its last
+ * byte's and every 64 bytes back from there (its first line, if not among them, holds the block before's last byte) */
+ALWAYS void prefetch_ahead(const int type, const uint8_t *const *w, const int outputs, int blocks, int b) {
     const int bytes = bytes_of(type);
-    const size_t at = b + PREFETCH_AHEAD < blocks ? (size_t)(b + PREFETCH_AHEAD) : (size_t)(b + PREFETCH_AHEAD + (TILE - 1) * blocks);
-    for (int o = 0; o < TILE; o++)
+    const size_t at = b + PREFETCH_AHEAD < blocks ? (size_t)(b + PREFETCH_AHEAD) : (size_t)(b + PREFETCH_AHEAD + (outputs - 1) * blocks);
+    for (int o = 0; o < outputs; o++)
         for (int k = bytes - 1; k >= 0; k -= 64) prefetch(w[o] + at * bytes + k);
 }
 
 /* All blocks of a tile into at most one group of rows (R of them), each block unpacked in registers (block_k_quant) */
 ALWAYS void few_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, const int R, F4 *acc) {
     for (int b = 0; b < x->blocks; b++) {
-        if (r0 == 0) prefetch_ahead(type, w, x->blocks, b);
+        if (r0 == 0) prefetch_ahead(type, w, TILE, x->blocks, b);
         block_k_quant(type, w, x, b, r0, R, acc);
     }
 }
@@ -391,7 +405,7 @@ ALWAYS void few_rows(const int type, const uint8_t *const w[TILE], const Rows *x
 /* All blocks of a tile into count rows, each block unpacked once for them all */
 ALWAYS void many_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, int count, F4 *acc) {
     for (int b = 0; b < x->blocks; b++) {
-        if (r0 == 0) prefetch_ahead(type, w, x->blocks, b);
+        if (r0 == 0) prefetch_ahead(type, w, TILE, x->blocks, b);
         if (k_quant(type)) {
             KBlock u;
             unpack_k_quant(type, w, b, &u);
@@ -445,6 +459,240 @@ PRODUCT_OF(GGUF_Q8_0, product_q8_0)
 PRODUCT_OF(GGUF_Q4_K, product_q4_k)
 PRODUCT_OF(GGUF_Q6_K, product_q6_k)
 
+
+#if defined(SIMD_AMX) && defined(__linux__)
+/* ---------------------------------------------------------------- many rows of a K-quant on AMX tiles
+ * A tile product (TDPBUSD) adds to 16 x 16 int32 the products of 16 rows of 64 unsigned bytes and 16 columns of 64
+ * signed ones: here 16 outputs' weights (A, 64 of a block's at a time) and 16 rows of x (B, in the layout the tiles
+ * take: 4 consecutive values of each row side by side). A tile knows no sub-block scales, so the scales go into the
+ * weights, split into digits small enough that weight times digit is still a byte: Q4_K's 6-bit scales as two 3-bit
+ * digits (15 * 7 < 256), Q6_K's int8 scales as four 2-bit ones (63 * 3 < 256; the top one signed, -2..1, taken with
+ * TDPBSSD). Each digit's plane of weights sums into a tile of its own over the block, and the planes' tiles shifted by
+ * their digits' places add up to exactly the VNNI path's sumi: so the same float formula gives the same bits. */
+#define AMX_OUT 16                  /* outputs per tile of weights (A's rows) */
+#define AMX_GROUP 16                /* rows of x per tile (B's and C's columns) */
+#define AMX_CHUNK 128               /* rows whose results a 16-output tile keeps (more: its blocks are unpacked again) */
+/* fewer rows stay on the VNNI path (measured on the 1.5B model: Q6_K's four planes pay later than Q4_K's two) */
+#define AMX_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 5 : 10)
+
+/* A block of 256 values of a group of 16 rows, packed for the tiles (rows past n: zeros) */
+typedef struct {
+    int8_t tile[4][16][64];         /* values 64c + 4j + i of row r: tile[c][j][4r + i] */
+    int32_t sums[8][AMX_GROUP];     /* per row int16 pairs of its sums: Q4_K's 4 pairs per 32 (quantize_q8_k's order), Q6_K's 8 per 16 */
+    float d[AMX_GROUP];             /* the rows' scales */
+} XBlock;
+
+/* A block of 16 outputs unpacked into digit planes */
+typedef struct {
+    uint8_t plane[4][AMX_OUT][QK_K]; /* the weights times digit i of their sub-block's scale (Q4_K: 2 planes, Q6_K: 4) */
+    int32_t pairs[AMX_OUT][8];      /* int16 pairs per output: Q4_K the mins, as q4_k_scales pairs them; Q6_K -32 times its scales */
+    float d[AMX_OUT], m[AMX_OUT];   /* d; Q4_K's dmin */
+} WBlock;
+
+static size_t amx_bytes(int K, int n) { return 64 + (size_t)((n + AMX_GROUP - 1) / AMX_GROUP) * ((K + QK_K - 1) / QK_K) * sizeof(XBlock); }
+
+/* Block b of rows 16g .. 16g + 15 into the tiles' layout */
+static void pack_block(const int type, const Rows *x, int n, int g, int b, XBlock *p) {
+    memset(p, 0, sizeof *p);
+    const int pairs = type == GGUF_Q4_K ? 4 : 8;
+    for (int r = 0; r < AMX_GROUP && AMX_GROUP * g + r < n; r++) {
+        const size_t row = (size_t)(AMX_GROUP * g + r);
+        const int8_t *q = x->q + row * x->K + (size_t)b * QK_K;
+        for (int c = 0; c < 4; c++)
+            for (int j = 0; j < 16; j++) memcpy(&p->tile[c][j][4 * r], q + 64 * c + 4 * j, 4);
+        for (int j = 0; j < pairs; j++) memcpy(&p->sums[j][r], x->bsum + row * (x->K / 16) + (size_t)b * 16 + 2 * j, 4);
+        p->d[r] = x->d[row * x->blocks + b];
+    }
+}
+
+/* Block b of outputs o0 .. o0 + 3 (of w[0..15]) into digit planes, and their scales */
+ALWAYS void unpack_planes(const int type, const uint8_t *const w[AMX_OUT], int b, int o0, WBlock *u) {
+    const int bytes = type == GGUF_Q4_K ? 144 : 210;
+    const uint8_t *blk[4];
+    for (int o = 0; o < 4; o++) blk[o] = w[o0 + o] + (size_t)b * bytes;
+    uint8_t scales[4][8];
+    F4 d, m = f4_zero();
+    if (type == GGUF_Q4_K) {
+        I4 mins[4], pairs[4];
+        q4_k_scales(blk, scales, mins, &d, &m);
+        i4_transpose(mins, pairs);
+        for (int o = 0; o < 4; o++) i4_store(u->pairs[o0 + o], pairs[o]);
+    } else {
+        d = f4_halves(read16(blk[0] + 208), read16(blk[1] + 208), read16(blk[2] + 208), read16(blk[3] + 208));
+        for (int o = 0; o < 4; o++) {
+            const V extra = v_neg16(v_widen16((const int8_t *)blk[o] + 192, 5));
+            memcpy(u->pairs[o0 + o], &extra, 32);
+        }
+    }
+    f4_store(u->d + o0, d);
+    f4_store(u->m + o0, m);
+    for (int o = 0; o < 4; o++) {
+        uint8_t(*const plane)[AMX_OUT][QK_K] = u->plane;
+        if (type == GGUF_Q4_K) {                           /* scale = lo + 8 hi; sub-blocks 2p, 2p + 1 in pair p's halves */
+            const W sc = w_bcast8(scales[o]), lo = w_bits(sc, 0, 7), hi = w_bits(sc, 3, 7);
+            UNROLL for (int p = 0; p < 4; p++) {
+                const W q = k_weights(type, blk[o], p);
+                w_store(&plane[0][o0 + o][64 * p], w_times(q, w_pick_bytes(lo, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1)));
+                w_store(&plane[1][o0 + o][64 * p], w_times(q, w_pick_bytes(hi, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1)));
+            }
+        } else {                                           /* scale = d0 + 4 d1 + 16 d2 + 64 d3; sub-blocks 4p .. 4p + 3 in pair p's quarters */
+            const W sc = w_bcast16(blk[o] + 192);
+            const W digit[4] = {w_bits(sc, 0, 3), w_bits(sc, 2, 3), w_bits(sc, 4, 3), w_bits(w_offset(sc), 6, 3)}; /* the last: d3 + 2 */
+            UNROLL for (int p = 0; p < 4; p++) {
+                const W q = k_weights(type, blk[o], p);
+                UNROLL for (int i = 0; i < 4; i++) {
+                    const W t = w_times(q, w_pick_bytes(digit[i], 4 * p, 4 * p + 1, 4 * p + 2, 4 * p + 3));
+                    w_store(&plane[i][o0 + o][64 * p], i < 3 ? t : w_sub8(t, w_add8(q, q)));   /* q d3 = q (d3 + 2) - 2q, as int8 */
+                }
+            }
+        }
+    }
+}
+
+/* Values 64k .. 64k + 63 of a block of 16 outputs times a group of 16 rows, into a tile of sums per plane (C: 0-1 or
+ * 0-3). Q4_K's quarters take turns with two sets of A and B tiles: a tile load waits for the products still reading
+ * its tile, and holds up every instruction behind it meanwhile. */
+ALWAYS void tiles_quarter(const int type, const WBlock *u, const XBlock *x, int k) {
+    if (k == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        if (type == GGUF_Q6_K) {
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+    }
+    if (type == GGUF_Q4_K) {
+        if (k & 1) {
+            _tile_loadd(6, x->tile[k], 64);
+            _tile_loadd(4, &u->plane[0][0][64 * k], QK_K);
+            _tile_loadd(5, &u->plane[1][0][64 * k], QK_K);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 5, 6);
+        } else {
+            _tile_loadd(7, x->tile[k], 64);
+            _tile_loadd(2, &u->plane[0][0][64 * k], QK_K);
+            _tile_loadd(3, &u->plane[1][0][64 * k], QK_K);
+            _tile_dpbusd(0, 2, 7);
+            _tile_dpbusd(1, 3, 7);
+        }
+    } else {
+        _tile_loadd(6, x->tile[k], 64);
+        _tile_loadd(4, &u->plane[0][0][64 * k], QK_K);
+        _tile_loadd(5, &u->plane[1][0][64 * k], QK_K);
+        _tile_loadd(7, &u->plane[2][0][64 * k], QK_K);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 5, 6);
+        _tile_dpbusd(2, 7, 6);
+        _tile_loadd(4, &u->plane[3][0][64 * k], QK_K);
+        _tile_dpbssd(3, 4, 6);                             /* the signed top digit */
+    }
+}
+
+ALWAYS void store_tiles(const int type, int32_t c[4][AMX_OUT][AMX_GROUP]) {
+    _tile_stored(0, c[0], 64);
+    _tile_stored(1, c[1], 64);
+    if (type == GGUF_Q6_K) {
+        _tile_stored(2, c[2], 64);
+        _tile_stored(3, c[3], 64);
+    }
+}
+
+/* Outputs o0 .. o0 + 3: the planes' sums into sumi, and blocks.c's formula into acc[o][r] (the 16 rows in a vector) */
+ALWAYS void finish_tiles(const int type, const WBlock *u, const XBlock *x, int32_t c[4][AMX_OUT][AMX_GROUP], int o0,
+                         float acc[AMX_OUT][AMX_GROUP]) {
+    const FZ dx = fz_load(x->d);
+    for (int o = o0; o < o0 + 4; o++) {
+        FZ t;
+        if (type == GGUF_Q4_K) {
+            const Z sumi = z_add(z_load(c[0][o]), z_shl(z_load(c[1][o]), 3));
+            Z summ = z_zero();
+            for (int j = 0; j < 4; j++) summ = z_madd16(summ, z_dup(u->pairs[o][j]), z_load(x->sums[j]));
+            t = fz_sub(fz_mul(fz_mul(fz_dup(u->d[o]), dx), fz_from(sumi)), fz_mul(fz_mul(fz_dup(u->m[o]), dx), fz_from(summ)));
+        } else {
+            Z sumi = z_add(z_add(z_load(c[0][o]), z_shl(z_load(c[1][o]), 2)), z_add(z_shl(z_load(c[2][o]), 4), z_shl(z_load(c[3][o]), 6)));
+            for (int j = 0; j < 8; j++) sumi = z_madd16(sumi, z_dup(u->pairs[o][j]), z_load(x->sums[j]));   /* the -32 */
+            t = fz_mul(fz_mul(fz_dup(u->d[o]), dx), fz_from(sumi));
+        }
+        fz_store(acc[o], fz_add(fz_load(acc[o]), t));
+    }
+}
+
+/* 16 outputs (w[o]: their rows; past the last output, the last again) for every row, AMX_CHUNK rows at a time: each
+ * block unpacked once for them all. (Interleaving the tiles' products with the vector work gains nothing measurable:
+ * a product keeps a vector port busy while it runs.) */
+ALWAYS void amx_tile(const int type, const uint8_t *const w[AMX_OUT], const Rows *x, const XBlock *packed, int n,
+                     float *y, int ldy, int o0, int outputs) {
+    WBlock u __attribute__((aligned(64)));
+    int32_t c[4][AMX_OUT][AMX_GROUP] __attribute__((aligned(64)));
+    float acc[AMX_CHUNK / AMX_GROUP][AMX_OUT][AMX_GROUP] __attribute__((aligned(64)));
+    for (int r0 = 0; r0 < n; r0 += AMX_CHUNK) {
+        const int g0 = r0 / AMX_GROUP, groups = ((n - r0 < AMX_CHUNK ? n - r0 : AMX_CHUNK) + AMX_GROUP - 1) / AMX_GROUP;
+        for (int g = 0; g < groups; g++)
+            for (int o = 0; o < AMX_OUT; o++) fz_store(acc[g][o], fz_zero());
+        for (int b = 0; b < x->blocks; b++) {
+            if (r0 == 0) prefetch_ahead(type, w, AMX_OUT, x->blocks, b);
+            for (int o = 0; o < AMX_OUT; o += 4) unpack_planes(type, w, b, o, &u);
+            for (int g = 0; g < groups; g++) {
+                const XBlock *p = packed + (size_t)(g0 + g) * x->blocks + b;
+                for (int k = 0; k < 4; k++) tiles_quarter(type, &u, p, k);
+                store_tiles(type, c);
+                for (int o = 0; o < AMX_OUT; o += 4) finish_tiles(type, &u, p, c, o, acc[g]);
+            }
+        }
+        for (int g = 0; g < groups; g++)
+            for (int r = 0; r < AMX_GROUP && r0 + AMX_GROUP * g + r < n; r++)
+                for (int o = 0; o < outputs; o++) y[(size_t)(r0 + AMX_GROUP * g + r) * ldy + o0 + o] = acc[g][o][r];
+    }
+}
+
+/* The rows packed (in parallel), then tiles of 16 outputs; each thread loads its tile configuration, and gives the
+ * tiles back at the end (so that its state saves stay small) */
+static void amx_product(const int type, const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy,
+                        int N, int threads, void *at) {
+    XBlock *packed = (XBlock *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
+    const int groups = (n + AMX_GROUP - 1) / AMX_GROUP, tiles = (N + AMX_OUT - 1) / AMX_OUT;
+    #pragma omp parallel num_threads(threads)
+    {
+        #pragma omp for schedule(static)
+        for (int k = 0; k < groups * x->blocks; k++) pack_block(type, x, n, k / x->blocks, k % x->blocks, packed + k);
+        amx_configure();
+        #pragma omp for schedule(static)
+        for (int t = 0; t < tiles; t++) {
+            const int o0 = t * AMX_OUT, outputs = N - o0 < AMX_OUT ? N - o0 : AMX_OUT;
+            const uint8_t *rows[AMX_OUT];
+            for (int o = 0; o < AMX_OUT; o++) rows[o] = w + (size_t)(o0 + (o < outputs ? o : outputs - 1)) * row_bytes;
+            if (type == GGUF_Q4_K) amx_tile(GGUF_Q4_K, rows, x, packed, n, y, ldy, o0, outputs);
+            else amx_tile(GGUF_Q6_K, rows, x, packed, n, y, ldy, o0, outputs);
+        }
+        _tile_release();
+    }
+}
+
+/* AMX asked for once: the CPU has it, the OS saves its state (XCR0 bits 17, 18), and Linux lets this process use it */
+static int amx_state;
+static void amx_ask(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return;   /* AMX-TILE, AMX-INT8 */
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return;                                  /* OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return;
+    amx_state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+}
+#else
+static size_t amx_bytes(int K, int n) { (void)K; (void)n; return 0; }
+#endif
+
+int block_amx(void) {
+#if defined(SIMD_AMX) && defined(__linux__)
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, amx_ask);
+    return amx_state;
+#else
+    return 0;
+#endif
+}
+
 int block_product(int type, const uint8_t *w, int K, int N, const float *x, int n, float *y, int ldy, int threads,
                   void *scratch) {
     if (!block_bytes(type)) return BLOCKS_BAD_TYPE;
@@ -452,6 +700,12 @@ int block_product(int type, const uint8_t *w, int K, int N, const float *x, int 
     Rows rows;
     if (quantize_rows(type, x, n, K, scratch, &rows)) return BLOCKS_NOT_FINITE;
     const size_t row_bytes = (size_t)(K / block_weights(type)) * block_bytes(type);
+#if defined(SIMD_AMX) && defined(__linux__)
+    if (k_quant(type) && n >= AMX_MIN_ROWS(type) && block_amx()) {
+        amx_product(type, w, row_bytes, &rows, n, y, ldy, N, threads, (uint8_t *)scratch + rows_bytes(K, n));
+        return 0;
+    }
+#endif
     switch (type) {
     case GGUF_Q4_0: product_q4_0(w, row_bytes, &rows, n, y, ldy, N, threads); break;
     case GGUF_Q4_1: product_q4_1(w, row_bytes, &rows, n, y, ldy, N, threads); break;

@@ -25,7 +25,13 @@
 #else
 #define SIMD_VNNI ""
 #endif
-#define SIMD_NAME SIMD_NAME_BASE SIMD_VNNI
+/* blocks.c's many-rows K-quant products on AMX tiles (the 512-bit build with -mamx-tile -mamx-int8) */
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SIMD_AMX_NAME " + AMX"
+#else
+#define SIMD_AMX_NAME ""
+#endif
+#define SIMD_NAME SIMD_NAME_BASE SIMD_VNNI SIMD_AMX_NAME
 typedef __m256i V;
 typedef __m128i I4;
 /* rows at a time over an unpacked block (blocks.c's KBlock), as measured: AVX-512's accumulators are twice as wide */
@@ -200,6 +206,57 @@ ALWAYS I4 a_sum4(A a, A b, A c, A d) {
     const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
+#endif
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__) && defined(SIMD_WIDE)
+/* ---------------------------------------------------------------- AMX int8 tiles (blocks.c's many-rows K-quants) */
+#define SIMD_AMX 1
+/* this thread's tile registers: all eight 16 rows of 64 bytes (a thread must load its own before any tile work) */
+ALWAYS void amx_configure(void) {
+    struct { uint8_t palette, start; uint8_t reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; } __attribute__((aligned(64))) cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+}
+/* 8 bytes in every 64-bit lane; 16 bytes in every 128-bit lane */
+ALWAYS W w_bcast8(const void *p) { uint64_t v; memcpy(&v, p, 8); return _mm512_set1_epi64((long long)v); }
+ALWAYS W w_bcast16(const void *p) { return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p)); }
+/* per byte (b >> s) & mask (mask < 2^(8 - s)); b ^ 0x80 (an int8 as its unsigned offset by 128) */
+ALWAYS W w_bits(W b, int s, int mask) { return _mm512_and_si512(_mm512_srli_epi16(b, s), _mm512_set1_epi8((char)mask)); }
+ALWAYS W w_offset(W b) { return _mm512_xor_si512(b, _mm512_set1_epi8((char)0x80)); }
+/* int16 lanes of 128-bit lane L: byte i_L of t's lane L (constants) */
+ALWAYS W w_pick_bytes(W t, int i0, int i1, int i2, int i3) {
+    return _mm512_shuffle_epi8(t, _mm512_set_epi64(0x8000800080008000LL | 0x0001000100010001LL * i3, 0x8000800080008000LL | 0x0001000100010001LL * i3,
+        0x8000800080008000LL | 0x0001000100010001LL * i2, 0x8000800080008000LL | 0x0001000100010001LL * i2,
+        0x8000800080008000LL | 0x0001000100010001LL * i1, 0x8000800080008000LL | 0x0001000100010001LL * i1,
+        0x8000800080008000LL | 0x0001000100010001LL * i0, 0x8000800080008000LL | 0x0001000100010001LL * i0));
+}
+/* each byte of w times the int16 of its lane in s: exact where every product is below 256 (nothing carries over) */
+ALWAYS W w_times(W w, W s) { return _mm512_mullo_epi16(w, s); }
+ALWAYS W w_add8(W a, W b) { return _mm512_add_epi8(a, b); }
+ALWAYS W w_sub8(W a, W b) { return _mm512_sub_epi8(a, b); }
+ALWAYS void w_store(void *p, W a) { _mm512_storeu_si512(p, a); }
+/* 16 int32 and 16 floats: a tile's row of results, one lane per row of x */
+typedef __m512i Z;
+typedef __m512 FZ;
+ALWAYS Z z_load(const void *p) { return _mm512_loadu_si512(p); }
+ALWAYS Z z_zero(void) { return _mm512_setzero_si512(); }
+ALWAYS Z z_dup(int32_t a) { return _mm512_set1_epi32(a); }
+ALWAYS Z z_add(Z a, Z b) { return _mm512_add_epi32(a, b); }
+ALWAYS Z z_shl(Z a, int s) { return _mm512_slli_epi32(a, s); }
+/* acc + per lane a[2l] b[2l] + a[2l+1] b[2l+1] over int16 pairs */
+ALWAYS Z z_madd16(Z acc, Z a, Z b) { return _mm512_dpwssd_epi32(acc, a, b); }
+ALWAYS FZ fz_load(const float *p) { return _mm512_loadu_ps(p); }
+ALWAYS void fz_store(float *p, FZ a) { _mm512_storeu_ps(p, a); }
+ALWAYS FZ fz_zero(void) { return _mm512_setzero_ps(); }
+ALWAYS FZ fz_dup(float a) { return _mm512_set1_ps(a); }
+ALWAYS FZ fz_from(Z a) { return _mm512_cvtepi32_ps(a); }
+ALWAYS FZ fz_add(FZ a, FZ b) { return _mm512_add_ps(a, b); }
+ALWAYS FZ fz_sub(FZ a, FZ b) { return _mm512_sub_ps(a, b); }
+ALWAYS FZ fz_mul(FZ a, FZ b) { return _mm512_mul_ps(a, b); }
 #endif
 /* 8 floats: F8 (attention and norms), fused multiply-adds, and one order of summing the lanes */
 typedef __m256 F8;

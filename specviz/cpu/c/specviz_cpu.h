@@ -28,6 +28,8 @@ size_t block_scratch_bytes(int K, int n);
 int block_weights(int type);
 int block_bytes(int type);
 const char *block_simd(void);       /* the instruction set the products were built for */
+int block_amx(void);                /* 1 where the products may use AMX tiles (built with them, and the CPU and OS allow them:
+                                     * asks Linux once for the permission), else 0 */
 
 /* row_attention.c: each query row over exactly the cache entries it sees; RMS norm of each row alone */
 void attend_rows(const float *q, const float *k, const float *v, const uint8_t *visible, float *out,
