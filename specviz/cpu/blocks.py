@@ -42,11 +42,6 @@ def simd() -> str:
     return _kernel().block_simd().decode()
 
 
-def amx() -> bool:
-    """Whether many rows of a K-quant run on AMX tiles here: built with them, and the CPU and the OS allow them."""
-    return bool(_kernel().block_amx())
-
-
 def row_bytes(qtype: int, K: int) -> int:
     weights, size = reference.BLOCK[qtype]
     return K // weights * size
