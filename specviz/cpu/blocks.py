@@ -60,8 +60,8 @@ def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor) -> torch.Tenso
     kernels.require_tensor("blocks", blocks, torch.uint8, (None, row_bytes(qtype, K)))
     out = torch.empty(n, blocks.shape[0])
     scratch = torch.empty(_kernel().block_scratch_bytes(K, n), dtype=torch.uint8)
-    failed = kernels.call(_kernel().block_product, qtype, blocks.data_ptr(), K, blocks.shape[0], rows.data_ptr(), n,
-                          out.data_ptr(), blocks.shape[0], torch.get_num_threads(), scratch.data_ptr())
+    failed = _kernel().block_product(qtype, blocks.data_ptr(), K, blocks.shape[0], rows.data_ptr(), n, out.data_ptr(),
+                                     blocks.shape[0], torch.get_num_threads(), scratch.data_ptr())
     require(not failed, f"the {TYPES[qtype]} product was given {ERRORS.get(failed, failed)}")
     return out
 

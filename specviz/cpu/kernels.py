@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -25,19 +23,6 @@ from . import build
 SWITCH = build.SWITCH
 KERNEL = build.PREFIX
 _ROW_STEP = 8                        # the kernels read 8 floats at a time: rows must be a multiple wide
-
-# Every call into the library is made from one thread. libgomp gives each thread that opens a parallel region a team
-# of workers of its own, and once it manages more threads than the machine has cores it stops spinning between
-# regions: while a web server's other handler thread kept its team, every product took twice as long (2026-11-25).
-_caller: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def call(entry, *args):
-    """entry(*args), a function of the library, on its one calling thread (a forked child makes its own)."""
-    global _caller
-    if _caller is None or _caller[0] != os.getpid():
-        _caller = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-kernels"))
-    return _caller[1].submit(entry, *args).result()
 
 
 @functools.cache
@@ -108,8 +93,8 @@ def _applies(weight: torch.Tensor, rows: torch.Tensor) -> bool:
 def _run(entry, weight: torch.Tensor, scale: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
     rows = rows.contiguous()
     out = torch.empty(rows.shape[0], weight.shape[0])
-    call(entry, rows.data_ptr(), weight.data_ptr(), 0 if scale is None else scale.data_ptr(), out.data_ptr(),
-         rows.shape[0], rows.shape[1], weight.shape[0], torch.get_num_threads())
+    entry(rows.data_ptr(), weight.data_ptr(), 0 if scale is None else scale.data_ptr(), out.data_ptr(),
+          rows.shape[0], rows.shape[1], weight.shape[0], torch.get_num_threads())
     return out
 
 
@@ -144,8 +129,8 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     require(bool(torch.isfinite(rows).all()), "the 4-bit product was given an input that is not finite (NaN or infinity)")
     out = torch.empty(n, out_features)
     scratch = torch.empty(n * (K + 8 * q4_groups(K)), dtype=torch.uint8)     # the rows in int8, and per group two floats
-    call(_loaded().rows_matmul_q4, rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
-         n, K, out_features, torch.get_num_threads(), scratch.data_ptr())
+    _loaded().rows_matmul_q4(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
+                                n, K, out_features, torch.get_num_threads(), scratch.data_ptr())
     return out
 
 
@@ -172,8 +157,9 @@ def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visibl
     out = torch.empty(n, heads, D)
     scratch = torch.empty(threads * entries * (1 + heads // kv_heads), dtype=torch.int32)
     query, mask = query.contiguous(), visible.to(torch.uint8).contiguous()      # held: the C call reads them
-    call(_loaded().attend_rows, query.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
-         out.data_ptr(), n, heads, kv_heads, D, capacity, committed, cols, scale, threads, scratch.data_ptr())
+    _loaded().attend_rows(query.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
+                             out.data_ptr(), n, heads, kv_heads, D, capacity, committed, cols, scale, threads,
+                             scratch.data_ptr())
     return out
 
 
@@ -190,5 +176,5 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     require_tensor("rows", x, torch.float32, (None, x.shape[1]))
     require_tensor("norm weight", weight, torch.float32, (x.shape[1],))
     out = torch.empty_like(x)
-    call(_loaded().rms_norm_rows, x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
+    _loaded().rms_norm_rows(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
     return out

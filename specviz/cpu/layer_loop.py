@@ -88,8 +88,8 @@ class LayerLoop:
             kernels.require_tensor(name, t, torch.float32, (self.count, self.kv_heads, capacity, self.head_dim))
         kernels.require_tensor("visible", visible, torch.bool, (n, cols))
         mask = visible.to(torch.uint8).contiguous()
-        failed = kernels.call(
-            kernels.library().decode_layers, ctypes.addressof(self.layers), self.count, x.data_ptr(), n, self.hidden, self.heads, self.kv_heads,
+        failed = kernels.library().decode_layers(
+            ctypes.addressof(self.layers), self.count, x.data_ptr(), n, self.hidden, self.heads, self.kv_heads,
             self.head_dim, self.intermediate, cos.data_ptr(), sin.data_ptr(), keys.data_ptr(), values.data_ptr(),
             keys.shape[2], start, mask.data_ptr(), committed, visible.shape[1], self.scale, self.eps,
             torch.get_num_threads())
