@@ -14,6 +14,7 @@ import gradio as gr
 from .. import lossless, plots
 from . import panels, regime, replay, stacks, words
 from . import settings as app_settings
+from .compute import computed, computed_steps
 from .race import COMPARED, time_lanes
 from .sessions import LIVE, Session
 from .settings import UserError
@@ -31,7 +32,7 @@ def warning(message: str) -> str:
 
 def guarded(n_outputs: int):
     """Turn UserError into a visible message and any other exception into a one-line one (the full
-    traceback goes to the server log); the other outputs stay as they are."""
+    traceback goes to the server log); the other outputs stay as they are. The handler runs on the compute thread."""
     def wrap(fn):
         def failure(session, exc):
             if isinstance(exc, UserError):
@@ -47,7 +48,7 @@ def guarded(n_outputs: int):
             def gen(session, *args):
                 session = session or Session()
                 try:
-                    yield from fn(session, *args)
+                    yield from computed_steps(fn(session, *args))
                 except Exception as exc:  # noqa: BLE001 - the UI must survive anything
                     yield failure(session, exc)
             return gen
@@ -56,7 +57,7 @@ def guarded(n_outputs: int):
         def plain(session, *args):
             session = session or Session()
             try:
-                return fn(session, *args)
+                return computed(fn, session, *args)
             except Exception as exc:  # noqa: BLE001
                 return failure(session, exc)
         return plain

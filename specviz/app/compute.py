@@ -1,0 +1,28 @@
+"""The one thread every handler of the app computes on (Stop, which only flags a session, stays on Gradio's).
+
+torch and specviz's kernels share one OpenMP runtime (the kernels load torch's libgomp). It gives each thread that
+opens a parallel region a team of workers of its own, and once it manages more threads than the machine has cores it
+stops spinning between regions: with Gradio's handler threads each keeping a team, every product in the server took
+up to twice as long (2026-11-25; the CLI and the bench compute on their main thread and never saw it).
+"""
+from __future__ import annotations
+
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
+
+COMPUTE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-compute")
+_DONE = object()
+
+
+def computed(fn, *args):
+    """fn(*args) on the compute thread, in the caller's context (Gradio's per-event state)."""
+    return COMPUTE.submit(contextvars.copy_context().run, fn, *args).result()
+
+
+def computed_steps(steps):
+    """A generator's items, each computed on the compute thread."""
+    try:
+        while (item := computed(next, steps, _DONE)) is not _DONE:
+            yield item
+    finally:
+        COMPUTE.submit(steps.close)     # a page that went away: the loop's own clean-up, on its thread
