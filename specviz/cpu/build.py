@@ -3,7 +3,8 @@
 The builds are tried in order and the first that compiles is kept, so a compiler without some flag costs speed, never
 the kernels:
 - x86 with AVX2 and FMA: every source, with AMX tiles where the CPU has them and AVX512-VNNI (GCC before 11 has no
-  `-mamx-int8`), with VNNI where the CPU has it (AVX512-VNNI or AVX-VNNI; nor `-mavxvnni`); then without VNNI; then without OpenMP (Apple's clang has no `-fopenmp`); then portable C.
+  `-mamx-int8`), then with VNNI where the CPU has it (AVX512-VNNI or AVX-VNNI; nor `-mavxvnni`); then without VNNI;
+  then without OpenMP (Apple's clang has no `-fopenmp`); then portable C.
 - ARM64: NEON with the dot-product extension where the CPU has it (`asimddp`), then NEON, then without OpenMP, then
   portable C.
 - any other CPU: portable C, then without OpenMP.
