@@ -18,7 +18,8 @@
  *
  * The work is cut in tiles of TILE outputs. Up to FEW_ROWS rows at once, 64 weights at a time of a tile's block are
  * unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
- * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP (simd.h). */
+ * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; or, where GROUPS_OF_FEW
+ * (AVX2), the rows go FEW_ROWS at a time through the registers' path, each block unpacked again per group (simd.h). */
 #include "simd.h"
 #include "specviz_cpu.h"
 #include <float.h>
@@ -37,7 +38,6 @@
  * prefetcher alone, on TILE short streams at once, leaves a one-row product far short of the memory's speed. */
 #define PREFETCH_AHEAD 24
 #define ROWS_AT_ONCE 32             /* rows whose results a tile keeps (more: the blocks are unpacked again) */
-#define FEW_ROWS 4                  /* the most rows whose accumulators stay in registers alongside the unpacking */
 
 /* ---------------------------------------------------------------- rows rounded to int8 */
 
@@ -402,6 +402,22 @@ ALWAYS void few_rows(const int type, const uint8_t *const w[TILE], const Rows *x
     }
 }
 
+/* few_rows for a count known at run time (count <= FEW_ROWS): each count compiled on its own */
+ALWAYS void few_rows_of(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, int count, F4 *acc) {
+    switch (count) {
+#if FEW_ROWS > 4
+    case 8: few_rows(type, w, x, r0, 8, acc); break;
+    case 7: few_rows(type, w, x, r0, 7, acc); break;
+    case 6: few_rows(type, w, x, r0, 6, acc); break;
+    case 5: few_rows(type, w, x, r0, 5, acc); break;
+#endif
+    case 4: few_rows(type, w, x, r0, 4, acc); break;
+    case 3: few_rows(type, w, x, r0, 3, acc); break;
+    case 2: few_rows(type, w, x, r0, 2, acc); break;
+    default: few_rows(type, w, x, r0, 1, acc); break;
+    }
+}
+
 /* All blocks of a tile into count rows, each block unpacked once for them all */
 ALWAYS void many_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, int count, F4 *acc) {
     for (int b = 0; b < x->blocks; b++) {
@@ -425,13 +441,10 @@ ALWAYS void tile(const int type, const uint8_t *const w[TILE], const Rows *x, in
         const int count = n - r0 < ROWS_AT_ONCE ? n - r0 : ROWS_AT_ONCE;
         F4 acc[ROWS_AT_ONCE];
         for (int r = 0; r < count; r++) acc[r] = f4_zero();
-        switch (k_quant(type) && count <= FEW_ROWS ? count : 0) {
-        case 4: few_rows(type, w, x, r0, 4, acc); break;
-        case 3: few_rows(type, w, x, r0, 3, acc); break;
-        case 2: few_rows(type, w, x, r0, 2, acc); break;
-        case 1: few_rows(type, w, x, r0, 1, acc); break;
-        default: many_rows(type, w, x, r0, count, acc); break;
-        }
+        if (k_quant(type) && count <= FEW_ROWS) few_rows_of(type, w, x, r0, count, acc);
+        else if (k_quant(type) && GROUPS_OF_FEW) {
+            for (int r = 0; r < count; r += FEW_ROWS) few_rows_of(type, w, x, r0 + r, count - r < FEW_ROWS ? count - r : FEW_ROWS, acc + r);
+        } else many_rows(type, w, x, r0, count, acc);
         for (int r = 0; r < count; r++) {
             float out[TILE];
             f4_store(out, acc[r]);
