@@ -108,6 +108,12 @@ def decided(key: str, measure: Callable[[], object]) -> object:
         return value
 
 
+def stored(key: str) -> object | None:
+    """The stored value for `key` on this machine, or None: never measures."""
+    entry = _read().get(key)
+    return None if entry is None else entry["value"]
+
+
 def source(key: str) -> str:
     """Where a stored choice came from, in a few words for the CLI, the app and the bench."""
     entry = _read().get(key)

@@ -4,18 +4,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 
 from . import reference
 from .bench.report import ratio
 
-from .tree import SHAPES, TreeSpec
+from .tree import SHAPES
 from .locations import DEFAULT_TARGET
 from .models import AUTO_DTYPE, PRECISION_HELP, PRECISIONS, ModelLoadError
 from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling
-from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STRATEGIES, default_tree
+from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
+from .tree_plan import describe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--lookup", type=int, default=None, metavar="N",
                      help=f"also verify up to N tokens copied from the context (default: {STAGED_LOOKUP} for staged, else 0)")
     gen.add_argument("--min-score", type=float, default=None, metavar="P",
-                     help="dynamic trees: grow only paths the draft gives at least this probability (default: 0.5 for staged, 0.2 for tree)")
+                     help="dynamic trees: grow only paths the draft gives at least this probability (default: staged plans per guess from this machine's cost curves, tree 0.2)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
                      help=PRECISION_HELP)
@@ -76,7 +78,7 @@ def generate(args) -> int:
     sampling.validate()
     tree = default_tree(args.strategy, args.tree_budget, args.lookup, args.min_score)
     if args.tree_shape:
-        tree = TreeSpec(**{**vars(tree), "shape": args.tree_shape})
+        tree = replace(tree, shape=args.tree_shape)
     tree.validate()
     if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
         raise ValueError(f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {args.max_new_tokens}")
@@ -107,6 +109,11 @@ def generate(args) -> int:
               f"{stack.precision()}", file=sys.stderr)
         if stack.precision_reason:
             print(stack.precision_reason, file=sys.stderr)
+        if decoder.spec.planned:
+            plan = stack.tree_plan()
+            print(f"staged's tree: {describe(plan)}" if plan else f"staged's tree: the fixed rule (one path while the "
+                  f"draft gives at least {STAGED_MIN_SCORE}): no plan is stored for this pair here yet (python -m specviz.prepare "
+                  "stores the presets', the bench and the app any pair's)", file=sys.stderr)
         if ref is not None:
             print(reference_line(speed, ref), file=sys.stderr)
     return 0

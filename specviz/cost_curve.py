@@ -22,11 +22,12 @@ def cost_curve(model: torch.nn.Module, sizes=SIZES, context: int = 256, reps: in
     return cost_curves([model], sizes, context, reps)[0]
 
 
-def cost_curves(models: list[torch.nn.Module], sizes=SIZES, context: int = 256, reps: int = 10) -> list[dict[int, float]]:
+def cost_curves(models: list[torch.nn.Module], sizes=SIZES, context: int = 256, reps: int = 10,
+                output_vocabs: list[torch.Tensor | None] | None = None) -> list[dict[int, float]]:
     """cost_curve for several models, interleaved within each round too: on a VM whose memory speed
     drifts by tens of percent over seconds, models timed one after the other are compared at
-    different speeds."""
-    kvs = [KVModel(model, "cost") for model in models]
+    different speeds. output_vocabs: per model, the tokens it predicts (a draft's restricted vocabulary)."""
+    kvs = [KVModel(model, "cost", vocab) for model, vocab in zip(models, output_vocabs or [None] * len(models))]
     vocabs = [model.get_input_embeddings().weight.shape[0] for model in models]
     best = [dict.fromkeys(sizes, float("inf")) for _ in models]
     with torch.inference_mode():

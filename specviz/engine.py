@@ -210,7 +210,7 @@ class Decoder:
     def record(self) -> RunRecord:
         return RunRecord(strategy=self.strategy, prompt_tokens=len(self.prompt), tokens=self.new_tokens,
                          text=self.text(), steps=self.steps, stats=summarise(self.steps, self.model_costs(), len(self.prompt)),
-                         settings={"tree": vars(self.spec), "sampling": vars(self.sampling),
+                         settings={"tree": self.spec.to_dict(), "sampling": vars(self.sampling),
                                    "max_new_tokens": self.max_new_tokens})
 
 

@@ -9,7 +9,7 @@ test does none of it (scripts/setup.sh runs it after installing the packages):
    later process reads it, so a busy machine never changes a process's stack or precision; `--remeasure`
    measures again;
 5. load each offline preset once as the app does, under `auto`: builds its `trigram:auto` table and measures and
-   stores its drafts' precisions.
+   stores its drafts' precisions, and the cost curves staged's tree is planned from (specviz/tree_plan.py).
 
 No model is de-quantised: `auto` runs a GGUF file's own blocks, and `int4` / `int8` re-quantise them in memory. A
 float32 or bfloat16 copy is made on first use where one is asked for (`--dtype float32`).
@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} (stored in {auto_choice.path()})")
     try:
         for name in offline_presets():
-            timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
-                  lambda: load_preset(name, AUTO_DTYPE))
+            stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
+                          lambda: load_preset(name, AUTO_DTYPE))
+            timed(f"measuring preset {name}'s cost curves for staged's tree", lambda: stack.tree_plan(measure_now=True))
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -27,6 +27,7 @@ from .models import (AUTO_DTYPE, LoadedModel, ModelLoadError, auto_precision, au
                      precision_name)
 from .sampling import Sampling
 from .strategies import default_tree, drafter_specs, is_ngram
+from .tree_plan import TreePlan, key as plan_key, stored_plan
 
 DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"
@@ -74,6 +75,7 @@ class Stack:
     static_len: int | None = None   # ...and the static KV cache length they share, if fixed
     draft_vocabulary: torch.Tensor | None = None    # see restrict_draft_vocabulary
     precision_reason: str = ""      # under `auto`: why this precision, with the probe's timings (models.auto_reason)
+    plans: dict = field(default_factory=dict, repr=False)   # tree_plan()'s answer, once read
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
@@ -215,11 +217,37 @@ class Stack:
             drafter = self._drafter(specs[stage - 1], stage, drafter, list(prompt))
         return drafter
 
+    def tree_plan(self, measure_now: bool = False) -> TreePlan | None:
+        """This machine's plan for staged's tree (specviz/tree_plan.py), as stored; measured and stored first where
+        there is none and `measure_now`. None where the top stage is no model, or nothing is stored."""
+        name = self.plan_name()
+        if name is None:
+            return None
+        if name not in self.plans:
+            draft = self.loaded[self.drafts[0]]
+            plan = stored_plan(name, self.target.model, draft.model, self._output_vocab(draft, []), measure_now)
+            if plan is None:
+                return None
+            self.plans[name] = plan
+        return self.plans[name]
+
+    def plan_name(self) -> str | None:
+        """The key staged's plan is stored under (specviz/tree_plan.py's key), None without a model on top."""
+        if not self.drafts or self.drafts[0] not in self.draft_models():
+            return None
+        draft = self.loaded[self.drafts[0]]
+        return plan_key(self.target_name, self.dtype, Path(draft.name).name or draft.name, draft.dtype)
+
+    def planned(self, tree: TreeSpec) -> TreeSpec:
+        """A planned spec with this machine's stored minimum scores filled in (others, and a planned one where no plan
+        is stored, as they are: the fixed rule)."""
+        plan = self.tree_plan() if tree.planned and not tree.min_scores else None
+        return plan.tree(tree) if plan is not None else tree
+
     def decoder(self, prompt_ids: list[int], strategy: str, tree: TreeSpec | None = None,
                 sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True,
                 prefilled: Prefill | None = None) -> Decoder:
-        if tree is None:
-            tree = default_tree(strategy)
+        tree = self.planned(default_tree(strategy) if tree is None else tree)
         return Decoder(self.target.model, self.tokenizer, prompt_ids, drafter=self.drafter_for(strategy, prompt_ids),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
                        target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled,

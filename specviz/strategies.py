@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .tree import SHAPES, TreeSpec
+from .tree_plan import MAX_NODES
 
 STRATEGIES = ("baseline", "speculative", "tree", "staged")
 MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
@@ -32,6 +33,8 @@ DEFAULT_MIN_SCORE = 0.2        # measured on the 2-core CPU (docs/BENCHMARKS.md)
 # this took staged 35.3 -> 31.1 s against budget 16, width 4, min score 0.2 (docs/BENCHMARKS.md). Until 2026-11-24
 # staged drafted `tree`'s tree.
 STAGED_BUDGET, STAGED_MIN_SCORE, STAGED_LEVEL_WIDTH = 6, 0.5, 1
+# Since 2026-11-26 staged's default tree is planned from this machine's cost curves (specviz/tree_plan.py): the
+# fixed rule above remains for a stack that cannot plan, and for settings given by hand (--min-score).
 AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
 
 
@@ -72,9 +75,11 @@ def default_tree(strategy: str, budget: int | None = None, lookup: int | None = 
     # min_score: stop growing where the draft is unsure. On a CPU each verified token costs 5-20% of
     # a one-token forward (bench --cost-curve), more than an unlikely node's chance of acceptance.
     if strategy == "staged":
-        return TreeSpec(shape="dynamic", budget=budget or STAGED_BUDGET, max_depth=max_depth or TreeSpec.max_depth,
-                        min_score=STAGED_MIN_SCORE if min_score is None else min_score, lookup=lookup,
-                        level_width=STAGED_LEVEL_WIDTH)
+        planned = min_score is None
+        return TreeSpec(shape="dynamic", budget=budget or (MAX_NODES if planned else STAGED_BUDGET),
+                        max_depth=max_depth or (MAX_NODES if planned else TreeSpec.max_depth),
+                        min_score=STAGED_MIN_SCORE if planned else min_score, lookup=lookup,
+                        level_width=STAGED_LEVEL_WIDTH, planned=planned)
     return TreeSpec(shape="dynamic", budget=budget or DYNAMIC_BUDGET, max_depth=max_depth or TreeSpec.max_depth,
                     min_score=DEFAULT_MIN_SCORE if min_score is None else min_score, lookup=lookup)
 
@@ -93,7 +98,7 @@ def tree_for_lane(strategy: str, tree: TreeSpec, chosen: str) -> TreeSpec:
     every strategy with one set of settings): the chosen strategy's own defaults give every lane its own;
     otherwise speculative keeps its chain unless it was the one chosen, context lookup belongs to staged
     alone, and a dynamic tree grows by the lane's own rule (staged: one path a level while the draft is
-    sure; the others: `tree`'s wide levels), at the size the user set."""
+    sure, by this machine's plan; the others: `tree`'s wide levels), within the size the user set."""
     if tree == default_tree(chosen):
         return default_tree(strategy)
     if strategy == "speculative" and tree.shape != "chain" and chosen != "speculative":
@@ -102,5 +107,5 @@ def tree_for_lane(strategy: str, tree: TreeSpec, chosen: str) -> TreeSpec:
         tree = replace(tree, lookup=0)
     if tree.shape == "dynamic":
         own = default_tree("staged" if strategy == "staged" else "tree")
-        tree = replace(tree, level_width=own.level_width, min_score=own.min_score)
+        tree = replace(tree, level_width=own.level_width, min_score=own.min_score, planned=own.planned)
     return tree

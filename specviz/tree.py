@@ -153,6 +153,17 @@ class TreeSpec:
     min_score: float = 0.0      # dynamic: skip paths whose draft probability is below this
     lookup: int = 0             # also verify up to this many tokens copied from the context (0 = off)
     lookup_ngram: int = 2       # ...after a match of at least this many trailing tokens
+    planned: bool = False       # dynamic: grown by this machine's plan (specviz/tree_plan.py), which the stack fills
+                                # in as min_scores, within this budget and depth
+    min_scores: tuple[float, ...] = ()  # dynamic: per node drafted so far, the least path score the next one needs
+                                        # (overrides min_score; no node past its end)
+
+    def __post_init__(self):
+        object.__setattr__(self, "min_scores", tuple(self.min_scores))     # a recording's JSON gives a list
+
+    def to_dict(self) -> dict:
+        """Plain data, as a trace record holds it."""
+        return {**vars(self), "min_scores": list(self.min_scores)}
 
     def validate(self) -> None:
         if self.shape not in SHAPES:
@@ -165,6 +176,14 @@ class TreeSpec:
             raise ValueError(f"min score must be in [0, 1], got {self.min_score}")
         if not 0 <= self.lookup <= 64 or not 1 <= self.lookup_ngram <= 8:
             raise ValueError("lookup tokens must be in [0, 64] and the lookup n-gram in [1, 8]")
+        if not all(0 <= score <= 1 for score in self.min_scores):
+            raise ValueError("every planned min score must be in [0, 1]")
+
+    def min_score_at(self, drafted: int) -> float:
+        """The least path score the next node needs with `drafted` nodes in the tree (above 1: none may join)."""
+        if not self.min_scores:
+            return self.min_score
+        return self.min_scores[drafted] if drafted < len(self.min_scores) else 2.0
 
     def static_paths(self) -> set[tuple[int, ...]]:
         if self.shape == "chain":

@@ -76,7 +76,7 @@ def _grow(tree: Tree, dists: dict[int, torch.Tensor], context: list[int], drafte
         room = spec.budget - (len(tree) - 1)
         if paths is None:
             room = min(room, spec.level_width)
-        counts = _children_counts(ranked, dists, scores, room, spec.min_score if paths is None else -1.0)
+        counts = _children_counts(ranked, dists, scores, room, len(tree) - 1, spec if paths is None else None)
         frontier = []
         for node, count in counts.items():
             # Sampling draws the children only now: how many a node gets must not depend on which
@@ -89,8 +89,10 @@ def _grow(tree: Tree, dists: dict[int, torch.Tensor], context: list[int], drafte
                 frontier.append(child)
 
 
-def _children_counts(ranked, dists, scores, room, min_score) -> dict[int, int]:
-    """How many children each node gets: the `room` best (node, rank) pairs by path score.
+def _children_counts(ranked, dists, scores, room, drafted, spec: TreeSpec | None) -> dict[int, int]:
+    """How many children each node gets: the `room` best (node, rank) pairs by path score, each at
+    least the spec's min score with the nodes drafted before it (`drafted` in the tree, then the
+    pairs chosen; no minimum for a static shape, spec None).
 
     A path's score is its parent's score times the rank's probability, so each node's chosen ranks
     form a prefix 0..k-1.
@@ -100,7 +102,8 @@ def _children_counts(ranked, dists, scores, room, min_score) -> dict[int, int]:
     counts: dict[int, int] = {}
     while heap and sum(counts.values()) < room:
         neg_score, node, rank = heapq.heappop(heap)
-        if -neg_score < min_score:      # not even the best candidate is likely enough: stop here
+        if spec is not None and -neg_score < spec.min_score_at(drafted + sum(counts.values())):
+            break                       # not even the best candidate is likely enough: stop here
             break
         counts[node] = rank + 1
         if rank + 1 < len(ranked[node]):

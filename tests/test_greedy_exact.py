@@ -57,13 +57,14 @@ KINDS = ["model", "model-subset", "lookup", "ngram", "staged-lookup", "staged-ng
        kind=st.sampled_from(KINDS), shape=st.sampled_from(["chain", "static", "dynamic"]),
        budget=st.integers(0, 20), depth=st.integers(1, 8), branch=st.integers(1, 4),
        width=st.integers(1, 5), n=st.integers(1, 24), lookup=st.sampled_from([0, 0, 3, 10]),
-       lookup_ngram=st.integers(1, 3))
+       lookup_ngram=st.integers(1, 3), planned=st.lists(st.floats(0.0, 0.9), max_size=12))
 def test_greedy_output_equals_baseline(family, prompt, kind, shape, budget, depth, branch, width, n, lookup,
-                                       lookup_ngram):
+                                       lookup_ngram, planned):
+    """planned: a tree grown by per-guess minimum scores, as specviz/tree_plan.py sets them"""
     target = model(family)
     expected = greedy(target, prompt, n)
     spec = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, level_width=width,
-                    lookup=lookup, lookup_ngram=lookup_ngram)
+                    lookup=lookup, lookup_ngram=lookup_ngram, min_scores=tuple(sorted(planned)))
     got = greedy(target, prompt, n, drafter=drafter_for(kind, family), tree=spec, strategy="tree")
     assert got == expected
 

@@ -36,7 +36,7 @@ def test_a_race_lane_grows_a_dynamic_tree_by_its_own_rule_at_the_size_the_user_s
     from specviz.tree import TreeSpec
     app = TreeSpec(shape="dynamic", budget=12, max_depth=8, max_branch=4, lookup=3, min_score=0.2)
     staged, tree = tree_for_lane("staged", app, "staged"), tree_for_lane("tree", app, "staged")
-    assert (staged.level_width, staged.min_score, staged.lookup, staged.budget) == (1, 0.5, 3, 12)
+    assert (staged.level_width, staged.planned, staged.lookup, staged.budget) == (1, True, 3, 12)
     assert (tree.level_width, tree.min_score, tree.lookup, tree.budget) == (4, 0.2, 0, 12)
     assert tree_for_lane("tree", replace(app, lookup=0), "tree") == replace(app, lookup=0)
     assert tree_for_lane("speculative", app, "staged") == default_tree("speculative")

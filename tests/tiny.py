@@ -56,9 +56,19 @@ class WordTokenizer(TinyTokenizer):
         return {"input_ids": [sum(map(ord, word)) % 64 for word in text.split()]}
 
 
-def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, loaded: dict | None = None):
+def flat_plan():
+    """Staged's plan on a machine where verifying costs nothing and a draft level a tenth of a token (a GPU's
+    regime): minimum scores of 0.1. A tiny draft costs what its tiny target does, so a measured plan would let
+    no guess join, and the tests of drafting would draft nothing."""
+    from specviz.tree_plan import DRAFT_FEED, SIZES, TreePlan
+    return TreePlan(dict.fromkeys(SIZES, 0.01), {1: 0.001, DRAFT_FEED: 0.001}, "pinned by the tests")
+
+
+def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, loaded: dict | None = None,
+               plan=flat_plan):
     """The model stack the tests build: a tiny target and, where `drafts` names "draft", a noisy copy of
-    it as the draft model (`loaded` adds other drafters, e.g. an n-gram table)."""
+    it as the draft model (`loaded` adds other drafters, e.g. an n-gram table). plan: a function giving staged's
+    plan (None: measured on first use, as a real stack's)."""
     from specviz.models import LoadedModel
     from specviz.stack import Stack
 
@@ -66,7 +76,10 @@ def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, l
     sources = dict(loaded or {})
     if "draft" in drafts:
         sources["draft"] = LoadedModel("draft", tiny_model("llama", noise=noise), tok)
-    return Stack(LoadedModel("tiny-target", tiny_model("llama"), tok), list(drafts), sources)
+    stack = Stack(LoadedModel("tiny-target", tiny_model("llama"), tok), list(drafts), sources)
+    if plan is not None and stack.plan_name() is not None:
+        stack.plans[stack.plan_name()] = plan()
+    return stack
 
 
 def save_with_word_tokenizer(model, path) -> None:

@@ -19,7 +19,7 @@ from .stacks import get_stack, new_decoder
 def settings_dict(settings) -> dict:
     return {"prompt": settings.prompt, "strategy": settings.strategy, "preset": settings.preset,
             "target": settings.target, "drafts": settings.drafts, "sampling": vars(settings.sampling),
-            "tree": vars(settings.tree), "max_new_tokens": settings.max_new_tokens}
+            "tree": settings.tree.to_dict(), "max_new_tokens": settings.max_new_tokens}
 
 
 def settings_of(recording: Recording):

@@ -2,7 +2,8 @@
 target on screen, for llama.cpp on the same GGUF file, and for each precision this CPU runs (one Qwen2-1.5B-
 shaped layer). Speculation pays where verifying many tokens costs little more than one (memory-bound: a GPU,
 bf16 or AMX units); where it costs nearly k times one (compute-bound: 4-bit products on 2 cores), only cheap
-guesses accepted often can beat plain decoding. The analysis it prints is computed from these curves."""
+guesses accepted often can beat plain decoding. The analysis it prints is computed from these curves, and so is
+staged's tree (specviz/tree_plan.py): the panel shows the curve the plan used and the minimum scores it gives."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
@@ -14,6 +15,7 @@ from ..markdown import md_table
 from ..models import cpu_precisions, probe_seconds, runs_file_blocks
 from ..cpu.blocks import GGUF
 from ..plots import base_layout, empty_figure
+from ..tree_plan import TreePlan, describe
 
 SIZES = (1, 2, 4, 8, 16)
 
@@ -34,8 +36,12 @@ def regime_view(stack) -> dict:
 
 
 def _measure(stack) -> dict:
-    with torch.inference_mode():
-        ours = cost_curve(stack.target.model, sizes=SIZES, context=128, reps=3)
+    plan = stack.tree_plan(measure_now=True)     # the curve staged's tree is planned from, where there is one
+    if plan is not None:
+        ours = {k: plan.target[k] for k in SIZES}
+    else:
+        with torch.inference_mode():
+            ours = cost_curve(stack.target.model, sizes=SIZES, context=128, reps=3)
     gguf, llama, why = llama_cpp.gguf_file(stack.target.name), None, "the target is no GGUF file"
     if gguf is not None:
         try:
@@ -44,7 +50,8 @@ def _measure(stack) -> dict:
             why = str(exc)
     probes = {name: probe_seconds(name) for name in probed_precisions()} if stack.target.model.device.type == "cpu" else {}
     return {"ours": ours, "llama": llama, "why_no_llama": why, "probes": probes,
-            "target": stack.target_name, "precision": stack.precision()}
+            "target": stack.target_name, "precision": stack.precision(),
+            "plan": None if plan is None else plan.to_dict()}
 
 
 def probed_precisions() -> tuple[str, ...]:
@@ -74,6 +81,10 @@ def regime_md(view: dict | None) -> str:
                 + ", before any draft model's cost. A round yields at most k tokens (k − 1 guesses and the target's "
                 "own): where the need is close to k or above it, only guesses that cost nothing and are nearly always "
                 "accepted (context lookup, an n-gram) can pay, and a draft model's forwards cannot.")
+    if view.get("plan"):
+        plan = TreePlan.from_dict(view["plan"])
+        text.append(f"**Staged's tree here is planned from this curve**: {describe(plan)}. Cheaper verification, "
+                    f"bigger trees. *Curves {plan.source}.*")
     if not llama:
         text.append(f"*llama.cpp's curve is missing: {view['why_no_llama']}.*")
     if view["probes"]:

@@ -21,6 +21,7 @@ from .projection import PROJECTION_SIZES, format_projection, project, recorded_r
 from .report import format_table, write_outputs
 from .run import run_bench
 from .settings import ALL_STRATEGIES, DEFAULT_SAMPLINGS, BenchError, parse_sampling
+from .. import tree_plan
 
 DEFAULT_OUT = Path("docs/benchmarks/latest.json")
 DESCRIPTION = "`python -m specviz.bench`: the paper's Tables 1 and 2 with our models, next to what a user has today."
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"context-lookup tokens verified per round (default: {STAGED_LOOKUP} for staged, else 0; "
                              "0 = the paper's staged)")
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
-                        help="tree and staged: grow only paths the draft gives at least this probability (default: 0.5 for staged, 0.2 for tree)")
+                        help="tree and staged: grow only paths the draft gives at least this probability (default: staged plans per guess from this machine's cost curves, tree 0.2)")
     parser.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
                         help=PRECISION_HELP)
     parser.add_argument("--device", default="cpu")
@@ -143,6 +144,8 @@ def bench(args, argv: list[str]) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(f"models: {stack.target.name} with {', '.join(stack.drafts) or 'no drafter'}, {stack.precision()}"
           + (f" ({stack.precision_reason})" if stack.precision_reason else ""), file=sys.stderr)
+    if report["settings"]["tree_plan"]:
+        print(f"staged's tree: {tree_plan.describe(tree_plan.TreePlan.from_dict(report['settings']['tree_plan']))}", file=sys.stderr)
     print(format_table(report["results"]))
     if "projection" in report:
         print("\n" + format_projection(report["projection"]))

@@ -110,9 +110,11 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
         raise BenchError("no strategy can run: " + "; ".join(notes))
     settings = {name: parse_sampling(name, seed) for name in samplings}
     encoded = [(p, stack.encode(p.text)) for p in prompts]
+    # staged's plan, measured before anything is timed where none is stored (the machine at rest, as the bench needs)
+    plan = stack.tree_plan(measure_now=True) if "staged" in strategies and default_tree("staged", **(tree or {})).planned else None
     if compile:
         from ..engine import static_length
-        trees = [default_tree(s, **(tree or {})) for s in strategies if s in STRATEGIES]
+        trees = [stack.planned(default_tree(s, **(tree or {}))) for s in strategies if s in STRATEGIES]
         stack.compile(max(static_length(len(ids), max_new_tokens, t) for _, ids in encoded for t in trees))
     if warmup:
         for name, sampling in settings.items():
@@ -136,7 +138,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     ref = reference_strategy(rows)
     report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
-                           "tree": tree or {}, "compiled": compile,
+                           "tree": tree or {}, "tree_plan": None if plan is None else plan.to_dict(), "compiled": compile,
                            "static_cache_entries": stack.static_len if compile else None,
                            "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
                            "precision": stack.precision(), "precision_reason": stack.precision_reason,

@@ -1,0 +1,137 @@
+"""Staged's tree sized by what verifying and drafting cost on the machine it runs on.
+
+A drafted guess pays when what it saves, if accepted, exceeds what it costs either way. Accepted, it saves one
+plain decoding step: about one one-token forward of the target, c(1). It costs its share of the verification
+(feeding n + 1 tokens instead of n: c(n + 1) - c(n), from the target's measured cost curve) and one forward of the
+draft model (to propose the level after it). Its chance of acceptance is estimated by its path score (the product of
+the draft's probabilities down to it), so the guess that would be node k + 1 of a round joins when
+
+    score >= (c(k + 2) - c(k + 1) + d) / c(1)
+
+d being one draft forward as staged feeds it (a node and the lower stage's guess after it; where the guess is right
+the next level needs no forward, so this errs on the side of smaller trees), and no guess joins past the size where even a certain one costs more than it saves. Where verification is cheap (a
+flat curve: a GPU, AMX tiles) the minimum is low and trees grow large; where each verified token costs a third of a
+forward (4-bit products on 2 AVX2 cores) only likely guesses join. On the 2-core AVX512 machine the rule gives about
+0.5 (measured below), where sweeps on tuning prompts had settled on a fixed 0.5 (docs/BENCHMARKS.md).
+
+The curves are measured once per machine, target, draft and precision, where the machine is meant to be at rest (setup
+for the offline presets, the bench before it times anything, the app before a stack's first race), and stored
+(specviz/auto_choice.py): every later process grows the same trees, and a process that only generates never times
+anything (under load it would store nonsense); where no plan is stored yet it grows staged's fixed rule
+(specviz/strategies.py). The app's regime panel draws the curve a plan used and its minimum scores.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from . import auto_choice
+from .cost_curve import cost_curves
+from .drafters.model import LOOKAHEAD
+from .tree import TreeSpec
+
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16)      # tokens fed per target forward, as measured
+MAX_NODES = SIZES[-1] - 1              # drafted nodes a plan allows at most: the curve's end, the root included
+CONTEXT = 128                          # committed tokens before the timed forwards
+REPS = 3
+DRAFT_FEED = 1 + LOOKAHEAD             # a staged level's draft forward: the node and the lower stage's guess after it
+
+
+@dataclass(frozen=True)
+class TreePlan:
+    target: dict[int, float]        # seconds per target forward by tokens fed
+    draft: dict[int, float]         # seconds per forward of the top draft model by tokens fed
+    source: str = ""                # where the curves came from, in a few words
+
+    def cost(self, fed: float) -> float:
+        """The target's seconds for `fed` tokens, linear between the measured sizes and past the last two."""
+        sizes = sorted(self.target)
+        low = max([n for n in sizes if n <= fed], default=sizes[0])
+        high = min([n for n in sizes if n > low], default=None)
+        if high is None:
+            low, high = sizes[-2], sizes[-1]
+        slope = (self.target[high] - self.target[low]) / (high - low)
+        return self.target[low] + slope * (fed - low)
+
+    def min_scores(self) -> tuple[float, ...]:
+        """Per node drafted so far, the least path score the next guess needs (never decreasing); they stop where
+        even a certain guess would not pay, or at MAX_NODES."""
+        one, scores = self.target[1], []
+        for drafted in range(MAX_NODES):
+            need = (self.cost(drafted + 2) - self.cost(drafted + 1) + self.draft[DRAFT_FEED]) / one
+            need = max(need, scores[-1] if scores else 0.0)
+            if need > 1.0:
+                break
+            scores.append(round(need, 4))
+        return tuple(scores)
+
+    def tree(self, spec: TreeSpec) -> TreeSpec:
+        """The spec with this plan's minimum scores, within its budget and depth."""
+        scores = self.min_scores()[: spec.budget]
+        return replace(spec, min_scores=scores, budget=len(scores), max_depth=max(1, min(spec.max_depth, len(scores))))
+
+    def to_dict(self) -> dict:
+        return {"target": {str(n): s for n, s in self.target.items()}, "draft": {str(n): s for n, s in self.draft.items()},
+                "source": self.source, "min_scores": list(self.min_scores())}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "") -> "TreePlan":
+        return cls({int(n): float(s) for n, s in data["target"].items()},
+                   {int(n): float(s) for n, s in data["draft"].items()}, source or data.get("source", ""))
+
+
+def key(target_name: str, target_dtype: str, draft_name: str, draft_dtype: str) -> str:
+    return f"tree plan: {target_name} ({target_dtype}) verifying {draft_name} ({draft_dtype})"
+
+
+class NoisyMachine(RuntimeError):
+    """The curves did not repeat themselves in any try: the machine was busy."""
+
+
+def agree(first: dict[int, float], second: dict[int, float], within: float = 0.25) -> bool:
+    """Whether two measurements of a curve agree at every size (a quiet machine's repeat within a few percent; a busy
+    one's timed a one-token forward at 267 ms where a quiet one takes 9)."""
+    return all(abs(first[n] - second[n]) <= within * min(first[n], second[n]) for n in first)
+
+
+def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None,
+            tries: int = 3) -> dict:
+    """Both curves, interleaved round by round (so the machine's drifting speed hits them alike), the draft over the
+    vocabulary it predicts in staged; measured until two measurements in a row agree, and the faster of them kept."""
+    def curves():
+        with torch.inference_mode():
+            return cost_curves([target, draft], sizes=SIZES, context=CONTEXT, reps=REPS, output_vocabs=[None, draft_vocab])
+    last = curves()
+    for _ in range(tries):
+        now = curves()
+        if all(agree(a, b) for a, b in zip(last, now)):
+            best = [{n: min(a[n], b[n]) for n in a} for a, b in zip(last, now)]
+            return {"target": {str(n): s for n, s in best[0].items()}, "draft": {str(n): s for n, s in best[1].items()}}
+        last = now
+    raise NoisyMachine(f"the cost curves did not repeat themselves in {tries + 1} measurements (a busy machine?)")
+
+
+def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None,
+                measure_now: bool = False) -> TreePlan | None:
+    """This machine's plan for the pair under `name` (see key), as stored; where there is none, measured and stored
+    if `measure_now` (setup, the bench, the app before its first race: moments the machine is meant to be at
+    rest), else None (a process that only generates never times anything: on a busy machine it would store
+    nonsense)."""
+    if measure_now:
+        try:
+            data = auto_choice.decided(name, lambda: measure(target, draft, draft_vocab))
+        except NoisyMachine:
+            return None
+    else:
+        data = auto_choice.stored(name)
+    return None if data is None else TreePlan.from_dict(data, auto_choice.source(name))
+
+
+def describe(plan: TreePlan) -> str:
+    """What the plan made of the curves: the minimum score per guess and the costs behind it."""
+    scores = plan.min_scores()
+    shown = ", ".join(f"{s:.2f}" for s in scores[:8]) + (" ..." if len(scores) > 8 else "")
+    return (f"a guess joins a round when the draft's chance for its whole path is at least (one more verified token + "
+            f"one draft forward of a level) / one token = {shown} for guess 1, 2, ... ({len(scores)} at most; one "
+            f"token {plan.target[1] * 1e3:.0f} ms, a draft level {plan.draft[DRAFT_FEED] * 1e3:.0f} ms)")

@@ -1,0 +1,134 @@
+"""Staged's tree planned from the machine's cost curves (specviz/tree_plan.py): the rule, the builder that follows
+it, and the stack that measures, stores and applies it."""
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specviz import tree_plan
+from specviz.drafters import ModelDrafter
+from specviz.sampling import Sampling
+from specviz.strategies import default_tree
+from specviz.tree import TreeSpec
+from specviz.tree_builder import build_tree
+from specviz.tree_plan import DRAFT_FEED, MAX_NODES, TreePlan
+from tiny import tiny_model, tiny_stack
+
+
+def plan(target: dict, draft_level: float) -> TreePlan:
+    return TreePlan(target, {1: draft_level / 2, DRAFT_FEED: draft_level})
+
+
+def test_the_minimum_score_of_each_guess_is_its_cost_over_a_plain_token():
+    # one token 100 ms; 2 -> 110, 4 -> 150 (20 ms a token), 8 -> 310, 16 -> 630 (40 ms a token); a draft level 20 ms
+    p = plan({1: 0.1, 2: 0.11, 4: 0.15, 8: 0.31, 16: 0.63}, 0.02)
+    expected = (0.3, 0.4, 0.4) + (0.6,) * (MAX_NODES - 3)      # (10 + 20) / 100, (20 + 20) / 100, (40 + 20) / 100
+    assert p.min_scores() == pytest.approx(expected)
+
+
+def test_where_each_token_costs_a_forward_no_guess_pays_and_where_verification_is_free_trees_are_big():
+    compute_bound = plan({n: 0.1 * n for n in (1, 2, 4, 8, 16)}, 0.001)
+    assert compute_bound.min_scores() == ()
+    flat = plan({n: 0.1 for n in (1, 2, 4, 8, 16)}, 0.005)
+    assert flat.min_scores() == pytest.approx((0.05,) * MAX_NODES)
+
+
+@st.composite
+def curves(draw):
+    """A cost curve that grows with the tokens fed, and a draft level's cost."""
+    steps = draw(st.lists(st.floats(0.0, 0.05), min_size=4, max_size=4))
+    one = draw(st.floats(0.01, 0.2))
+    target = {1: one}
+    for (low, high), step in zip(((1, 2), (2, 4), (4, 8), (8, 16)), steps):
+        target[high] = target[low] + step * (high - low)
+    return target, draw(st.floats(0.0, 0.1))
+
+
+@given(curves(), st.floats(0.0, 1.0))
+def test_scores_never_fall_stay_in_range_and_cheaper_verification_never_shrinks_the_tree(curve, cheaper):
+    target, level = curve
+    scores = plan(target, level).min_scores()
+    assert len(scores) <= MAX_NODES
+    assert all(0 <= s <= 1 for s in scores) and list(scores) == sorted(scores)
+    cheap = {n: target[1] + cheaper * (s - target[1]) for n, s in target.items()}   # every extra token cheaper
+    cheap_scores = plan(cheap, level).min_scores()
+    assert len(cheap_scores) >= len(scores)
+    assert all(c <= s + 1e-9 for c, s in zip(cheap_scores, scores))
+
+
+def test_a_plan_fills_in_a_planned_spec_within_its_budget_and_depth():
+    p = plan({1: 0.1, 2: 0.11, 4: 0.15, 8: 0.31, 16: 0.63}, 0.02)
+    spec = p.tree(default_tree("staged", budget=5))
+    assert spec.min_scores == p.min_scores()[:5] and spec.budget == 5 and spec.max_depth == 5
+    assert p.tree(TreeSpec(max_depth=3, planned=True)).max_depth == 3
+    assert TreePlan.from_dict(p.to_dict()) == p
+
+
+def _score(tree, node):
+    return math.prod(tree.draft_probs[n] for n in tree.path(node)[1:])
+
+
+@given(prompt=st.lists(st.integers(0, 63), min_size=1, max_size=12),
+       scores=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12), width=st.integers(1, 4),
+       budget=st.integers(0, 12))
+def test_the_builder_adds_a_guess_only_where_its_path_score_meets_its_minimum(prompt, scores, width, budget):
+    """Level by level, the guesses added in order of their scores: the j-th of a level, with k nodes drafted before
+    that level, scores at least min_scores[k + j]; no guess past the minimums' end."""
+    mins = tuple(sorted(scores))
+    spec = TreeSpec(shape="dynamic", budget=budget, max_depth=8, max_branch=4, level_width=width, min_scores=mins)
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3))
+    tree, _ = build_tree(prompt[-1], prompt, drafter, spec, Sampling(), torch.Generator().manual_seed(0))
+    drafted = len(tree) - 1
+    assert drafted <= min(budget, len(mins))
+    before = 0
+    for depth in range(1, max(tree.depths) + 1):
+        level = sorted((_score(tree, n) for n in range(len(tree)) if tree.depths[n] == depth), reverse=True)
+        for j, score in enumerate(level):
+            assert score >= mins[before + j] - 1e-6
+        before += len(level)
+
+
+def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
+    """The mutant that stops at the first minimum fails here: zero minimums must fill the budget."""
+    spec = TreeSpec(shape="dynamic", budget=6, max_depth=8, level_width=2, min_scores=(0.0,) * 6)
+    tree, _ = build_tree(3, [1, 2, 3], ModelDrafter(tiny_model("llama", noise=0.3)), spec, Sampling(),
+                         torch.Generator().manual_seed(0))
+    assert len(tree) - 1 == 6
+
+
+def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_stack_reads_it(auto_choices, monkeypatch):
+    first = tiny_stack(("draft", "lookup"), plan=None)
+    unplanned = first.planned(default_tree("staged"))        # a process that only generates never times anything
+    assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not auto_choices.exists()
+    measured = first.tree_plan(measure_now=True)
+    planned = first.planned(default_tree("staged"))
+    assert planned.min_scores == measured.min_scores()[:MAX_NODES] and planned.planned
+    assert "tree plan: tiny-target" in auto_choices.read_text()
+    monkeypatch.setattr(tree_plan, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
+    second = tiny_stack(("draft", "lookup"), plan=None)
+    assert second.tree_plan(measure_now=True) == TreePlan(measured.target, measured.draft, second.tree_plan().source)
+    run = second.decoder([1, 2, 3], "staged", max_new_tokens=6).generate()
+    assert run.settings["tree"]["min_scores"] == list(planned.min_scores)
+    by_hand = second.planned(default_tree("staged", min_score=0.3))     # settings given by hand are not planned
+    assert by_hand.min_scores == () and by_hand.min_score == 0.3
+
+
+def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_stored(auto_choices, monkeypatch):
+    """On a busy machine a one-token forward of SmolLM2-135M was timed at 267 ms, 9 ms on a quiet one."""
+    assert tree_plan.agree({1: 0.0093, 2: 0.0104}, {1: 0.0095, 2: 0.0106})
+    assert not tree_plan.agree({1: 0.267, 2: 0.049}, {1: 0.0093, 2: 0.0104})
+    timings = iter([0.267, 0.009, 0.130, 0.011, 0.2])      # no two in a row agree
+
+    def busy(models, **kw):
+        one = next(timings)
+        return [{1: one, 2: 0.0104, 16: 0.0375}, {1: 0.002, 2: 0.002, 16: 0.003}]
+    monkeypatch.setattr(tree_plan, "cost_curves", busy)
+    stack = tiny_stack(("draft", "lookup"), plan=None)
+    assert stack.tree_plan(measure_now=True) is None
+    assert not auto_choices.exists() or "tree plan" not in auto_choices.read_text()
+    assert stack.planned(default_tree("staged")).min_scores == ()
+    timings = iter([0.267, 0.0093, 0.0095])                # the last two agree: the faster kept
+    stack = tiny_stack(("draft", "lookup"), plan=None)
+    assert stack.tree_plan(measure_now=True).target[1] == 0.0093
