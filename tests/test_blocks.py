@@ -95,9 +95,9 @@ def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp
     """The invariance test can fail: the same kernel with one float product regrouped where a tile meets more rows
     than one group of registers gives rows other bits in a batch than alone."""
     source = (BLOCKS / "blocks.c").read_text()
-    marker = "finish_k_quant(type, &u->k, wide, x, b, r0, R, acc);"
+    marker = "finish_k_quant(type, &u->k, R, wide, x, b, r0, acc);"
     assert source.count(marker) == 1
-    mutated = source.replace(marker, "finish_k_quant(type, &u->k, wide, x, b, r0, R, acc);\n"
+    mutated = source.replace(marker, marker + "\n"
                              "    for (int r = 0; r < R; r++) acc[r] = f4_mul(acc[r], f4_dup(1.0f + 1e-7f));")
     lib = build(tmp_path, BUILDS["portable"], mutated)
     w, x = case(reference.Q4_K, 12, 8, seed=1)

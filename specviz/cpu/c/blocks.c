@@ -18,8 +18,8 @@
  *
  * The work is cut in tiles of TILE outputs. Up to FEW_ROWS rows at once, 64 weights at a time of a tile's block are
  * unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
- * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; or, where GROUPS_OF_FEW
- * (AVX2), the rows go FEW_ROWS at a time through the registers' path, each block unpacked again per group (simd.h). */
+ * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; but up to GROUPS_OF_FEW
+ * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group. */
 #include "simd.h"
 #include "specviz_cpu.h"
 #include <float.h>
@@ -264,7 +264,7 @@ ALWAYS void unpack_k_quant(const int type, const uint8_t *const w[TILE], int b, 
 
 /* A group's accumulators before a block: Q6_K's start at -32 times the scaled sums of the rows' 16-value groups
  * (its weights are stored + 32); Q4_K's start with the first products (dot_k_quant) */
-ALWAYS void start_k_quant(const int type, const KScales *k, A wide[TILE][FEW_ROWS], const Rows *x, int b, int r0, const int R) {
+ALWAYS void start_k_quant(const int type, const KScales *k, const int R, A wide[TILE][R], const Rows *x, int b, int r0) {
     if (type == GGUF_Q6_K)
         for (int r = 0; r < R; r++) {
             const V bsum = v_load(x->bsum + (size_t)(r0 + r) * (x->K / 16) + (size_t)b * 16);
@@ -278,8 +278,8 @@ ALWAYS A dot_k_quant(const int type, int p, A acc, W w, W x, SW s) {
 }
 
 /* The integer sums of a block and rows r0 .. r0 + R - 1 into the float results acc[r] */
-ALWAYS void finish_k_quant(const int type, const KScales *k, A wide[TILE][FEW_ROWS], const Rows *x, int b, int r0,
-                           const int R, F4 *acc) {
+ALWAYS void finish_k_quant(const int type, const KScales *k, const int R, A wide[TILE][R], const Rows *x, int b, int r0,
+                           F4 *acc) {
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)(r0 + r);
         const I4 sumi = a_sum4(wide[0][r], wide[1][r], wide[2][r], wide[3][r]);
@@ -303,20 +303,20 @@ ALWAYS const int8_t *x_at(const Rows *x, int row, int b, int p) { return x->q + 
 
 /* An unpacked block into rows r0 .. r0 + R - 1 */
 ALWAYS void rows_k_quant(const int type, const KBlock *u, const Rows *x, int b, int r0, const int R, F4 *acc) {
-    A wide[TILE][FEW_ROWS];
-    start_k_quant(type, &u->k, wide, x, b, r0, R);
+    A wide[TILE][R];
+    start_k_quant(type, &u->k, R, wide, x, b, r0);
     UNROLL for (int p = 0; p < 4; p++)
         UNROLL for (int o = 0; o < TILE; o++)
             for (int r = 0; r < R; r++) wide[o][r] = dot_k_quant(type, p, wide[o][r], u->w[o][p], w_load(x_at(x, r0 + r, b, p)), u->s[o][p]);
-    finish_k_quant(type, &u->k, wide, x, b, r0, R, acc);
+    finish_k_quant(type, &u->k, R, wide, x, b, r0, acc);
 }
 
 /* A block into rows r0 .. r0 + R - 1 (one group), unpacked 64 weights at a time in registers: no memory in between */
 ALWAYS void block_k_quant(const int type, const uint8_t *const w[TILE], const Rows *x, int b, int r0, const int R, F4 *acc) {
     KScales k;
     k_scales(type, w, b, &k);
-    A wide[TILE][FEW_ROWS];
-    start_k_quant(type, &k, wide, x, b, r0, R);
+    A wide[TILE][R];
+    start_k_quant(type, &k, R, wide, x, b, r0);
     UNROLL for (int p = 0; p < 4; p++)
         UNROLL for (int o = 0; o < TILE; o++) {
             W wv;
@@ -324,7 +324,7 @@ ALWAYS void block_k_quant(const int type, const uint8_t *const w[TILE], const Ro
             pair(type, &k, o, p, &wv, &sv);
             for (int r = 0; r < R; r++) wide[o][r] = dot_k_quant(type, p, wide[o][r], wv, w_load(x_at(x, r0 + r, b, p)), sv);
         }
-    finish_k_quant(type, &k, wide, x, b, r0, R, acc);
+    finish_k_quant(type, &k, R, wide, x, b, r0, acc);
 }
 
 typedef struct {
@@ -442,7 +442,7 @@ ALWAYS void tile(const int type, const uint8_t *const w[TILE], const Rows *x, in
         F4 acc[ROWS_AT_ONCE];
         for (int r = 0; r < count; r++) acc[r] = f4_zero();
         if (k_quant(type) && count <= FEW_ROWS) few_rows_of(type, w, x, r0, count, acc);
-        else if (k_quant(type) && GROUPS_OF_FEW) {
+        else if (k_quant(type) && count <= GROUPS_OF_FEW * FEW_ROWS) {
             for (int r = 0; r < count; r += FEW_ROWS) few_rows_of(type, w, x, r0 + r, count - r < FEW_ROWS ? count - r : FEW_ROWS, acc + r);
         } else many_rows(type, w, x, r0, count, acc);
         for (int r = 0; r < count; r++) {

@@ -35,17 +35,18 @@
 typedef __m256i V;
 typedef __m128i I4;
 /* rows at a time over an unpacked block (blocks.c's KBlock), as measured: AVX-512's accumulators are twice as wide.
- * FEW_ROWS: the most rows multiplied straight from the registers a block is unpacked into. On AVX2, more rows go
- * through that path in groups (GROUPS_OF_FEW), each unpacking the block again: 5-8 rows of a Qwen2-1.5B layer took
- * 16-21% less time than with 4 and a KBlock, 12-16 rows 2-3% less (one process, the builds' calls interleaved,
- * 2026-11-26); with AVX-512, 8 rows beat 4 by 2-5% but groups lost 20% at 12-16 rows. */
+ * FEW_ROWS: the most rows multiplied straight from the registers a block is unpacked into; GROUPS_OF_FEW: how many
+ * such groups, each unpacking the block again, before a KBlock pays. Measured on a Qwen2-1.5B layer's products (one
+ * process, the builds' calls interleaved, 2026-11-26): on AVX2, 5-8 rows took 10-22% less time with 8 than with 4
+ * and a KBlock, 12-16 rows in two groups of 8 within 3% of a KBlock, 24-32 rows 5-8% more; with AVX-512, 8 rows beat 4
+ * by 2-5%, but groups lost 20% at 12-16 rows. */
 #define FEW_ROWS 8
 #if defined(__AVX512VL__)
 #define ROW_GROUP 2
-#define GROUPS_OF_FEW 0
+#define GROUPS_OF_FEW 1
 #else
 #define ROW_GROUP 4
-#define GROUPS_OF_FEW 1
+#define GROUPS_OF_FEW 2
 #endif
 typedef __m128 F4;
 
@@ -307,7 +308,7 @@ ALWAYS float f8_sum(F8 v) {
 }
 #define ROW_GROUP 2
 #define FEW_ROWS 4
-#define GROUPS_OF_FEW 0
+#define GROUPS_OF_FEW 1
 typedef union { int8_t b[32]; uint8_t u[32]; int16_t h[16]; int32_t i[8]; } V;
 typedef struct { int32_t i[4]; } I4;
 typedef struct { float f[4]; } F4;

@@ -11,7 +11,7 @@
 #endif
 #define ROW_GROUP 2                     /* 32 registers, each V and each accumulator two of them */
 #define FEW_ROWS 4
-#define GROUPS_OF_FEW 0
+#define GROUPS_OF_FEW 1
 typedef struct { int8x16_t lo, hi; } V;
 typedef int32x4_t I4;
 typedef float32x4_t F4;
