@@ -232,8 +232,12 @@ class Stack:
         return self.plans[name]
 
     def plan_name(self) -> str | None:
-        """The key staged's plan is stored under (specviz/tree_plan.py's key), None without a model on top."""
-        if not self.drafts or self.drafts[0] not in self.draft_models():
+        """The key staged's plan is stored under (specviz/tree_plan.py's key), None where this stack cannot run staged."""
+        try:
+            drafter_specs("staged", self.drafts)
+        except ValueError:
+            return None
+        if self.drafts[0] not in self.draft_models():
             return None
         draft = self.loaded[self.drafts[0]]
         return plan_key(self.target_name, self.dtype, Path(draft.name).name or draft.name, draft.dtype)

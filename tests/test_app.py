@@ -261,6 +261,7 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     *_, figure, summary, regime_figure, regime_text = events.render_race(session, "")
     assert "tokens per pass" in summary and len(figure.data) >= 3
     assert "the target is no GGUF file" in regime_text and len(regime_figure.data) >= 3    # measured on the tiny target
+    assert "planned from this curve" in regime_text and "0.10, 0.10" in regime_text      # staged's plan (tests/tiny.py)
 
     greedy = list(events.on_lossless(session, 20, *controls()))
     assert "all 12 tokens identical" in greedy[-1][-1] and "baseline" not in greedy[-1][-1].split("\n", 1)[1]

@@ -139,6 +139,7 @@ def test_the_regime_panel_draws_ours_llama_cpp_and_each_precision(self_drafted):
     need = regime.break_even(view["ours"], view["llama"][1])
     assert text.count("Analysis (from these curves") == 1 and f"{need[16]:.1f} tokens at k = 16" in text
     assert "llama.cpp on the same GGUF file" in text and "more cores, bf16 or AMX units" in text
+    assert "planned" not in text                                    # a stack that cannot run staged plans no tree
     assert "live models" in regime.regime_md(None) and not regime.regime_figure(None).data
 
 
