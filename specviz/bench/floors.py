@@ -4,7 +4,8 @@
   cannot be below the weights' bytes over this).
 - **Compute**: how many u8 x s8 multiply-adds per second two threads reach with chained integer dot products, on
   AVX2 (`vpmaddubsw` + `vpmaddwd` + `vpaddd`, 32 per 3 instructions) and, where the CPU has it, AVX512-VNNI
-  (`vpdpbusd` on 512-bit registers, 64 per instruction): every row fed to a quantized product costs at least its weights over this.
+  (`vpdpbusd` on 512-bit registers, 64 per instruction), and AMX tiles where the CPU and the OS allow them (`tdpbusd`,
+  16 x 16 x 64 per instruction): every row fed to a quantized product costs at least its weights over the fastest.
 
 Each is a small C program built here with the machine's compiler, run with 2 threads, best of 5. Prints both and,
 with --model, what they mean for a GGUF file's layers: the floor of one token, and of each extra row. --out writes
@@ -27,6 +28,8 @@ SOURCE = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static double memory(void) {
     const size_t n = (size_t)1 << 30;
@@ -90,23 +93,55 @@ static long long vnni512_run(void) {
 }
 #endif
 
-/* u8 x s8 multiply-adds per second of a run, best of 5 */
-static double rate(long long (*run)(void), int macs_per_step) {
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#define AMX_STEPS (STEPS / 8)
+/* four accumulator tiles, each product 16 x 16 x 64 multiply-adds, chained on two threads */
+static long long amx_run(void) {
+    long long sink = 0;
+    #pragma omp parallel num_threads(2) reduction(+:sink)
+    {
+        struct { unsigned char palette, start, reserved[14]; unsigned short colsb[16]; unsigned char rows[16]; }
+            __attribute__((aligned(64))) cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.palette = 1;
+        for (int t = 0; t < 8; t++) { cfg.colsb[t] = 64; cfg.rows[t] = 16; }
+        _tile_loadconfig(&cfg);
+        signed char a[16 * 64] __attribute__((aligned(64)));
+        int c[16 * 16] __attribute__((aligned(64)));
+        memset(a, 3, sizeof a);
+        _tile_loadd(4, a, 64); _tile_loadd(5, a, 64); _tile_loadd(6, a, 64); _tile_loadd(7, a, 64);
+        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        for (long s = 0; s < AMX_STEPS; s++) {
+            _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7); _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7);
+        }
+        _tile_stored(0, c, 64);
+        sink += c[0];
+        _tile_release();
+    }
+    return sink;
+}
+#endif
+
+/* u8 x s8 multiply-adds per second of a run (macs: those of one run on both threads), best of 5 */
+static double rate(long long (*run)(void), double macs) {
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t = omp_get_wtime();
         if (run() == 42) puts("");
         t = omp_get_wtime() - t;
-        const double macs = 2.0 * STEPS * CHAINS * macs_per_step;
         if (macs / t > best) best = macs / t;
     }
     return best;
 }
 
 int main(void) {
-    printf("{\"read_bytes_per_s\": %.6g, \"avx2_macs_per_s\": %.6g", memory(), rate(avx2_run, 32));
+    printf("{\"read_bytes_per_s\": %.6g, \"avx2_macs_per_s\": %.6g", memory(), rate(avx2_run, 2.0 * STEPS * CHAINS * 32));
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-    printf(", \"avx512_vnni_macs_per_s\": %.6g", rate(vnni512_run, 64));
+    printf(", \"avx512_vnni_macs_per_s\": %.6g", rate(vnni512_run, 2.0 * STEPS * CHAINS * 64));
+#endif
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+    if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0)
+        printf(", \"amx_macs_per_s\": %.6g", rate(amx_run, 2.0 * AMX_STEPS * 4 * 16 * 16 * 64));
 #endif
     puts("}");
     return 0;
@@ -116,7 +151,8 @@ int main(void) {
 
 def measure() -> dict:
     simd = cpu_info()[1]
-    flags = ["-O2", "-mavx2", "-fopenmp"] + (["-mavx512f", "-mavx512bw", "-mavx512vnni"] if "avx512_vnni" in simd else [])
+    flags = ["-O2", "-mavx2", "-fopenmp"] + (["-mavx512f", "-mavx512bw", "-mavx512vnni"] if "avx512_vnni" in simd else []) \
+        + (["-mamx-tile", "-mamx-int8"] if {"amx_tile", "amx_int8"} <= set(simd) else [])
     with tempfile.TemporaryDirectory() as folder:
         source, program = Path(folder) / "floors.c", Path(folder) / "floors"
         source.write_text(SOURCE)
@@ -158,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memory read, 2 threads: {floors['read_bytes_per_s'] / 1e9:.1f} GB/s")
     print(f"u8 x s8 multiply-adds, 2 threads, AVX2: {floors['avx2_macs_per_s'] / 1e9:.0f} G/s"
           + (f"; AVX512-VNNI (512-bit): {floors['avx512_vnni_macs_per_s'] / 1e9:.0f} G/s"
-             if "avx512_vnni_macs_per_s" in floors else ""))
+             if "avx512_vnni_macs_per_s" in floors else "")
+          + (f"; AMX tiles: {floors['amx_macs_per_s'] / 1e9:.0f} G/s" if "amx_macs_per_s" in floors else ""))
     report = {"floors": floors}
     if args.model:
         model = file_floors(args.model, floors)
