@@ -145,7 +145,8 @@ def bench(args, argv: list[str]) -> int:
     print(f"models: {stack.target.name} with {', '.join(stack.drafts) or 'no drafter'}, {stack.precision()}"
           + (f" ({stack.precision_reason})" if stack.precision_reason else ""), file=sys.stderr)
     if report["settings"]["tree_plan"]:
-        print(f"staged's tree: {tree_plan.describe(tree_plan.TreePlan.from_dict(report['settings']['tree_plan']))}", file=sys.stderr)
+        plan = tree_plan.TreePlan.from_dict(report["settings"]["tree_plan"])
+        print(f"staged's tree: {tree_plan.describe(plan)}", file=sys.stderr)
     print(format_table(report["results"]))
     if "projection" in report:
         print("\n" + format_projection(report["projection"]))

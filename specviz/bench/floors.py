@@ -135,7 +135,8 @@ static double rate(long long (*run)(void), double macs) {
 }
 
 int main(void) {
-    printf("{\"read_bytes_per_s\": %.6g, \"avx2_macs_per_s\": %.6g", memory(), rate(avx2_run, 2.0 * STEPS * CHAINS * 32));
+    printf("{\"read_bytes_per_s\": %.6g", memory());
+    printf(", \"avx2_macs_per_s\": %.6g", rate(avx2_run, 2.0 * STEPS * CHAINS * 32));
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     printf(", \"avx512_vnni_macs_per_s\": %.6g", rate(vnni512_run, 2.0 * STEPS * CHAINS * 64));
 #endif
@@ -151,8 +152,9 @@ int main(void) {
 
 def measure() -> dict:
     simd = cpu_info()[1]
-    flags = ["-O2", "-mavx2", "-fopenmp"] + (["-mavx512f", "-mavx512bw", "-mavx512vnni"] if "avx512_vnni" in simd else []) \
-        + (["-mamx-tile", "-mamx-int8"] if {"amx_tile", "amx_int8"} <= set(simd) else [])
+    flags = ["-O2", "-mavx2", "-fopenmp"]
+    flags += ["-mavx512f", "-mavx512bw", "-mavx512vnni"] if "avx512_vnni" in simd else []
+    flags += ["-mamx-tile", "-mamx-int8"] if {"amx_tile", "amx_int8"} <= set(simd) else []
     with tempfile.TemporaryDirectory() as folder:
         source, program = Path(folder) / "floors.c", Path(folder) / "floors"
         source.write_text(SOURCE)

@@ -111,7 +111,8 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     settings = {name: parse_sampling(name, seed) for name in samplings}
     encoded = [(p, stack.encode(p.text)) for p in prompts]
     # staged's plan, measured before anything is timed where none is stored (the machine at rest, as the bench needs)
-    plan = stack.tree_plan(measure_now=True) if "staged" in strategies and default_tree("staged", **(tree or {})).planned else None
+    planned = "staged" in strategies and default_tree("staged", **(tree or {})).planned
+    plan = stack.tree_plan(measure_now=True) if planned else None
     if compile:
         from ..engine import static_length
         trees = [stack.planned(default_tree(s, **(tree or {}))) for s in strategies if s in STRATEGIES]
