@@ -30,6 +30,7 @@ from .models import AUTO_DTYPE, ModelLoadError, resolve, resolve_dtype
 from .paths import cache_dir
 from .presets import PRESETS, load_preset, predicted_token_seconds
 from .strategies import is_non_neural
+from .tree_plan import describe
 
 
 def say(message: str) -> None:
@@ -88,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in offline_presets():
             stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
                           lambda: load_preset(name, AUTO_DTYPE))
-            timed(f"measuring preset {name}'s cost curves for staged's tree", lambda: stack.tree_plan(measure_now=True))
+            plan = timed(f"measuring preset {name}'s cost curves for staged's tree",
+                         lambda: stack.tree_plan(measure_now=True))
+            say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "
+                "(the curves did not repeat themselves: a busy machine?); staged grows the fixed rule until "
+                "`python -m specviz.prepare` runs on a machine at rest")
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
