@@ -209,12 +209,12 @@ def test_through_transformers_with_all_tokens_attending_at_once_it_would_not_be(
 def test_every_strategy_writes_baselines_tokens_with_a_quantized_target_and_draft(tmp_path, precision):
     from specviz.models import precision_name
     from specviz.stack import Stack
-    from tiny import flat_plan, save_with_word_tokenizer
+    from tiny import pin_plan, save_with_word_tokenizer
 
     for name, noise in (("target", 0.0), ("draft", 0.05)):
         save_with_word_tokenizer(gqa_model(noise=noise), tmp_path / name)
     stack = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype=precision)
-    stack.plans[stack.plan_name()] = flat_plan()        # staged drafts as where verifying is cheap (tests/tiny.py)
+    pin_plan(stack)                     # staged drafts as where verifying is cheap (tests/tiny.py)
     assert stack.precision() == precision_name(precision) == f"{precision} (re-quantised)"
     prompt = [(7 * i) % 64 for i in range(40)]
     base = stack.decoder(prompt, "baseline", max_new_tokens=40, stop_at_eos=False).generate().tokens

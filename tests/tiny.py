@@ -64,6 +64,13 @@ def flat_plan():
     return TreePlan(dict.fromkeys(SIZES, 0.01), {1: 0.001, DRAFT_FEED: 0.001}, "pinned by the tests")
 
 
+def pin_plan(stack, plan=flat_plan):
+    """Give a stack that can run staged the plan `plan()` instead of one measured or stored."""
+    if stack.plan_name() is not None:
+        stack.plans[stack.plan_name()] = plan()
+    return stack
+
+
 def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, loaded: dict | None = None,
                plan=flat_plan):
     """The model stack the tests build: a tiny target and, where `drafts` names "draft", a noisy copy of
@@ -77,9 +84,7 @@ def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, l
     if "draft" in drafts:
         sources["draft"] = LoadedModel("draft", tiny_model("llama", noise=noise), tok)
     stack = Stack(LoadedModel("tiny-target", tiny_model("llama"), tok), list(drafts), sources)
-    if plan is not None and stack.plan_name() is not None:
-        stack.plans[stack.plan_name()] = plan()
-    return stack
+    return stack if plan is None else pin_plan(stack, plan)
 
 
 def save_with_word_tokenizer(model, path) -> None:
