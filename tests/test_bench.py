@@ -119,12 +119,31 @@ def test_stack_without_model_draft_skips_with_notes():
     assert "hf_assisted skipped" in notes and "staged skipped" in notes
 
 
+def test_each_speculative_strategy_gets_its_round_analysis(report):
+    rows = report["per_prompt"]
+    for r in report["results"]:
+        if r["strategy"] in ("baseline",) or r["strategy"].startswith("hf_"):
+            assert r["rounds"] is None, r["strategy"]
+            continue
+        mine = [x for x in rows if (x["sampling"], x["strategy"]) == (r["sampling"], r["strategy"])]
+        plain = [x for x in rows if (x["sampling"], x["strategy"]) == (r["sampling"], "baseline")]
+        rounds, tokens = sum(x["steps"] for x in mine), sum(x["new_tokens"] for x in mine)
+        assert r["rounds"]["tokens"] == pytest.approx(tokens / rounds)
+        assert r["rounds"]["round_s"] == pytest.approx(sum(x["decode_wall_s"] for x in mine) / rounds)
+        assert r["rounds"]["plain_token_s"] == pytest.approx(sum(x["decode_wall_s"] for x in plain) / (12 * 2))
+        verify = sum(x["phase_s"]["verify"] for x in mine) / rounds
+        assert r["rounds"]["verify_s"] == pytest.approx(verify)
+        assert r["rounds"]["analysis"].startswith(f"Analysis of {r['strategy']}'s rounds")
+
+
 def test_outputs_json_and_html(report, tmp_path):
     full = {"machine": "test", "date": "today", "command": "python -m specviz.bench", **report}
     written = bench.write_outputs(full, tmp_path / "latest.json", png=False)
     assert json.loads((tmp_path / "latest.json").read_text())["results"] == report["results"]
     assert {p.name for p in written} >= {"latest.json", "latest_table.md", "latest_tokens_per_s.html", "latest_bytes.html"}
-    assert (tmp_path / "latest_table.md").read_text().count("\n") == len(report["results"]) + 2
+    table_md = (tmp_path / "latest_table.md").read_text()
+    assert table_md.startswith(bench.format_table(report["results"], markdown=True) + "\n\n")
+    assert table_md.count("Analysis of staged's rounds") == 2            # greedy and topk50
     assert bench.main(["--render", str(tmp_path / "latest.json"), "--no-png"]) == 0
     table = bench.format_table(report["results"])
     assert "staged" in table and "2/2" in table

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..markdown import md_table
+from ..round_cost import RoundCost, analysis
 from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
 from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
 from ..strategies import STRATEGIES
@@ -229,6 +230,17 @@ def reference_note(stats: dict[str, dict]) -> str:
             "compute: more cores, bf16 or AMX units, a GPU), a draft that costs less than a third of the target per "
             "token and per prompt token read, and cheap guesses accepted often; 'Why it is fast' below shows the cost "
             "curves and the analysis drawn from them.")
+
+
+def round_note(stats: dict[str, dict], lane: str = "staged") -> str:
+    """The analysis of a lane's rounds against baseline's plain decoding in the same race (specviz/round_cost.py):
+    what a round cost, the speed-up that makes, and what would reach the goal. Empty where either lane is missing."""
+    run, base = stats.get(lane) or {}, stats.get("baseline") or {}
+    if not run.get("steps") or not base.get("new_tokens"):
+        return ""
+    cost = RoundCost.of(run["steps"], run["new_tokens"], run["wall_s"], run.get("phase_s", {}),
+                        base["wall_s"] / base["new_tokens"])
+    return analysis(lane, cost) if cost else ""
 
 
 # -- benchmark results -----------------------------------------------------------------------------

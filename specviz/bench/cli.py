@@ -18,7 +18,7 @@ from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
 from .projection import PROJECTION_SIZES, format_projection, project, recorded_rows
-from .report import format_table, write_outputs
+from .report import format_analyses, format_table, write_outputs
 from .run import run_bench
 from .settings import ALL_STRATEGIES, DEFAULT_SAMPLINGS, BenchError, parse_sampling
 from .. import tree_plan
@@ -106,7 +106,7 @@ def render(path: str, png: bool = True) -> int:
         raise BenchError(f"report not found: {path}")
     try:
         report = json.loads(file.read_text(encoding="utf-8"))
-        print(format_table(report["results"]))
+        print_results(report["results"])
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise BenchError(f"{path} is not a benchmark report ({type(exc).__name__}: {exc})") from None
     if "projection" in report:
@@ -114,6 +114,15 @@ def render(path: str, png: bool = True) -> int:
     written = write_outputs(report, file, png)
     print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     return 0
+
+
+def print_results(results: list[dict]) -> None:
+    """The table, then what each speculative strategy's rounds cost and would need (reports from before 2026-11-26
+    hold no round analysis)."""
+    print(format_table(results))
+    analyses = format_analyses(results)
+    if analyses:
+        print("\n" + analyses)
 
 
 def report_header(argv: list[str]) -> dict:
@@ -147,7 +156,7 @@ def bench(args, argv: list[str]) -> int:
     if report["settings"]["tree_plan"]:
         plan = tree_plan.TreePlan.from_dict(report["settings"]["tree_plan"])
         print(f"staged's tree: {tree_plan.describe(plan)}", file=sys.stderr)
-    print(format_table(report["results"]))
+    print_results(report["results"])
     if "projection" in report:
         print("\n" + format_projection(report["projection"]))
     written = write_outputs(report, Path(args.out), png=not args.no_png)

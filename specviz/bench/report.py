@@ -14,6 +14,7 @@ from .. import llama_cpp
 from ..strategies import STRATEGIES
 from ..markdown import md_table
 from ..metrics import time_split
+from ..round_cost import RoundCost, analysis
 from .settings import ALL_STRATEGIES
 
 
@@ -71,6 +72,7 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
     for row in per_prompt:
         groups[(row["sampling"], row["strategy"])].append(row)
     results = []
+    plain = {sampling: _decode_token_s(rows) for (sampling, strategy), rows in groups.items() if strategy == "baseline"}
     for (sampling, strategy), rows in groups.items():
         rates = [r["tokens_per_s"] for r in rows]
         tokens = sum(r["new_tokens"] for r in rows)
@@ -95,9 +97,31 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
                               if all(r["forward_s"] is not None for r in rows) else None),
             "exact_match": sum(bool(r["exact"]) for r in rows) if rows[0]["exact"] is not None else None,
             "prompts": len(rows),
+            "rounds": _round_cost(rows, plain.get(sampling)) if engine and strategy != "baseline" else None,
         })
     order = {s: i for i, s in enumerate(ALL_STRATEGIES)}
     return sorted(results, key=lambda r: (r["sampling"] != "greedy", r["sampling"], order[r["strategy"]]))
+
+
+def _decode_token_s(rows: list[dict]) -> float | None:
+    """Plain decoding's seconds per token over the prompts, the prompt read aside."""
+    tokens = sum(r["new_tokens"] for r in rows)
+    return sum(r["decode_wall_s"] for r in rows) / tokens if tokens and all(r["decode_wall_s"] for r in rows) else None
+
+
+def _round_cost(rows: list[dict], plain_token_s: float | None) -> dict | None:
+    """specviz/round_cost.py's analysis over all prompts' rounds: the round's parts per round, and its words."""
+    phases: dict[str, float] = defaultdict(float)
+    for r in rows:
+        for name, seconds in r["phase_s"].items():
+            phases[name] += seconds
+    cost = plain_token_s and RoundCost.of(sum(r["steps"] for r in rows), sum(r["new_tokens"] for r in rows),
+                                          sum(r["decode_wall_s"] for r in rows), phases, plain_token_s)
+    if not cost:
+        return None
+    return {"round_s": cost.round_s, "tokens": cost.tokens, "draft_s": cost.draft_s, "verify_s": cost.verify_s,
+            "other_s": cost.other_s, "plain_token_s": plain_token_s, "decode_speedup": cost.speedup,
+            "analysis": analysis(rows[0]["strategy"], cost)}
 
 
 def median(values):
@@ -127,6 +151,11 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
     shares["other"] = max(0.0, 1.0 - sum(shares.values()))
     return shares
 
+
+
+def format_analyses(results: list[dict]) -> str:
+    """Each speculative strategy's round analysis (specviz/round_cost.py), one paragraph per strategy and sampling."""
+    return "\n".join(f"{r['sampling']}: {r['rounds']['analysis']}" for r in results if r.get("rounds"))
 
 
 def format_table(results: list[dict], markdown: bool = False) -> str:
@@ -214,7 +243,9 @@ def write_outputs(report: dict, out: Path, png: bool = True) -> list[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     table = out.with_name(f"{out.stem}_table.md")
-    table.write_text(format_table(report["results"], markdown=True) + "\n", encoding="utf-8")
+    analyses = format_analyses(report["results"]).replace("\n", "\n\n")
+    table.write_text(format_table(report["results"], markdown=True) + "\n" + (f"\n{analyses}\n" if analyses else ""),
+                     encoding="utf-8")
     written = [out, table]
     for name, fig in figures(report).items():
         fig.update_layout(template="plotly_white", width=900, height=480)

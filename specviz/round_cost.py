@@ -1,0 +1,75 @@
+"""What a speculative strategy's rounds cost against plain decoding, and what would make them pay: an analysis drawn
+from a run's own clocks (its trace's phase times), for the app's verdict and the bench's report.
+
+A round drafts, verifies once and commits some tokens. It beats plain decoding by (tokens per round x seconds per
+plain token) / seconds per round. So for a goal G, a round that yields T tokens must take at most T x plain / G; where
+it takes longer, the gap closes by a cheaper draft (the draft's share of a round, times a factor), or by more tokens
+per round at today's cost. The prompt read is left out on both sides: it costs every strategy the same target read
+(the bench's and the race's tokens/s include it, so their ratios sit closer to 1 than this one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GOAL = 1.25      # the speed-up over our own plain decoding the analysis measures against: staged's goal on 2 CPU cores
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    rounds: int
+    tokens: float            # committed per round
+    draft_s: float           # per round: every drafting stage's forwards
+    verify_s: float          # per round: the target's forward
+    other_s: float           # per round: building the tree, bookkeeping
+    plain_token_s: float     # plain decoding's seconds per token, in the same run
+
+    @classmethod
+    def of(cls, rounds: int, tokens: int, decode_s: float, phase_s: dict[str, float],
+           plain_token_s: float) -> "RoundCost | None":
+        """From totals over a run (or several): rounds, tokens committed, decoding seconds and their phases."""
+        if rounds <= 0 or tokens <= 0 or decode_s <= 0 or plain_token_s <= 0:
+            return None
+        draft = sum(v for k, v in phase_s.items() if k.endswith("_draft"))
+        verify = phase_s.get("verify", 0.0)
+        return cls(rounds, tokens / rounds, draft / rounds, verify / rounds,
+                   max(0.0, decode_s - draft - verify) / rounds, plain_token_s)
+
+    @property
+    def round_s(self) -> float:
+        return self.draft_s + self.verify_s + self.other_s
+
+    @property
+    def speedup(self) -> float:
+        """Over plain decoding, the prompt read aside."""
+        return self.tokens * self.plain_token_s / self.round_s
+
+    def round_needed_s(self, goal: float = GOAL) -> float:
+        return self.tokens * self.plain_token_s / goal
+
+    def draft_factor(self, goal: float = GOAL) -> float | None:
+        """How many times cheaper the draft must get to reach the goal, all else as measured: None where the goal is
+        met, infinity where even a free draft would not reach it."""
+        gap = self.round_s - self.round_needed_s(goal)
+        if gap <= 0:
+            return None
+        return float("inf") if self.draft_s <= gap else self.draft_s / (self.draft_s - gap)
+
+    def tokens_needed(self, goal: float = GOAL) -> float:
+        """Tokens a round must yield at today's cost per round to reach the goal."""
+        return goal * self.round_s / self.plain_token_s
+
+
+def analysis(name: str, cost: RoundCost, goal: float = GOAL) -> str:
+    """One paragraph: the round, its parts, the speed-up it makes, and what would reach the goal."""
+    ms = lambda s: f"{s * 1e3:.0f} ms"     # noqa: E731
+    text = (f"Analysis of {name}'s rounds (this run's own clocks; the prompt read aside): a round took "
+            f"{ms(cost.round_s)} (drafting {ms(cost.draft_s)}, verifying {ms(cost.verify_s)}, the rest "
+            f"{ms(cost.other_s)}) and committed {cost.tokens:.1f} tokens, which plain decoding makes in "
+            f"{ms(cost.tokens * cost.plain_token_s)}: {cost.speedup:.2f}× in decoding. ")
+    factor = cost.draft_factor(goal)
+    if factor is None:
+        return text + f"That meets {goal:.2f}×."
+    reach = (f"a draft {factor:.1f}× cheaper ({ms(cost.draft_s)} → {ms(cost.draft_s / factor)} a round)"
+             if factor != float("inf") else "no draft, however cheap (verifying alone costs more than that)")
+    return text + (f"{goal:.2f}× needs a round of at most {ms(cost.round_needed_s(goal))}: {reach}, or "
+                   f"{cost.tokens_needed(goal):.1f} tokens a round at today's cost.")
