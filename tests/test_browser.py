@@ -243,6 +243,7 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.locator("#compare-btn").click()
     expect(status).to_contain_text("Race finished", timeout=400_000)
     expect(status).to_contain_text("the reference", timeout=60_000)   # whether a strategy of ours beat llama.cpp's
+    expect(status).to_contain_text(re.compile(r"Analysis of staged's rounds .* a round took \d+ ms"))
     for name in COMPARED:
         if name == "llama_cpp_speculative":       # the offline stack's draft is no GGUF file
             expect(page.locator(f"#race-{name}")).to_contain_text("needs a GGUF draft model")
