@@ -136,6 +136,17 @@ def test_each_speculative_strategy_gets_its_round_analysis(report):
         assert r["rounds"]["analysis"].startswith(f"Analysis of {r['strategy']}'s rounds")
 
 
+def test_rendering_an_older_report_draws_the_round_analysis_from_its_rows(report, tmp_path, capsys):
+    older = {"machine": "test", "date": "2026-11-25", "command": "python -m specviz.bench", **report,
+             "results": [{k: v for k, v in r.items() if k != "rounds"} for r in report["results"]]}
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    assert bench.main(["--render", str(tmp_path / "older.json"), "--no-png"]) == 0
+    printed = capsys.readouterr().out
+    for r in report["results"]:
+        if r["rounds"]:
+            assert f"{r['sampling']}: {r['rounds']['analysis']}" in printed
+
+
 def test_outputs_json_and_html(report, tmp_path):
     full = {"machine": "test", "date": "today", "command": "python -m specviz.bench", **report}
     written = bench.write_outputs(full, tmp_path / "latest.json", png=False)

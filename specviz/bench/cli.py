@@ -18,7 +18,7 @@ from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
 from .projection import PROJECTION_SIZES, format_projection, project, recorded_rows
-from .report import format_analyses, format_table, write_outputs
+from .report import format_analyses, format_table, summarise, write_outputs
 from .run import run_bench
 from .settings import ALL_STRATEGIES, DEFAULT_SAMPLINGS, BenchError, parse_sampling
 from .. import tree_plan
@@ -106,7 +106,7 @@ def render(path: str, png: bool = True) -> int:
         raise BenchError(f"report not found: {path}")
     try:
         report = json.loads(file.read_text(encoding="utf-8"))
-        print_results(report["results"])
+        print_results(report["results"], report.get("per_prompt"))
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise BenchError(f"{path} is not a benchmark report ({type(exc).__name__}: {exc})") from None
     if "projection" in report:
@@ -116,10 +116,12 @@ def render(path: str, png: bool = True) -> int:
     return 0
 
 
-def print_results(results: list[dict]) -> None:
-    """The table, then what each speculative strategy's rounds cost and would need (reports from before 2026-11-26
-    hold no round analysis)."""
+def print_results(results: list[dict], per_prompt: list[dict] | None = None) -> None:
+    """The table, then what each speculative strategy's rounds cost and would need; for a report from before
+    2026-11-26, whose results hold no round analysis, drawn from its per-prompt rows."""
     print(format_table(results))
+    if per_prompt and not any(r.get("rounds") for r in results):
+        results = summarise(per_prompt)
     analyses = format_analyses(results)
     if analyses:
         print("\n" + analyses)
