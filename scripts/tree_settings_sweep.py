@@ -3,7 +3,8 @@
 of per-prompt medians and writes JSON. Each setting is
 NAME=STRATEGY[:budget=N][:max_depth=N][:min_score=P][:lookup=N][:vocab=full] (vocab=full: draft models
 predict over the whole vocabulary, not the stack's draft vocabulary); `--new-tokens N` (default 64)
-comes first.
+comes first. Ratios are per-prompt medians against the first setting, of the whole time and of decoding alone
+(the prompt read aside).
     python scripts/tree_settings_sweep.py qwen-coder docs/benchmarks/heldout_humaneval_132_135.jsonl out.json \
         base=baseline spec=speculative tree=tree tree8=tree:budget=8 staged=staged staged8=staged:budget=8
 The first setting is the reference of the ratios (docs/BENCHMARKS.md, "Tree budget").
@@ -47,21 +48,24 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
     for prompt_id, ids in prompts:
         for name, strategy, tree, full_vocab in settings:
             run = run_setting(strategy, ids, new_tokens, tree, full_vocab)
-            runs[name].append({key: run[key] for key in ("tokens", "wall_s", "target_forwards", "draft_forwards")})
+            runs[name].append({key: run[key] for key in ("tokens", "wall_s", "decode_wall_s", "target_forwards",
+                                                                  "draft_forwards")})
             print(prompt_id, name, f"{len(run['tokens']) / run['wall_s']:.2f} tok/s", flush=True)
     reference = runs[settings[0][0]]
     summary = {}
-    print("| setting | tok/s | vs " + settings[0][0] + " | tok/fwd | draft forwards | same tokens |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| setting | tok/s | vs " + settings[0][0] + " | in decoding | tok/fwd | draft forwards | same tokens |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, rows in runs.items():
         summary[name] = {
             "tok_s": statistics.median(len(r["tokens"]) / r["wall_s"] for r in rows),
             "ratio": statistics.median(ref["wall_s"] / r["wall_s"] for ref, r in zip(reference, rows)),
+            "decode_ratio": statistics.median(ref["decode_wall_s"] / r["decode_wall_s"] for ref, r in zip(reference, rows)),
             "tok_per_fwd": statistics.median(len(r["tokens"]) / r["target_forwards"] for r in rows),
             "draft_forwards": sum(r["draft_forwards"] for r in rows),
             "same_tokens": sum(r["tokens"] == ref["tokens"] for ref, r in zip(reference, rows))}
         s = summary[name]
-        print(f"| {name} | {s['tok_s']:.2f} | {s['ratio']:.2f}x | {s['tok_per_fwd']:.2f} | {s['draft_forwards']} "
+        print(f"| {name} | {s['tok_s']:.2f} | {s['ratio']:.2f}x | {s['decode_ratio']:.2f}x | {s['tok_per_fwd']:.2f} "
+              f"| {s['draft_forwards']} "
               f"| {s['same_tokens']}/{len(rows)} |")
     with open(out, "w") as f:
         json.dump({"preset": preset, "prompts": [p for p, _ in prompts], "new_tokens": new_tokens,

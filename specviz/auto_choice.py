@@ -25,6 +25,7 @@ from typing import Callable
 from .paths import cache_dir
 
 FILE = "auto.json"
+TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
 REMEASURE = "SPECVIZ_REMEASURE"      # "1": measure again in this process (and store the result)
 
 
@@ -39,8 +40,9 @@ def machine() -> str:
     from .cpu import kernels
     from .cpu import cpu_info
     name, simd = cpu_info()
+    capped = "".join(f" {var}={os.environ[var]}" for var in TORCH_ISA if os.environ.get(var))   # torch told to use less
     return (f"{name} | {os.cpu_count()} cores | {' '.join(simd)} | torch {torch.__version__} "
-            f"{torch.get_num_threads()} threads | {kernels.status()}")
+            f"{torch.get_num_threads()} threads{capped} | {kernels.status()}")
 
 
 def _read_all() -> dict:

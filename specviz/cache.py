@@ -22,6 +22,7 @@ import torch
 from .cpu.matmul import MAX_ROWS, engine_products, install, rows_product
 from .cpu.decoder import Decoder
 from .cpu.decoder import supported as decoder_supports
+from .cpu.prompt_reader import READ_ROWS, reader_of
 from .cpu.blocks import BlockLinear
 from .cpu.int4 import Int4Linear, is_quantized
 from .cpu.int8 import Int8Linear
@@ -108,6 +109,8 @@ class KVModel:
         self.fast = compiled is None and install(model)     # see specviz/cpu/matmul.py
         # a quantized Llama-family model runs its own forward (specviz/cpu/decoder.py), with its own KV cache
         self.decoder = Decoder(model) if static_len is None and compiled is None and decoder_supports(model) else None
+        # long committed feeds (a prompt read) through float copies of its products, where attached (prompt_reader.py)
+        self.reader = reader_of(self.decoder, model) if self.decoder is not None else None
         self.head = None                 # an output layer computed here, not by the model
         self.output_vocab = None
         if (self.fast or self.decoder is not None) and output_vocab is None:
@@ -171,7 +174,8 @@ class KVModel:
         if self.static_len is not None:
             return self._static_forward(tokens, positions, visible)[-keep:]
         if self.decoder is not None:
-            hidden = self.decoder.forward(tokens, positions, visible, self.committed, self.cache, keep)
+            decoder = self.reader if self.reader is not None and n >= READ_ROWS else self.decoder
+            hidden = decoder.forward(tokens, positions, visible, self.committed, self.cache, keep)
             self._logged(n)
             return self._scores(hidden)
         ids = torch.tensor([tokens], device=self.device)

@@ -30,6 +30,7 @@ from .models import AUTO_DTYPE, ModelLoadError, resolve, resolve_dtype
 from .paths import cache_dir
 from .presets import PRESETS, load_preset, predicted_token_seconds
 from .strategies import is_non_neural
+from .cpu import prompt_reader
 from .tree_plan import describe
 
 
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "
                 "(the curves did not repeat themselves: a busy machine?); staged grows the fixed rule until "
                 "`python -m specviz.prepare` runs on a machine at rest")
+            reads = timed(f"measuring how preset {name}'s draft reads prompts fastest",
+                          lambda: stack.read_prompts(measure_now=True))
+            for spec, choice in reads.items():
+                say(f"{spec}: {prompt_reader.describe(choice)}")
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from . import auto_choice
+from .cpu import prompt_reader
+from .cpu.decoder import supported as runs_own_forward
 from .auto_trigram import auto_trigram, draft_texts
 from .cache import KVModel, restricts_output
 from .cost_curve import cost_curves
@@ -76,6 +78,7 @@ class Stack:
     draft_vocabulary: torch.Tensor | None = None    # see restrict_draft_vocabulary
     precision_reason: str = ""      # under `auto`: why this precision, with the probe's timings (models.auto_reason)
     plans: dict = field(default_factory=dict, repr=False)   # tree_plan()'s answer, once read
+    prompt_reads: dict = field(default_factory=dict, repr=False)   # read_prompts()'s answer, by draft spec
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
@@ -90,7 +93,27 @@ class Stack:
         if auto:
             stack.restrict_draft_vocabulary()
             stack.precision_reason = auto_reason(device, target)
+        stack.read_prompts()
         return stack
+
+    def read_prompts(self, measure_now: bool = False) -> dict[str, dict]:
+        """Each quantized draft model reads prompts in the way stored for it (specviz/cpu/prompt_reader.py): through
+        float copies of its weights where that was measured faster here. Measured and stored first where nothing is
+        stored and `measure_now` (setup, the bench, the app before its first race), else left to its own products.
+        Returns the choices in use, by draft spec."""
+        for spec, draft in self.draft_models().items():
+            if spec in self.prompt_reads or not runs_own_forward(draft.model):
+                continue
+            name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
+            choice = auto_choice.decided(name, lambda: prompt_reader.choose(draft.model)) if measure_now \
+                else auto_choice.stored(name)
+            if not choice:
+                continue
+            self.prompt_reads[spec] = choice
+            reads = choice["choice"] != prompt_reader.OWN
+            prompt_reader.attach(draft.model, prompt_reader.float_layers(draft.model, getattr(torch, choice["choice"]))
+                                 if reads else None)
+        return self.prompt_reads
 
     def restrict_draft_vocabulary(self) -> None:
         """Draft models above a `trigram:auto` stage predict only the tokens its corpus holds, the special

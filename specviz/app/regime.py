@@ -13,6 +13,7 @@ from .. import llama_cpp
 from ..cost_curve import cost_curve
 from ..markdown import md_table
 from ..models import cpu_precisions, probe_seconds, runs_file_blocks
+from ..cpu import prompt_reader
 from ..cpu.blocks import GGUF
 from ..plots import base_layout, empty_figure
 from ..tree_plan import TreePlan, describe
@@ -37,6 +38,7 @@ def regime_view(stack) -> dict:
 
 def _measure(stack) -> dict:
     plan = stack.tree_plan(measure_now=True)     # the curve staged's tree is planned from, where there is one
+    reads = stack.read_prompts(measure_now=True)  # and how its draft reads prompts fastest (before the first race)
     if plan is not None:
         ours = {k: plan.target[k] for k in SIZES}
     else:
@@ -51,7 +53,7 @@ def _measure(stack) -> dict:
     probes = {name: probe_seconds(name) for name in probed_precisions()} if stack.target.model.device.type == "cpu" else {}
     return {"ours": ours, "llama": llama, "why_no_llama": why, "probes": probes,
             "target": stack.target_name, "precision": stack.precision(),
-            "plan": None if plan is None else plan.to_dict()}
+            "plan": None if plan is None else plan.to_dict(), "prompt_reads": reads}
 
 
 def probed_precisions() -> tuple[str, ...]:
@@ -85,6 +87,8 @@ def regime_md(view: dict | None) -> str:
         plan = TreePlan.from_dict(view["plan"])
         text.append(f"**Staged's tree here is planned from this curve**: {describe(plan)}. Cheaper verification, "
                     f"bigger trees. *Curves {plan.source}.*")
+    for spec, choice in (view.get("prompt_reads") or {}).items():
+        text.append(f"**{spec}**: {prompt_reader.describe(choice)}.")
     if not llama:
         text.append(f"*llama.cpp's curve is missing: {view['why_no_llama']}.*")
     if view["probes"]:

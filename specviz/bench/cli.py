@@ -22,6 +22,7 @@ from .report import format_analyses, format_table, summarise, write_outputs
 from .run import run_bench
 from .settings import ALL_STRATEGIES, DEFAULT_SAMPLINGS, BenchError, parse_sampling
 from .. import tree_plan
+from ..cpu import prompt_reader
 
 DEFAULT_OUT = Path("docs/benchmarks/latest.json")
 DESCRIPTION = "`python -m specviz.bench`: the paper's Tables 1 and 2 with our models, next to what a user has today."
@@ -158,6 +159,8 @@ def bench(args, argv: list[str]) -> int:
     if report["settings"]["tree_plan"]:
         plan = tree_plan.TreePlan.from_dict(report["settings"]["tree_plan"])
         print(f"staged's tree: {tree_plan.describe(plan)}", file=sys.stderr)
+    for spec, choice in report["settings"]["prompt_reads"].items():
+        print(f"{spec}: {prompt_reader.describe(choice)}", file=sys.stderr)
     print_results(report["results"])
     if "projection" in report:
         print("\n" + format_projection(report["projection"]))

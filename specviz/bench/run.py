@@ -113,6 +113,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     # staged's plan, measured before anything is timed where none is stored (the machine at rest, as the bench needs)
     planned = "staged" in strategies and default_tree("staged", **(tree or {})).planned
     plan = stack.tree_plan(measure_now=True) if planned else None
+    reads = stack.read_prompts(measure_now=True)     # how each draft reads prompts, the same way
     if compile:
         from ..engine import static_length
         trees = [stack.planned(default_tree(s, **(tree or {}))) for s in strategies if s in STRATEGIES]
@@ -139,7 +140,8 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     ref = reference_strategy(rows)
     report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
-                           "tree": tree or {}, "tree_plan": None if plan is None else plan.to_dict(), "compiled": compile,
+                           "tree": tree or {}, "tree_plan": None if plan is None else plan.to_dict(),
+                           "prompt_reads": reads, "compiled": compile,
                            "static_cache_entries": stack.static_len if compile else None,
                            "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
                            "precision": stack.precision(), "precision_reason": stack.precision_reason,

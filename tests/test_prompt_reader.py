@@ -1,0 +1,130 @@
+"""A quantized draft's prompt read through float copies of its weights (specviz/cpu/prompt_reader.py): used for long
+committed feeds only, chosen by measurement and stored, and never a change to any strategy's output."""
+import copy
+
+import pytest
+import torch
+
+from specviz.cache import KVModel
+from specviz.cpu import kernels, prompt_reader
+from specviz.cpu.decoder import Decoder
+from specviz.models import LoadedModel, _quantized
+from specviz.sampling import Sampling
+from tiny import tiny_model, tiny_stack
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
+
+PROMPT = [(7 * i + 3) % 64 for i in range(prompt_reader.READ_ROWS + 8)]
+
+
+def quantized_with_float_copy(noise: float = 0.0):
+    model = copy.deepcopy(tiny_model("llama", hidden=64, noise=noise))
+    float_copy = copy.deepcopy(model)
+    _quantized(LoadedModel("m", model, None))
+    return model, float_copy
+
+
+def with_weights_of(quantized, float_model):
+    """float_model with each linear layer's weight the one `quantized`'s products multiply by (biases kept)."""
+    ref = copy.deepcopy(float_model)
+    for layer, mine in zip(Decoder(quantized).layers, ref.model.layers):
+        attention, mlp = mine.self_attn, mine.mlp
+        qkv = torch.cat([p.dequantized() for p in layer.attention_in])
+        for linear, weight in zip((attention.q_proj, attention.k_proj, attention.v_proj),
+                                  qkv.split([attention.q_proj.out_features, attention.k_proj.out_features,
+                                             attention.v_proj.out_features])):
+            linear.weight.data = weight
+        gate_up = torch.cat([p.dequantized() for p in layer.mlp_in])
+        mlp.gate_proj.weight.data, mlp.up_proj.weight.data = gate_up.split(mlp.gate_proj.out_features)
+        attention.o_proj.weight.data, mlp.down_proj.weight.data = layer.output.dequantized(), layer.down.dequantized()
+    return ref
+
+
+def quantized_draft_stack():
+    """tiny_stack with its draft model in 4 bits (a copy: tiny_model's models are shared), and that draft in float32."""
+    stack = tiny_stack(("draft", "lookup"))
+    loaded = stack.loaded["draft"]
+    float_copy = loaded.model
+    stack.loaded["draft"] = _quantized(LoadedModel(loaded.name, copy.deepcopy(float_copy), loaded.tokenizer))
+    return stack, float_copy
+
+
+def test_a_long_feed_reads_through_the_float_copy_and_a_short_one_through_the_draft_own_products():
+    model, float_copy = quantized_with_float_copy()
+    with torch.inference_mode():
+        own_logits = KVModel(model, "own").feed_committed(PROMPT)
+        own_short = KVModel(model, "own, short").feed_committed(PROMPT[:5])
+        prompt_reader.attach(model, prompt_reader.float_layers(model, torch.float32))
+        try:
+            read = KVModel(model, "read")
+            assert read.reader is not None
+            read_logits = read.feed_committed(PROMPT)
+            read_short = KVModel(model, "read, short").feed_committed(PROMPT[:5])
+            hidden = with_weights_of(model, float_copy).model(torch.tensor([PROMPT])).last_hidden_state[0]
+            floats = read._scores(hidden)                   # through the draft's own output layer
+        finally:
+            prompt_reader.attach(model, None)
+    assert torch.equal(read_short, own_short)           # a short feed: the draft's own products, bit for bit
+    assert KVModel(model, "after").reader is None
+    # the reader computes the model of the draft's 4-bit weights in float32; its own products round activations to
+    # int8 on top
+    assert torch.allclose(read_logits, floats, atol=1e-4 * floats.abs().max().item())
+    assert not torch.allclose(own_logits, floats, atol=1e-4 * floats.abs().max().item())
+    assert torch.allclose(own_logits, floats, atol=0.1 * floats.abs().max().item())
+
+
+@pytest.mark.parametrize("strategy", ["speculative", "staged"])
+def test_strategies_whose_draft_reads_prompts_in_bfloat16_write_baseline_text(strategy, monkeypatch):
+    stack, _ = quantized_draft_stack()
+    draft = stack.loaded["draft"].model
+    products = prompt_reader.float_layers(draft, torch.bfloat16)
+    calls = []
+    monkeypatch.setattr(prompt_reader.FloatProduct, "forward",
+                        lambda self, x, f=prompt_reader.FloatProduct.forward: calls.append(len(x)) or f(self, x))
+    prompt_reader.attach(draft, products)
+    try:
+        base = stack.decoder(PROMPT, "baseline", max_new_tokens=24, stop_at_eos=False).generate().tokens
+        ours = stack.decoder(PROMPT, strategy, max_new_tokens=24, stop_at_eos=False).generate().tokens
+    finally:
+        prompt_reader.attach(draft, None)
+    assert ours == base
+    assert calls and min(calls) >= prompt_reader.READ_ROWS       # the prompt went through it, nothing else did
+
+
+def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatch):
+    model, _ = quantized_with_float_copy()
+    speeds = {}
+
+    def timed(m):
+        reader = prompt_reader._READERS.get(m)
+        return speeds[reader[0]["down"].weight.dtype if reader else None]
+    monkeypatch.setattr(prompt_reader, "time_read", timed)
+    speeds.update({None: 1.0, torch.bfloat16: 0.95, torch.float32: 2.0})
+    assert prompt_reader.choose(model)["choice"] == prompt_reader.OWN
+    speeds.update({torch.bfloat16: 0.4})
+    chosen = prompt_reader.choose(model)
+    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0}}
+    assert prompt_reader._READERS.get(model) is None                # measuring leaves nothing attached
+    assert "bfloat16 copies of its weights" in prompt_reader.describe(chosen)
+
+
+def test_a_stack_measures_its_draft_prompt_read_only_when_asked_and_later_stacks_read_the_stored_choice(
+        auto_choices, monkeypatch):
+    def quantized_stack():
+        return quantized_draft_stack()[0]
+    measured = []
+    monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(1) or
+                        {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.5, "float32": 1.2}})
+    first = quantized_stack()
+    assert first.read_prompts() == {} and not auto_choices.exists()         # generating alone never times anything
+    assert prompt_reader._READERS.get(first.loaded["draft"].model) is None
+    assert first.read_prompts(measure_now=True)["draft"]["choice"] == "bfloat16" and measured == [1]
+    assert "prompt read: draft" in auto_choices.read_text()
+    second = quantized_stack()
+    assert second.read_prompts()["draft"]["choice"] == "bfloat16" and measured == [1]
+    draft = second.loaded["draft"].model
+    try:
+        assert KVModel(draft, "d").reader is not None
+        assert prompt_reader._READERS[draft][0]["down"].weight.dtype == torch.bfloat16
+    finally:
+        prompt_reader.attach(draft, None)
