@@ -21,11 +21,16 @@ def baseline_bytes(costs: tuple, prompt_tokens: int, new_tokens: int) -> float:
     return float((weight + per_token) * new_tokens + kv * kv_entries)
 
 
+PROMPT_READ = "prompt_read"      # the phase of draft models reading the prompt (their first round's catch-up)
+
+
 def time_split(phase_s: dict[str, float], wall: float) -> dict[str, float]:
-    """Time by phase, the one split every chart and table uses: drafting per stage (`stage{k}_draft`),
-    verification, and overhead = the rest of `wall` (tree building outside drafter forwards, bookkeeping,
-    untimed). Works on seconds, or on shares with wall = 1."""
+    """Time by phase, the one split every chart and table uses: drafting per stage (`stage{k}_draft`), the draft
+    models' prompt read where there was one, verification, and overhead = the rest of `wall` (tree building outside
+    drafter forwards, bookkeeping, untimed). Works on seconds, or on shares with wall = 1."""
     split = {k: v for k, v in sorted(phase_s.items()) if k.endswith("_draft")}
+    if phase_s.get(PROMPT_READ):
+        split[PROMPT_READ] = phase_s[PROMPT_READ]
     split["verify"] = phase_s.get("verify", 0.0)
     split["overhead"] = max(0.0, wall - sum(split.values()))
     return split

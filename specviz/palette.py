@@ -10,6 +10,7 @@ KIND_COLOURS = {"target": "#D55E00", "model": "#0072B2", "ngram": "#009E73", "lo
 SPARE_COLOURS = ["#56B4E9", "#E69F00", "#F0E442", "#000000"]
 ROOT_COLOUR = "#4D4D4D"                 # the last committed token, and the prompt
 OVERHEAD_COLOUR = "#999999"             # time outside model forwards
+PROMPT_READ_COLOUR = "#99C7E0"          # a draft model reading the prompt: the draft's blue, paler
 LINE_COLOUR = "#222222"                 # accepted paths, reference lines
 STRATEGY_COLOURS = {"baseline": "#999999", "speculative": "#56B4E9", "tree": "#0072B2", "staged": "#009E73"}
 COLOUR_NAMES = {"#D55E00": "red", "#0072B2": "blue", "#009E73": "green", "#CC79A7": "purple",

@@ -4,12 +4,15 @@ from a run's own clocks (its trace's phase times), for the app's verdict and the
 A round drafts, verifies once and commits some tokens. It beats plain decoding by (tokens per round x seconds per
 plain token) / seconds per round. So for a goal G, a round that yields T tokens must take at most T x plain / G; where
 it takes longer, the gap closes by a cheaper draft (the draft's share of a round, times a factor), or by more tokens
-per round at today's cost. The prompt read is left out on both sides: it costs every strategy the same target read
-(the bench's and the race's tokens/s include it, so their ratios sit closer to 1 than this one).
+per round at today's cost. The target's prompt read is left out on both sides: it costs every strategy the same (the
+bench's and the race's tokens/s include it, so their ratios sit closer to 1 than this one). A draft model's own prompt
+read, in its first round, is a cost of speculation: counted, and named apart from the rounds' drafting.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .metrics import PROMPT_READ
 
 GOAL = 1.25      # the speed-up over our own plain decoding the analysis measures against: staged's goal on 2 CPU cores
 
@@ -19,6 +22,7 @@ class RoundCost:
     rounds: int
     tokens: float            # committed per round
     draft_s: float           # per round: every drafting stage's forwards
+    read_s: float            # per round: the draft models' prompt read (once a generation), spread over its rounds
     verify_s: float          # per round: the target's forward
     other_s: float           # per round: building the tree, bookkeeping
     plain_token_s: float     # plain decoding's seconds per token, in the same run
@@ -30,13 +34,13 @@ class RoundCost:
         if rounds <= 0 or tokens <= 0 or decode_s <= 0 or plain_token_s <= 0:
             return None
         draft = sum(v for k, v in phase_s.items() if k.endswith("_draft"))
-        verify = phase_s.get("verify", 0.0)
-        return cls(rounds, tokens / rounds, draft / rounds, verify / rounds,
-                   max(0.0, decode_s - draft - verify) / rounds, plain_token_s)
+        read, verify = phase_s.get(PROMPT_READ, 0.0), phase_s.get("verify", 0.0)
+        return cls(rounds, tokens / rounds, draft / rounds, read / rounds, verify / rounds,
+                   max(0.0, decode_s - draft - read - verify) / rounds, plain_token_s)
 
     @property
     def round_s(self) -> float:
-        return self.draft_s + self.verify_s + self.other_s
+        return self.draft_s + self.read_s + self.verify_s + self.other_s
 
     @property
     def speedup(self) -> float:
@@ -62,8 +66,9 @@ class RoundCost:
 def analysis(name: str, cost: RoundCost, goal: float = GOAL) -> str:
     """One paragraph: the round, its parts, the speed-up it makes, and what would reach the goal."""
     ms = lambda s: f"{s * 1e3:.0f} ms"     # noqa: E731
-    text = (f"Analysis of {name}'s rounds (this run's own clocks; the prompt read aside): a round took "
-            f"{ms(cost.round_s)} (drafting {ms(cost.draft_s)}, verifying {ms(cost.verify_s)}, the rest "
+    read = f", the draft reading the prompt {ms(cost.read_s)} (once, spread over the rounds)" if cost.read_s else ""
+    text = (f"Analysis of {name}'s rounds (this run's own clocks; the target's prompt read aside): a round took "
+            f"{ms(cost.round_s)} (drafting {ms(cost.draft_s)}{read}, verifying {ms(cost.verify_s)}, the rest "
             f"{ms(cost.other_s)}) and committed {cost.tokens:.1f} tokens, which plain decoding makes in "
             f"{ms(cost.tokens * cost.plain_token_s)}: {cost.speedup:.2f}× in decoding. ")
     factor = cost.draft_factor(goal)

@@ -9,7 +9,8 @@ from specviz.cache import KVModel
 from specviz.cpu import kernels, prompt_reader
 from specviz.cpu.decoder import Decoder
 from specviz.models import LoadedModel, _quantized
-from specviz.sampling import Sampling
+from specviz.metrics import summarise, time_split
+from specviz.plots.compare import latency_figure
 from tiny import tiny_model, tiny_stack
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
@@ -128,3 +129,16 @@ def test_a_stack_measures_its_draft_prompt_read_only_when_asked_and_later_stacks
         assert prompt_reader._READERS[draft][0]["down"].weight.dtype == torch.bfloat16
     finally:
         prompt_reader.attach(draft, None)
+
+
+def test_the_draft_prompt_read_is_its_own_phase_of_the_first_round_only():
+    stack = tiny_stack(("draft", "lookup"))
+    run = stack.decoder(PROMPT, "staged", max_new_tokens=16, stop_at_eos=False).generate()
+    first, later = run.steps[0], run.steps[1:]
+    assert first.phase_s["prompt_read"] > 0 and first.forwards["draft"][0] == len(PROMPT)
+    assert all("prompt_read" not in s.phase_s for s in later)
+    assert "prompt_read" in time_split(first.phase_s, first.wall_s)
+    figure = latency_figure({"staged": summarise(run.steps)})
+    assert "the draft model reading the prompt (once)" in {trace.name for trace in figure.data}
+    plain = stack.decoder(PROMPT, "baseline", max_new_tokens=4).generate()
+    assert all("prompt_read" not in s.phase_s for s in plain.steps)

@@ -49,3 +49,12 @@ def test_the_race_verdict_analyses_staged_against_baseline_of_the_same_race():
     assert words.round_note({"baseline": base, "speculative": staged}) == ""
     assert words.round_note({"baseline": base, "speculative": staged}, "speculative").startswith(
         "Analysis of speculative's rounds")
+
+
+def test_a_draft_reading_the_prompt_is_named_apart_from_the_rounds_drafting():
+    cost = RoundCost.of(**{**AVX2, "decode_s": 3.0, "phase_s": {**AVX2["phase_s"], "prompt_read": 0.4}})
+    assert (cost.draft_s, cost.read_s, cost.other_s) == pytest.approx((0.125, 0.04, 0.006))
+    assert cost.round_s == pytest.approx(0.3)
+    assert cost.draft_factor(1.25) == pytest.approx(0.125 / (0.125 - (0.3 - 0.208)))   # the read is no draft forward
+    assert "the draft reading the prompt 40 ms (once, spread over the rounds)" in analysis("staged", cost)
+    assert "reading the prompt" not in analysis("staged", RoundCost.of(**AVX2))

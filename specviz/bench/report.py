@@ -13,7 +13,7 @@ import numpy as np
 from .. import llama_cpp
 from ..strategies import STRATEGIES
 from ..markdown import md_table
-from ..metrics import time_split
+from ..metrics import PROMPT_READ, time_split
 from ..round_cost import RoundCost, analysis
 from .settings import ALL_STRATEGIES
 
@@ -119,7 +119,8 @@ def _round_cost(rows: list[dict], plain_token_s: float | None) -> dict | None:
                                           sum(r["decode_wall_s"] for r in rows), phases, plain_token_s)
     if not cost:
         return None
-    return {"round_s": cost.round_s, "tokens": cost.tokens, "draft_s": cost.draft_s, "verify_s": cost.verify_s,
+    return {"round_s": cost.round_s, "tokens": cost.tokens, "draft_s": cost.draft_s, "read_s": cost.read_s,
+            "verify_s": cost.verify_s,
             "other_s": cost.other_s, "plain_token_s": plain_token_s, "decode_speedup": cost.speedup,
             "analysis": analysis(rows[0]["strategy"], cost)}
 
@@ -161,7 +162,7 @@ def format_analyses(results: list[dict]) -> str:
 def format_table(results: list[dict], markdown: bool = False) -> str:
     """vs ref: against the reference, the fastest plain decoder measured in the run (llama.cpp where it ran);
     vs base: against our baseline in the run's precision. draft/verify/rest: shares of decode time by engine
-    phase (rest = tree building, bookkeeping and untimed); outside fwd: share of end-to-end time spent
+    phase (draft includes the draft models' prompt read; rest = tree building, bookkeeping and untimed); outside fwd: share of end-to-end time spent
     outside model forward calls."""
     head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs ref", "vs HF", "vs assisted", "vs base", "tok/fwd",
             "bytes/base",
@@ -170,7 +171,7 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
     for r in results:
         share = r["phase_share"] or {}
         split = time_split(share, 1.0) if share else {}
-        draft = sum(v for k, v in split.items() if k.endswith("_draft"))
+        draft = sum(v for k, v in split.items() if k.endswith("_draft") or k == PROMPT_READ)
         lines.append((
             r["sampling"], r["strategy"],
             f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..cache import KVModel
+from ..metrics import PROMPT_READ
 from ..tree import Tree
 from ..verify import verify_greedy
 from .base import Drafter
@@ -81,8 +82,8 @@ class ModelDrafter(Drafter):
 
     # -- feeding ------------------------------------------------------------------------------
     def _catch_up(self, context: list[int]) -> None:
-        """Feed committed tokens the draft has not read yet, ending with the root."""
-        with self.timer.phase(f"stage{self.stage}_draft"):
+        """Feed committed tokens the draft has not read yet, ending with the root: in the first round, the prompt."""
+        with self.timer.phase(PROMPT_READ if self.kv.committed == 0 else f"stage{self.stage}_draft"):
             logits = self.kv.feed_committed(context[self.kv.committed:], keep=1)
         self.fed[()] = (-1, logits[-1])
 

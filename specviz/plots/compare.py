@@ -7,8 +7,8 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..metrics import time_split
-from ..palette import KIND_COLOURS, LINE_COLOUR, OVERHEAD_COLOUR, STRATEGY_COLOURS
+from ..metrics import PROMPT_READ, time_split
+from ..palette import KIND_COLOURS, LINE_COLOUR, OVERHEAD_COLOUR, PROMPT_READ_COLOUR, STRATEGY_COLOURS
 from ..trace import StageInfo
 from .common import KIND_WORDS, base_layout, empty_figure, stage_colours
 
@@ -27,13 +27,14 @@ def _phase_name(key: str, kinds: dict[int, str]) -> str:
     if key.endswith("_draft"):
         stage = _stage_of(key)
         return f"drafting: {KIND_WORDS.get(kinds.get(stage), 'stage')} (stage {stage})"
-    return {"verify": "verification (target forward)", "overhead": "overhead (bookkeeping, Python)"}[key]
+    return {"verify": "verification (target forward)", "overhead": "overhead (bookkeeping, Python)",
+            PROMPT_READ: "the draft model reading the prompt (once)"}[key]
 
 
 def _phase_colour(key: str, colours: dict[int, str]) -> str:
     if key.endswith("_draft"):
         return colours.get(_stage_of(key), "#000000")
-    return {"verify": KIND_COLOURS["target"], "overhead": OVERHEAD_COLOUR}[key]
+    return {"verify": KIND_COLOURS["target"], "overhead": OVERHEAD_COLOUR, PROMPT_READ: PROMPT_READ_COLOUR}[key]
 
 
 def _stage_kinds(stages: dict[str, list[StageInfo]]) -> tuple[dict[int, str], dict[int, str]]:
