@@ -9,6 +9,7 @@ from pathlib import Path
 from time import perf_counter
 
 from . import reference
+from .cpu import prompt_reader
 from .bench.report import ratio
 
 from .tree import SHAPES
@@ -114,6 +115,9 @@ def generate(args) -> int:
             print(f"staged's tree: {describe(plan)}" if plan else f"staged's tree: the fixed rule (one path while the "
                   f"draft gives at least {STAGED_MIN_SCORE}): no plan is stored for this pair here yet (python -m specviz.prepare "
                   "stores the presets', the bench and the app any pair's)", file=sys.stderr)
+        if decoder.drafter is not None:
+            for spec, choice in stack.prompt_reads.items():
+                print(f"{spec}: {prompt_reader.describe(choice)}", file=sys.stderr)
         if ref is not None:
             print(reference_line(speed, ref), file=sys.stderr)
     return 0
