@@ -142,3 +142,14 @@ def test_the_draft_prompt_read_is_its_own_phase_of_the_first_round_only():
     assert "the draft model reading the prompt (once)" in {trace.name for trace in figure.data}
     plain = stack.decoder(PROMPT, "baseline", max_new_tokens=4).generate()
     assert all("prompt_read" not in s.phase_s for s in plain.steps)
+
+
+def test_the_regime_panel_says_how_the_draft_reads_prompts():
+    from specviz.app.regime import regime_md
+    choice = {"choice": "bfloat16", "seconds": {"own": 0.43, "bfloat16": 0.2, "float32": 0.46}}
+    view = {"ours": {k: 0.05 * k ** 0.5 for k in (1, 2, 4, 8, 16)}, "llama": None, "why_no_llama": "not built",
+            "probes": {}, "target": "t", "precision": "gguf", "plan": None, "prompt_reads": {"qwen-0.5b": choice}}
+    text = regime_md(view)
+    assert f"**qwen-0.5b**: {prompt_reader.describe(choice)}." in text
+    assert "bfloat16 copies of its weights (128 tokens: its own products 430 ms, bfloat16 200 ms, float32 460 ms)" in text
+    assert "reads prompts" not in regime_md({**view, "prompt_reads": {}})
