@@ -102,12 +102,12 @@ class Stack:
         stored and `measure_now` (setup, the bench, the app before its first race), else left to its own products.
         Returns the choices in use, by draft spec."""
         for spec, draft in self.draft_models().items():
-            if spec in self.prompt_reads or not runs_own_forward(draft.model):
+            if (spec in self.prompt_reads and not measure_now) or not runs_own_forward(draft.model):
                 continue
             name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
             choice = auto_choice.decided(name, lambda: prompt_reader.choose(draft.model)) if measure_now \
                 else auto_choice.stored(name)
-            if not choice:
+            if not choice or choice == self.prompt_reads.get(spec):      # nothing stored, or attached already
                 continue
             self.prompt_reads[spec] = choice
             reads = choice["choice"] != prompt_reader.OWN

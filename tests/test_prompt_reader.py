@@ -127,6 +127,13 @@ def test_a_stack_measures_its_draft_prompt_read_only_when_asked_and_later_stacks
     try:
         assert KVModel(draft, "d").reader is not None
         assert prompt_reader._READERS[draft][0]["down"].weight.dtype == torch.bfloat16
+        assert second.read_prompts(measure_now=True)["draft"]["choice"] == "bfloat16" and measured == [1]
+        # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
+        monkeypatch.setenv("SPECVIZ_REMEASURE", "1")
+        monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(2) or
+                            {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
+        assert second.read_prompts(measure_now=True)["draft"]["choice"] == "float32" and measured == [1, 2]
+        assert prompt_reader._READERS[draft][0]["down"].weight.dtype == torch.float32
     finally:
         prompt_reader.attach(draft, None)
 
