@@ -2,11 +2,11 @@
 
 A draft model reads the whole prompt once, in its first round, through the products it decodes with. specviz's 4-bit
 products are built for a few rows: on our 2-core AVX512+AMX CPU the Qwen2.5-Coder-0.5B read a 160-token prompt in
-610 ms that way, as long as the 1.5B target's read on AMX tiles, while PyTorch's bfloat16 products (AMX tiles through
-oneDNN) read it in 175 ms. So a draft may read prompts through float copies of its products (the weights they multiply by,
-de-quantised in memory): the same layers, norms, rotary embedding and attention (specviz/cpu/decoder.py's step-by-step
-forward), writing the same KV cache, only the products in another precision. A draft's numerics move acceptance only,
-never the output.
+608 ms that way, as long as the 1.5B target's read on AMX tiles. So a draft may read prompts through float copies of
+its products (the weights they multiply by, de-quantised in memory): the same layers, norms, rotary embedding and
+attention (specviz/cpu/decoder.py's step-by-step forward), writing the same KV cache, only the products in another
+precision. There, in bfloat16 (PyTorch's products, on AMX tiles through oneDNN), 128 tokens took 174-203 ms against
+385-473 ms. A draft's numerics move acceptance only, never the output.
 
 Which precision reads fastest is measured once per machine and draft, at the moments meant to be at rest (setup, the
 bench, the app before its first race, as the tree plan), and stored (specviz/auto_choice.py); where nothing is stored
