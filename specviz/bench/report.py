@@ -111,18 +111,22 @@ def _decode_token_s(rows: list[dict]) -> float | None:
 
 def _round_cost(rows: list[dict], plain_token_s: float | None) -> dict | None:
     """specviz/round_cost.py's analysis over all prompts' rounds: the round's parts per round, and its words."""
-    phases: dict[str, float] = defaultdict(float)
-    for r in rows:
-        for name, seconds in r["phase_s"].items():
-            phases[name] += seconds
     cost = plain_token_s and RoundCost.of(sum(r["steps"] for r in rows), sum(r["new_tokens"] for r in rows),
-                                          sum(r["decode_wall_s"] for r in rows), phases, plain_token_s)
+                                          sum(r["decode_wall_s"] for r in rows), _phase_totals(rows), plain_token_s)
     if not cost:
         return None
     return {"round_s": cost.round_s, "tokens": cost.tokens, "draft_s": cost.draft_s, "read_s": cost.read_s,
-            "verify_s": cost.verify_s,
-            "other_s": cost.other_s, "plain_token_s": plain_token_s, "decode_speedup": cost.speedup,
-            "analysis": analysis(rows[0]["strategy"], cost)}
+            "verify_s": cost.verify_s, "other_s": cost.other_s, "plain_token_s": plain_token_s,
+            "decode_speedup": cost.speedup, "analysis": analysis(rows[0]["strategy"], cost)}
+
+
+def _phase_totals(rows: list[dict]) -> dict[str, float]:
+    """Seconds per engine phase, summed over the rows."""
+    totals: dict[str, float] = defaultdict(float)
+    for r in rows:
+        for name, seconds in r["phase_s"].items():
+            totals[name] += seconds
+    return totals
 
 
 def median(values):
@@ -140,10 +144,7 @@ def _bytes_relative(rows: list[dict]) -> float | None:
 
 def _phase_share(rows: list[dict]) -> dict[str, float]:
     """Shares of decode time (after prefill) per engine phase; "other" is time no phase claimed."""
-    totals: dict[str, float] = defaultdict(float)
-    for r in rows:
-        for name, seconds in r["phase_s"].items():
-            totals[name] += seconds
+    totals = _phase_totals(rows)
     wall = sum(r["decode_wall_s"] for r in rows)
     if wall <= 0:
         return {}
@@ -162,8 +163,8 @@ def format_analyses(results: list[dict]) -> str:
 def format_table(results: list[dict], markdown: bool = False) -> str:
     """vs ref: against the reference, the fastest plain decoder measured in the run (llama.cpp where it ran);
     vs base: against our baseline in the run's precision. draft/verify/rest: shares of decode time by engine
-    phase (draft includes the draft models' prompt read; rest = tree building, bookkeeping and untimed); outside fwd: share of end-to-end time spent
-    outside model forward calls."""
+    phase (draft includes the draft models' prompt read; rest = tree building, bookkeeping and untimed); outside
+    fwd: share of end-to-end time spent outside model forward calls."""
     head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs ref", "vs HF", "vs assisted", "vs base", "tok/fwd",
             "bytes/base",
             "draft", "verify", "rest", "outside fwd", "exact")

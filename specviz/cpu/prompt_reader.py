@@ -15,6 +15,7 @@ always take the draft's own products.
 """
 from __future__ import annotations
 
+import copy
 import weakref
 from dataclasses import replace
 from time import perf_counter
@@ -71,15 +72,9 @@ def reader_of(decoder, model: torch.nn.Module):
     products = _READERS.get(model)
     if products is None:
         return None
-    reader = copy_without_loop(decoder)
-    reader.layers = [replace(layer, **floats) for layer, floats in zip(decoder.layers, products)]
-    return reader
-
-
-def copy_without_loop(decoder):
-    reader = decoder.__class__.__new__(decoder.__class__)
-    reader.__dict__.update(decoder.__dict__)
+    reader = copy.copy(decoder)
     reader.loop = None              # the step-by-step forward: its products are modules
+    reader.layers = [replace(layer, **floats) for layer, floats in zip(decoder.layers, products)]
     return reader
 
 
