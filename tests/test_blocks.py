@@ -74,8 +74,9 @@ def libraries(tmp_path_factory):
 @pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())
 def test_every_build_computes_the_definition_bit_for_bit(libraries, qtype):
     assert "portable" in libraries and ("avx2" in libraries or "avx2" not in SIMD)
-    # ragged outputs too; past one group of 16 rows for the AMX tiles, and past the 128 rows a tile of outputs keeps
-    for seed, (rows, outputs) in enumerate([(1, 4), (3, 13), (7, 9), (16, 33), (32, 5), (40, 17), (130, 3)]):
+    # ragged outputs too; each side of the AVX2 columns' 5 rows; past one group of 16 rows for the AMX tiles, and past
+    # the 128 rows a tile of outputs keeps
+    for seed, (rows, outputs) in enumerate([(1, 4), (3, 13), (4, 8), (5, 11), (7, 9), (16, 33), (32, 5), (40, 17), (130, 3)]):
         w, x = case(qtype, rows, outputs, seed)
         expected = reference.product(qtype, w, x)
         for name, lib in libraries.items():
@@ -101,6 +102,21 @@ def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp
                              "    for (int r = 0; r < R; r++) acc[r] = f4_mul(acc[r], f4_dup(1.0f + 1e-7f));")
     lib = build(tmp_path, BUILDS["portable"], mutated)
     w, x = case(reference.Q4_K, 12, 8, seed=1)
+    assert np.array_equal(run(lib, reference.Q4_K, w, x[:1])[0], reference.product(reference.Q4_K, w, x[:1])[0])
+    assert not np.array_equal(run(lib, reference.Q4_K, w, x)[0], reference.product(reference.Q4_K, w, x)[0])
+
+
+def test_an_avx2_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path):
+    """The same for the AVX2 build's columns of Q4_K blocks (columns.h, 5 rows or more): one float product regrouped
+    there gives a row in a batch other bits than alone (alone, a row takes the tile path). Built on every x86 machine."""
+    if not RUNS_HERE["avx2"]:
+        pytest.skip("an x86 build: this CPU runs no AVX2")
+    source = (BLOCKS / "blocks.c").read_text().replace('#include "columns.h"', (BLOCKS / "columns.h").read_text())
+    marker = "acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps("
+    assert source.count(marker) == 1
+    mutated = source.replace(marker, "acc[r] = _mm256_add_ps(_mm256_mul_ps(acc[r], _mm256_set1_ps(1.0f + 1e-7f)), _mm256_sub_ps(")
+    lib = build(tmp_path, BUILDS["avx2"], mutated)
+    w, x = case(reference.Q4_K, 12, 8, seed=1, blocks_per_row=4)
     assert np.array_equal(run(lib, reference.Q4_K, w, x[:1])[0], reference.product(reference.Q4_K, w, x[:1])[0])
     assert not np.array_equal(run(lib, reference.Q4_K, w, x)[0], reference.product(reference.Q4_K, w, x)[0])
 

@@ -19,7 +19,9 @@
  * The work is cut in tiles of TILE outputs. Up to FEW_ROWS rows at once, 64 weights at a time of a tile's block are
  * unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
  * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; but up to GROUPS_OF_FEW
- * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group. */
+ * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group.
+ * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K blocks take columns.h's path instead: 8 outputs at a
+ * time, their blocks transposed, the same integers and float formula. */
 #include "simd.h"
 #include "specviz_cpu.h"
 #include <float.h>
@@ -472,6 +474,13 @@ PRODUCT_OF(GGUF_Q8_0, product_q8_0)
 PRODUCT_OF(GGUF_Q4_K, product_q4_k)
 PRODUCT_OF(GGUF_Q6_K, product_q6_k)
 
+/* AVX2 without VNNI: many rows of Q4_K blocks 8 outputs at a time, transposed (columns.h). With VNNI's dot products
+ * the tiles above measured faster. */
+#if defined(SIMD_NAME_BASE) && !defined(SIMD_DOT_INSTRUCTION)
+#define COLUMNS_PATH
+#include "columns.h"
+#endif
+
 
 #if defined(SIMD_AMX) && defined(__linux__)
 /* ---------------------------------------------------------------- many rows of a K-quant on AMX tiles
@@ -716,6 +725,12 @@ int block_product(int type, const uint8_t *w, int K, int N, const float *x, int 
 #if defined(SIMD_AMX) && defined(__linux__)
     if (k_quant(type) && n >= AMX_MIN_ROWS(type) && block_amx()) {
         amx_product(type, w, row_bytes, &rows, n, y, ldy, N, threads, (uint8_t *)scratch + rows_bytes(K, n));
+        return 0;
+    }
+#endif
+#if defined(COLUMNS_PATH)
+    if (type == GGUF_Q4_K && n >= COLUMN_MIN_ROWS) {
+        columns_product(w, row_bytes, &rows, n, y, ldy, N, threads);
         return 0;
     }
 #endif

@@ -20,8 +20,10 @@
 #define SIMD_NAME_BASE "AVX2"
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define SIMD_VNNI " + AVX512-VNNI"
+#define SIMD_DOT_INSTRUCTION        /* 8-bit dot products in one instruction */
 #elif defined(__AVXVNNI__)
 #define SIMD_VNNI " + AVX-VNNI"
+#define SIMD_DOT_INSTRUCTION
 #else
 #define SIMD_VNNI ""
 #endif
