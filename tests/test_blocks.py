@@ -74,9 +74,9 @@ def libraries(tmp_path_factory):
 @pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())
 def test_every_build_computes_the_definition_bit_for_bit(libraries, qtype):
     assert "portable" in libraries and ("avx2" in libraries or "avx2" not in SIMD)
-    # ragged outputs too; each side of the AVX2 columns' 5 rows; past one group of 16 rows for the AMX tiles, and past
+    # ragged outputs too; each side of the AVX2 columns' 3 and 5 rows; past one group of 16 rows for the AMX tiles, and past
     # the 128 rows a tile of outputs keeps
-    for seed, (rows, outputs) in enumerate([(1, 4), (3, 13), (4, 8), (5, 11), (7, 9), (16, 33), (32, 5), (40, 17), (130, 3)]):
+    for seed, (rows, outputs) in enumerate([(1, 4), (2, 13), (3, 8), (4, 11), (5, 6), (7, 9), (16, 33), (32, 5), (40, 17), (130, 3)]):
         w, x = case(qtype, rows, outputs, seed)
         expected = reference.product(qtype, w, x)
         for name, lib in libraries.items():
@@ -107,18 +107,19 @@ def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp
 
 
 def test_an_avx2_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path):
-    """The same for the AVX2 build's columns of Q4_K blocks (columns.h, 5 rows or more): one float product regrouped
-    there gives a row in a batch other bits than alone (alone, a row takes the tile path). Built on every x86 machine."""
+    """The same for the AVX2 build's columns of K-quant blocks (columns.h, from 3 or 5 rows): one float product
+    regrouped there gives a row in a batch other bits than alone (alone, a row takes the tile path)."""
     if not RUNS_HERE["avx2"]:
         pytest.skip("an x86 build: this CPU runs no AVX2")
     source = (BLOCKS / "blocks.c").read_text().replace('#include "columns.h"', (BLOCKS / "columns.h").read_text())
-    marker = "acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps("
-    assert source.count(marker) == 1
-    mutated = source.replace(marker, "acc[r] = _mm256_add_ps(_mm256_mul_ps(acc[r], _mm256_set1_ps(1.0f + 1e-7f)), _mm256_sub_ps(")
+    marker = "acc[r] = _mm256_add_ps(acc[r], "
+    assert source.count(marker) == 2
+    mutated = source.replace(marker, "acc[r] = _mm256_add_ps(_mm256_mul_ps(acc[r], _mm256_set1_ps(1.0f + 1e-7f)), ")
     lib = build(tmp_path, BUILDS["avx2"], mutated)
-    w, x = case(reference.Q4_K, 12, 8, seed=1, blocks_per_row=4)
-    assert np.array_equal(run(lib, reference.Q4_K, w, x[:1])[0], reference.product(reference.Q4_K, w, x[:1])[0])
-    assert not np.array_equal(run(lib, reference.Q4_K, w, x)[0], reference.product(reference.Q4_K, w, x)[0])
+    for qtype in (reference.Q4_K, reference.Q6_K):
+        w, x = case(qtype, 12, 8, seed=1, blocks_per_row=4)
+        assert np.array_equal(run(lib, qtype, w, x[:1])[0], reference.product(qtype, w, x[:1])[0])
+        assert not np.array_equal(run(lib, qtype, w, x)[0], reference.product(qtype, w, x)[0])
 
 
 def test_an_amx_product_that_sums_in_another_order_fails_these_tests(tmp_path):

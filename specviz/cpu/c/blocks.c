@@ -20,8 +20,8 @@
  * unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
  * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; but up to GROUPS_OF_FEW
  * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group.
- * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K blocks take columns.h's path instead: 8 outputs at a
- * time, their blocks transposed, the same integers and float formula. */
+ * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K and Q6_K blocks take columns.h's path instead: 8 outputs
+ * at a time, their blocks transposed, the same integers and float formula. */
 #include "simd.h"
 #include "specviz_cpu.h"
 #include <float.h>
@@ -474,7 +474,7 @@ PRODUCT_OF(GGUF_Q8_0, product_q8_0)
 PRODUCT_OF(GGUF_Q4_K, product_q4_k)
 PRODUCT_OF(GGUF_Q6_K, product_q6_k)
 
-/* AVX2 without VNNI: many rows of Q4_K blocks 8 outputs at a time, transposed (columns.h). With VNNI's dot products
+/* AVX2 without VNNI: many rows of K-quant blocks 8 outputs at a time, transposed (columns.h). With VNNI's dot products
  * the tiles above measured faster. */
 #if defined(SIMD_NAME_BASE) && !defined(SIMD_DOT_INSTRUCTION)
 #define COLUMNS_PATH
@@ -729,8 +729,8 @@ int block_product(int type, const uint8_t *w, int K, int N, const float *x, int 
     }
 #endif
 #if defined(COLUMNS_PATH)
-    if (type == GGUF_Q4_K && n >= COLUMN_MIN_ROWS) {
-        columns_product(w, row_bytes, &rows, n, y, ldy, N, threads);
+    if (k_quant(type) && n >= COLUMN_MIN_ROWS(type)) {
+        columns_product(type, w, row_bytes, &rows, n, y, ldy, N, threads);
         return 0;
     }
 #endif

@@ -1,27 +1,31 @@
-/* blocks.c's product of many rows with Q4_K blocks on x86 (AVX2 and up): 8 outputs at a time, their blocks transposed
- * in registers.
+/* blocks.c's product of many rows with K-quant blocks (Q4_K, Q6_K) on AVX2 without VNNI: 8 outputs at a time, their
+ * blocks transposed in registers.
  *
  * Why. The tile path multiplies 32 weights of one output into a row with one multiply-add of bytes (maddubs) and one
  * of its int16 pairs by the sub-block's scale (madd), and at each block's end sums the 8 lanes of each output's
  * accumulator across. Here a vector holds 4 consecutive weights of each of 8 outputs (a "quad"), and a row's 4
- * activations at those places are broadcast to every lane: a sub-block's 8 maddubs add up in int16 (16 products of at
- * most 15 * 127 a lane), one madd a sub-block applies the 8 outputs' scales, and the 8 int32 lanes are the 8 outputs'
- * sums: nothing to add across. 9 multiplying instructions per 256 products instead of 16. Measured on a Qwen2-1.5B
- * layer's Q4_K products, AVX2 (2026-11-26): 1.2x at 5-8 rows, 1.5x at 16-64. Q6_K stays on the tile path: its 6-bit
- * weights let only 2 quads add up in int16, and a 6-bit block costs three transposes, so it measured slower.
+ * activations at those places are broadcast to every lane. A sub-block's maddubs add up in int16 (Q4_K: 8 quads, 16
+ * products of at most 15 * 127 a lane; Q6_K: 2 quads, 4 products of at most 63 * 127), one madd applies the 8
+ * outputs' scales, and the 8 int32 lanes are the 8 outputs' sums: nothing to add across. Q4_K takes 9 multiplying
+ * instructions per 256 products instead of 16, Q6_K 12. Measured on the Qwen2.5-Coder-1.5B's products, AVX2, one
+ * process, the builds' calls interleaved (2026-11-26): a layer's Q4_K products 1.2x at 3-4 rows, 1.5x at 8, 1.9x at
+ * 32-64; Q6_K 1.1-1.2x at 5-6 rows, 1.6x at 16-64. With VNNI (one instruction per 4 products and sum) the tiles
+ * measured faster.
  *
  * Bits. The integer sums are the tile path's (exact whatever adds them), and the float work per block, output and row
  * is the same formula in the same order (blocks.c's header), lane by lane: a row gets the same bits as alone. */
 #define COLUMNS 8                   /* outputs at a time: the 8 int32 lanes */
-#define COLUMN_ROWS 4               /* rows per pass over a transposed block: their 8 accumulators stay in registers */
-#define COLUMN_MIN_ROWS 5           /* fewer rows: the tile path (the transposing costs more than it saves) */
+#define COLUMN_ROWS 4               /* rows per pass over a transposed block: their accumulators stay in registers */
+/* fewer rows take the tile path (the transposing costs more than it saves) */
+#define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 3 : 5)
 
-/* 8 outputs' Q4_K block, transposed: weights 32j + 4t .. 32j + 4t + 3 of output o in q[j][t]'s lane o; sub-block j's
- * scales per lane as an int16 pair (s, s); the mins as q4_k_scales pairs them; d and dmin */
+/* 8 outputs' block, transposed: weights 32j + 4t .. 32j + 4t + 3 of output o in q[j][t]'s lane o; the scales of its
+ * sub-blocks (Q4_K: 8 of 32 values; Q6_K: 16 of 16) per lane as an int16 pair (s, s); what multiplies the rows' sums
+ * (Q4_K: the mins as q4_k_scales pairs them; Q6_K: -32 times the scales, in pairs); d; Q4_K's dmin */
 typedef struct {
     __m256i q[8][8];
-    __m256i scale[8];
-    __m256i mins[4];
+    __m256i scale[16];
+    __m256i sums[8];
     __m256 d, m;
 } Columns;
 
@@ -41,16 +45,29 @@ ALWAYS void transpose8(__m256i v[8]) {
     v[3] = _mm256_permute2x128_si256(u3, u7, 0x20), v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
 
-/* 32 bytes at p + o * stride (o = 0..7), transposed */
+/* 32 bytes at blk[o] + offset (o = 0..7), transposed */
 ALWAYS void load_transposed(const uint8_t *const blk[COLUMNS], int offset, __m256i v[8]) {
     for (int o = 0; o < COLUMNS; o++) v[o] = _mm256_loadu_si256((const __m256i *)(blk[o] + offset));
     transpose8(v);
 }
 
-/* (s, s) int16 pairs per lane from 8 outputs' scales: s[o][i] -> scale[i] lane o */
-ALWAYS __m256i scale_pairs(const int32_t s[COLUMNS]) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)s);
-    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16));
+/* in[o]: output o's scales as int16, in order -> pairs[k] lane o: (s_2k, s_2k+1); scale[g] lane o: (s_g, s_g) */
+ALWAYS void scale_lanes(__m256i in[8], const int pairs_used, __m256i *pairs, __m256i *scale) {
+    const __m256i low = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+    const __m256i high = _mm256_add_epi8(low, _mm256_set1_epi8(2));
+    transpose8(in);
+    for (int k = 0; k < pairs_used; k++) {
+        pairs[k] = in[k];
+        scale[2 * k] = _mm256_shuffle_epi8(in[k], low);
+        scale[2 * k + 1] = _mm256_shuffle_epi8(in[k], high);
+    }
+}
+
+/* 8 halves (at blk[o] + offset) as floats */
+ALWAYS __m256 halves_at(const uint8_t *const blk[COLUMNS], int offset) {
+    return _mm256_cvtph_ps(_mm_setr_epi16(read16(blk[0] + offset), read16(blk[1] + offset), read16(blk[2] + offset),
+                                          read16(blk[3] + offset), read16(blk[4] + offset), read16(blk[5] + offset),
+                                          read16(blk[6] + offset), read16(blk[7] + offset)));
 }
 
 ALWAYS void columns_q4_k(const uint8_t *const blk[COLUMNS], Columns *u) {
@@ -67,72 +84,109 @@ ALWAYS void columns_q4_k(const uint8_t *const blk[COLUMNS], Columns *u) {
     I4 mins[2][4];
     F4 d[2], m[2];
     for (int h = 0; h < 2; h++) q4_k_scales(blk + 4 * h, scales + 4 * h, mins[h], &d[h], &m[h]);
-    for (int k = 0; k < 4; k++) u->mins[k] = _mm256_set_m128i(mins[1][k], mins[0][k]);
+    for (int k = 0; k < 4; k++) u->sums[k] = _mm256_set_m128i(mins[1][k], mins[0][k]);
     u->d = _mm256_set_m128(d[1], d[0]);
     u->m = _mm256_set_m128(m[1], m[0]);
-    for (int j = 0; j < 8; j++) {
-        int32_t s[COLUMNS];
-        for (int o = 0; o < COLUMNS; o++) s[o] = scales[o][j];
-        u->scale[j] = scale_pairs(s);
-    }
+    __m256i in[8], pairs[4];
+    for (int o = 0; o < COLUMNS; o++) in[o] = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)scales[o])));
+    scale_lanes(in, 4, pairs, u->scale);
 }
 
-/* A transposed block into rows r0 .. r0 + R - 1 */
-ALWAYS void columns_rows(const Columns *u, const Rows *x, int b, int r0, const int R, __m256 *acc) {
-    const int8_t *xb[R];
-    for (int r = 0; r < R; r++) xb[r] = x->q + (size_t)(r0 + r) * x->K + (size_t)b * QK_K;
-    __m256i sum[R];
-    _Pragma("GCC unroll 1") for (int j = 0; j < 8; j++) {
-        __m256i s16[R];
-        UNROLL for (int t = 0; t < 8; t++) {
-            const __m256i w = u->q[j][t];
-            for (int r = 0; r < R; r++) {
-                int32_t four;
-                memcpy(&four, xb[r] + 32 * j + 4 * t, 4);
-                const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(four));
-                s16[r] = t ? _mm256_add_epi16(s16[r], p) : p;
-                __asm__("" : "+x"(s16[r]));   /* keeps GCC from regrouping the sums into more live registers */
-            }
+ALWAYS void columns_q6_k(const uint8_t *const blk[COLUMNS], Columns *u) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {   /* weights 128h + 32k + l: 4 bits of ql[64h + 32 (k & 1) + l], 2 of qh[32h + l] */
+        __m256i a[8], b[8], bits[8];
+        load_transposed(blk, 64 * h, a);
+        load_transposed(blk, 64 * h + 32, b);
+        load_transposed(blk, 128 + 32 * h, bits);
+        for (int t = 0; t < 8; t++) {
+            const __m256i nibbles[4] = {_mm256_and_si256(a[t], low4), _mm256_and_si256(b[t], low4),
+                                        _mm256_and_si256(_mm256_srli_epi16(a[t], 4), low4),
+                                        _mm256_and_si256(_mm256_srli_epi16(b[t], 4), low4)};
+            for (int k = 0; k < 4; k++)
+                u->q[4 * h + k][t] = _mm256_or_si256(nibbles[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits[t], 2 * k), two), 4));
         }
-        for (int r = 0; r < R; r++) {
-            const __m256i scaled = _mm256_madd_epi16(s16[r], u->scale[j]);
-            sum[r] = j ? _mm256_add_epi32(sum[r], scaled) : scaled;
+    }
+    __m256i in[8];
+    for (int o = 0; o < COLUMNS; o++) in[o] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk[o] + 192)));
+    scale_lanes(in, 8, u->sums, u->scale);
+    for (int k = 0; k < 8; k++) u->sums[k] = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(u->sums[k], 5));
+    u->d = halves_at(blk, 208);
+}
+
+/* sum[r] (+)= SCALE times the int16 sums of quads T0 .. T0 + N - 1 of q[j] times row r's activations there. A macro,
+ * so that s16 stays in registers (passed to a function, GCC keeps it in memory for the asm below). */
+#define SCALED_QUADS(T0, N, SCALE, FIRST)                                                                             \
+    do {                                                                                                             \
+        __m256i s16[COLUMN_ROWS];                                                                                    \
+        UNROLL for (int t = (T0); t < (T0) + (N); t++) {                                                              \
+            const __m256i w = u->q[j][t];                                                                            \
+            for (int r = 0; r < R; r++) {                                                                            \
+                int32_t four;                                                                                        \
+                memcpy(&four, xb[r] + 32 * j + 4 * t, 4);                                                            \
+                const __m256i p = _mm256_maddubs_epi16(w, _mm256_set1_epi32(four));                                  \
+                s16[r] = t > (T0) ? _mm256_add_epi16(s16[r], p) : p;                                                 \
+                __asm__("" : "+x"(s16[r]));   /* keeps GCC from regrouping the sums into more live registers */      \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int r = 0; r < R; r++) {                                                                                \
+            const __m256i scaled = _mm256_madd_epi16(s16[r], (SCALE));                                               \
+            sum[r] = (FIRST) ? scaled : _mm256_add_epi32(sum[r], scaled);                                            \
+        }                                                                                                            \
+    } while (0)
+
+/* A transposed block into rows r0 .. r0 + R - 1 (R <= COLUMN_ROWS; arrays of that size, not R: variable-length ones
+ * measured 1.5x slower): each sub-block's int16 sums scaled into sum (Q4_K: 32 values, 8 quads; Q6_K: 16 values, in
+ * halves of 2 quads, whose 4 products a lane stay within int16), then the block's float work */
+ALWAYS void columns_rows(const int type, const Columns *u, const Rows *x, int b, int r0, const int R, __m256 *acc) {
+    const int8_t *xb[COLUMN_ROWS];
+    for (int r = 0; r < R; r++) xb[r] = x->q + (size_t)(r0 + r) * x->K + (size_t)b * QK_K;
+    __m256i sum[COLUMN_ROWS];
+    _Pragma("GCC unroll 1") for (int j = 0; j < 8; j++) {
+        if (type == GGUF_Q4_K) SCALED_QUADS(0, 8, u->scale[j], j == 0);
+        else {
+            SCALED_QUADS(0, 2, u->scale[2 * j], j == 0);
+            SCALED_QUADS(2, 2, u->scale[2 * j], 0);
+            SCALED_QUADS(4, 2, u->scale[2 * j + 1], 0);
+            SCALED_QUADS(6, 2, u->scale[2 * j + 1], 0);
         }
     }
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)(r0 + r);
-        const int16_t *s = x->bsum + row * (x->K / 16) + (size_t)b * 16;   /* quantize_q8_k's pairs of sums */
-        __m256i summ = _mm256_setzero_si256();
-        for (int k = 0; k < 4; k++) {
+        const int16_t *s = x->bsum + row * (x->K / 16) + (size_t)b * 16;   /* quantize_q8_k's sums, in pairs */
+        const __m256 dx = _mm256_set1_ps(x->d[row * x->blocks + b]);
+        __m256i sums = type == GGUF_Q6_K ? sum[r] : _mm256_setzero_si256();
+        for (int k = 0; k < (type == GGUF_Q6_K ? 8 : 4); k++) {
             int32_t pair;
             memcpy(&pair, s + 2 * k, 4);
-            summ = _mm256_add_epi32(summ, _mm256_madd_epi16(u->mins[k], _mm256_set1_epi32(pair)));
+            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(u->sums[k], _mm256_set1_epi32(pair)));
         }
-        const __m256 dx = _mm256_set1_ps(x->d[row * x->blocks + b]);
-        acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(u->d, dx), _mm256_cvtepi32_ps(sum[r])),
-                                                     _mm256_mul_ps(_mm256_mul_ps(u->m, dx), _mm256_cvtepi32_ps(summ))));
+        if (type == GGUF_Q6_K) acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(u->d, dx), _mm256_cvtepi32_ps(sums)));
+        else acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(u->d, dx), _mm256_cvtepi32_ps(sum[r])),
+                                                          _mm256_mul_ps(_mm256_mul_ps(u->m, dx), _mm256_cvtepi32_ps(sums))));
     }
 }
 
 /* 8 outputs (w[o]: their rows; past the last output, the last again) into every row */
-static void columns_tile(const uint8_t *const w[COLUMNS], const Rows *x, int n, float *y, int ldy, int o0,
+ALWAYS void columns_tile(const int type, const uint8_t *const w[COLUMNS], const Rows *x, int n, float *y, int ldy, int o0,
                          int outputs) {
     for (int r0 = 0; r0 < n; r0 += ROWS_AT_ONCE) {
         const int count = n - r0 < ROWS_AT_ONCE ? n - r0 : ROWS_AT_ONCE;
         __m256 acc[ROWS_AT_ONCE];
         for (int r = 0; r < count; r++) acc[r] = _mm256_setzero_ps();
         for (int b = 0; b < x->blocks; b++) {
-            if (r0 == 0) prefetch_ahead(GGUF_Q4_K, w, COLUMNS, x->blocks, b);
+            if (r0 == 0) prefetch_ahead(type, w, COLUMNS, x->blocks, b);
             const uint8_t *blk[COLUMNS];
-            for (int o = 0; o < COLUMNS; o++) blk[o] = w[o] + (size_t)b * 144;
+            for (int o = 0; o < COLUMNS; o++) blk[o] = w[o] + (size_t)b * bytes_of(type);
             Columns u;
-            columns_q4_k(blk, &u);
+            if (type == GGUF_Q4_K) columns_q4_k(blk, &u);
+            else columns_q6_k(blk, &u);
             int r = 0;
-            for (; r + COLUMN_ROWS <= count; r += COLUMN_ROWS) columns_rows(&u, x, b, r0 + r, COLUMN_ROWS, acc + r);
-            switch (count - r) {    /* each count compiled on its own, so that its accumulators are registers */
-            case 3: columns_rows(&u, x, b, r0 + r, 3, acc + r); break;
-            case 2: columns_rows(&u, x, b, r0 + r, 2, acc + r); break;
-            case 1: columns_rows(&u, x, b, r0 + r, 1, acc + r); break;
+            for (; r + COLUMN_ROWS <= count; r += COLUMN_ROWS) columns_rows(type, &u, x, b, r0 + r, COLUMN_ROWS, acc + r);
+            switch (count - r) {    /* each count compiled on its own */
+            case 3: columns_rows(type, &u, x, b, r0 + r, 3, acc + r); break;
+            case 2: columns_rows(type, &u, x, b, r0 + r, 2, acc + r); break;
+            case 1: columns_rows(type, &u, x, b, r0 + r, 1, acc + r); break;
             default: break;
             }
         }
@@ -144,7 +198,7 @@ static void columns_tile(const uint8_t *const w[COLUMNS], const Rows *x, int n, 
     }
 }
 
-static void columns_product(const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy,
+static void columns_product(const int type, const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy,
                             int N, int threads) {
     const int tiles = (N + COLUMNS - 1) / COLUMNS;
     #pragma omp parallel for schedule(static) num_threads(threads)
@@ -152,6 +206,7 @@ static void columns_product(const uint8_t *w, size_t row_bytes, const Rows *x, i
         const int o0 = t * COLUMNS, outputs = N - o0 < COLUMNS ? N - o0 : COLUMNS;
         const uint8_t *rows[COLUMNS];
         for (int o = 0; o < COLUMNS; o++) rows[o] = w + (size_t)(o0 + (o < outputs ? o : outputs - 1)) * row_bytes;
-        columns_tile(rows, x, n, y, ldy, o0, outputs);
+        if (type == GGUF_Q4_K) columns_tile(GGUF_Q4_K, rows, x, n, y, ldy, o0, outputs);
+        else columns_tile(GGUF_Q6_K, rows, x, n, y, ldy, o0, outputs);
     }
 }
