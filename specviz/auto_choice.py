@@ -34,7 +34,8 @@ def path() -> Path:
 
 
 def machine() -> str:
-    """What the timings depend on: the CPU, its cores, torch and which few-row kernel runs."""
+    """What the timings depend on: the CPU, its cores, torch, and which build of specviz's kernels runs (its name and
+    the digest of its sources: a changed kernel is timed again)."""
     import torch
 
     from .cpu import kernels
@@ -42,7 +43,7 @@ def machine() -> str:
     name, simd = cpu_info()
     capped = "".join(f" {var}={os.environ[var]}" for var in TORCH_ISA if os.environ.get(var))   # torch told to use less
     return (f"{name} | {os.cpu_count()} cores | {' '.join(simd)} | torch {torch.__version__} "
-            f"{torch.get_num_threads()} threads{capped} | {kernels.status()}")
+            f"{torch.get_num_threads()} threads{capped} | {kernels.status()} {kernels.version()}")
 
 
 def _read_all() -> dict:

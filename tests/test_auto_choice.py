@@ -66,6 +66,22 @@ def test_another_machine_measures_anew(store, monkeypatch):
     assert models.resolve_dtype("auto") == "int4"
 
 
+def test_a_changed_kernel_is_another_machine(monkeypatch):
+    """What was timed on one build of specviz's kernels is not taken for another's: the machine key names the loaded
+    library, whose file name is a digest of its sources and flags."""
+    from specviz.cpu import build, kernels
+    loaded, chosen, status = build.library()
+    if loaded is None:
+        pytest.fail(f"specviz's kernels did not build here: {status}")
+    here = auto_choice.machine()
+    assert kernels.version() in here and kernels.version().startswith("specviz-")
+
+    class Rebuilt:
+        _name = "/cache/kernels/specviz-0123456789ab.so"
+    monkeypatch.setattr(build, "library", lambda: (Rebuilt(), chosen, status))
+    assert auto_choice.machine() != here and auto_choice.machine().endswith("specviz-0123456789ab")
+
+
 def test_concurrent_first_uses_measure_once(store):
     calls, results = [], []
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from pathlib import Path
 
 import torch
 
@@ -49,6 +50,13 @@ def _loaded() -> ctypes.CDLL | None:
 
 def status() -> str:
     return build.library()[2]
+
+
+def version() -> str:
+    """The built library's name: a digest of its sources and flags, so that what was timed on one build is not taken
+    for another's (auto_choice.machine)."""
+    loaded = build.library()[0]
+    return Path(loaded._name).stem if loaded is not None else "none"
 
 
 def available() -> bool:
