@@ -25,8 +25,7 @@ from typing import Callable
 from .paths import cache_dir
 
 FILE = "auto.json"
-# what torch's products may use (FBGEMM: its int8 products, which prompt_reader.py times)
-TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS")
+TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
 REMEASURE = "SPECVIZ_REMEASURE"      # "1": measure again in this process (and store the result)
 
 

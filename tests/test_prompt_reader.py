@@ -1,4 +1,4 @@
-"""A quantized draft's prompt read through copies of its weights (specviz/cpu/prompt_reader.py): used for long
+"""A quantized draft's prompt read through float copies of its weights (specviz/cpu/prompt_reader.py): used for long
 committed feeds only, chosen by measurement and stored, and never a change to any strategy's output."""
 import copy
 
@@ -55,7 +55,7 @@ def test_a_long_feed_reads_through_the_float_copy_and_a_short_one_through_the_dr
     with torch.inference_mode():
         own_logits = KVModel(model, "own").feed_committed(PROMPT)
         own_short = KVModel(model, "own, short").feed_committed(PROMPT[:5])
-        prompt_reader.attach(model, prompt_reader.copies(model, "float32"))
+        prompt_reader.attach(model, prompt_reader.float_layers(model, torch.float32))
         try:
             read = KVModel(model, "read")
             assert read.reader is not None
@@ -74,34 +74,14 @@ def test_a_long_feed_reads_through_the_float_copy_and_a_short_one_through_the_dr
     assert torch.allclose(own_logits, floats, atol=0.1 * floats.abs().max().item())
 
 
-def test_int8_copies_compute_the_draft_model_within_their_rounding():
-    """The int8 copies (FBGEMM's dynamic int8 products) round each output's weights and each feed's activations to 8
-    bits: close to the draft's 4-bit weights in float32, and used for long feeds only."""
-    model, float_copy = quantized_with_float_copy()
-    with torch.inference_mode():
-        own_short = KVModel(model, "own, short").feed_committed(PROMPT[:5])
-        prompt_reader.attach(model, prompt_reader.copies(model, "int8"))
-        try:
-            read = KVModel(model, "read")
-            read_logits = read.feed_committed(PROMPT)
-            read_short = KVModel(model, "read, short").feed_committed(PROMPT[:5])
-            floats = read._scores(with_weights_of(model, float_copy).model(torch.tensor([PROMPT])).last_hidden_state[0])
-        finally:
-            prompt_reader.attach(model, None)
-    assert torch.equal(read_short, own_short)
-    scale = floats.abs().max().item()
-    assert torch.allclose(read_logits, floats, atol=0.1 * scale) and not torch.allclose(read_logits, floats, atol=1e-4 * scale)
-    assert (read_logits.argmax(-1) == floats.argmax(-1)).float().mean() > 0.9
-
-
-@pytest.mark.parametrize("strategy, precision", [("speculative", "bfloat16"), ("staged", "bfloat16"), ("staged", "int8")])
-def test_strategies_whose_draft_reads_prompts_through_copies_write_baseline_text(strategy, precision, monkeypatch):
+@pytest.mark.parametrize("strategy", ["speculative", "staged"])
+def test_strategies_whose_draft_reads_prompts_in_bfloat16_write_baseline_text(strategy, monkeypatch):
     stack, _ = quantized_draft_stack()
     draft = stack.loaded["draft"].model
-    products = prompt_reader.copies(draft, precision)
-    kind = prompt_reader.Int8Product if precision == "int8" else prompt_reader.FloatProduct
+    products = prompt_reader.float_layers(draft, torch.bfloat16)
     calls = []
-    monkeypatch.setattr(kind, "forward", lambda self, x, f=kind.forward: calls.append(len(x)) or f(self, x))
+    monkeypatch.setattr(prompt_reader.FloatProduct, "forward",
+                        lambda self, x, f=prompt_reader.FloatProduct.forward: calls.append(len(x)) or f(self, x))
     prompt_reader.attach(draft, products)
     try:
         base = stack.decoder(PROMPT, "baseline", max_new_tokens=24, stop_at_eos=False).generate().tokens
@@ -118,16 +98,13 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
 
     def timed(m):
         reader = prompt_reader._READERS.get(m)
-        down = reader[0]["down"] if reader else None
-        return speeds[None if down is None else "int8" if isinstance(down, prompt_reader.Int8Product) else down.weight.dtype]
+        return speeds[reader[0]["down"].weight.dtype if reader else None]
     monkeypatch.setattr(prompt_reader, "time_read", timed)
-    speeds.update({None: 1.0, torch.bfloat16: 0.95, torch.float32: 2.0, "int8": 0.93})
+    speeds.update({None: 1.0, torch.bfloat16: 0.95, torch.float32: 2.0})
     assert prompt_reader.choose(model)["choice"] == prompt_reader.OWN
     speeds.update({torch.bfloat16: 0.4})
     chosen = prompt_reader.choose(model)
-    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0, "int8": 0.93}}
-    speeds.update({"int8": 0.3})
-    assert prompt_reader.choose(model)["choice"] == "int8"
+    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0}}
     assert prompt_reader._READERS.get(model) is None                # measuring leaves nothing attached
     assert "bfloat16 copies of its weights" in prompt_reader.describe(chosen)
 

@@ -1,15 +1,14 @@
-"""A quantized draft model's prompt read, through copies of its weights where this machine multiplies many rows faster so.
+"""A quantized draft model's prompt read, on its float weights where this machine multiplies many rows faster so.
 
 A draft model reads the whole prompt once, in its first round, through the products it decodes with. specviz's 4-bit
 products are built for a few rows: on our 2-core AVX512+AMX CPU the Qwen2.5-Coder-0.5B read a 160-token prompt in
-608 ms that way, as long as the 1.5B target's read on AMX tiles. So a draft may read prompts through copies of its
-products (the weights they multiply by, de-quantised in memory), multiplied by PyTorch: in bfloat16 or float32, or in
-int8 (each output's weights on one scale, each feed's activations on one, FBGEMM's int8 products). The same layers,
-norms, rotary embedding and attention (specviz/cpu/decoder.py's step-by-step forward) write the same KV cache; only the
-products differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took 174-203 ms against 385-473 ms;
-with AVX2 only, in int8, 263 ms against 537 ms. A draft's numerics move acceptance only, never the output.
+608 ms that way, as long as the 1.5B target's read on AMX tiles. So a draft may read prompts through float copies of
+its products (the weights they multiply by, de-quantised in memory): the same layers, norms, rotary embedding and
+attention (specviz/cpu/decoder.py's step-by-step forward), writing the same KV cache, only the products in another
+precision. There, in bfloat16 (PyTorch's products, on AMX tiles through oneDNN), 128 tokens took 174-203 ms against
+385-473 ms. A draft's numerics move acceptance only, never the output.
 
-Which way reads fastest is measured once per machine and draft, at the moments meant to be at rest (setup, the
+Which precision reads fastest is measured once per machine and draft, at the moments meant to be at rest (setup, the
 bench, the app before its first race, as the tree plan), and stored (specviz/auto_choice.py); where nothing is stored
 the draft reads with its own products. Feeds shorter than READ_ROWS (a round's nodes, catching up on a few tokens)
 always take the draft's own products.
@@ -17,7 +16,6 @@ always take the draft's own products.
 from __future__ import annotations
 
 import copy
-import warnings
 import weakref
 from dataclasses import replace
 from time import perf_counter
@@ -29,7 +27,7 @@ from .decoder import Decoder
 
 READ_ROWS = 32                     # tokens a committed feed must have to go through the reader
 PROMPT = 128                       # tokens of the prompt read that is timed
-CANDIDATES = ("bfloat16", "float32", "int8")
+CANDIDATES = ("bfloat16", "float32")
 OWN = "own"                        # the choice of the draft's own products
 _READERS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 
@@ -46,46 +44,23 @@ class FloatProduct(torch.nn.Module):
         return F.linear(x.to(self.weight.dtype), self.weight, self.bias).float()
 
 
-class Int8Product(torch.nn.Module):
-    """y = x @ W.T + b through PyTorch's dynamically quantized int8 product (FBGEMM on x86): W rounded to int8 with one
-    scale per output, each call's rows to uint8 on one scale; from and to float32."""
-
-    def __init__(self, product: torch.nn.Module):
-        super().__init__()
-        weight = product.dequantized()
-        scales = (weight.abs().amax(1) / 127).clamp(min=1e-12).double()
-        with warnings.catch_warnings():           # torch.ao's quantized ops are deprecated in favour of torchao
-            warnings.simplefilter("ignore")
-            q = torch.quantize_per_channel(weight, scales, torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8)
-            bias = None if product.bias is None else product.bias.detach().float()
-            self.packed = torch.ops.quantized.linear_prepack(q, bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x.contiguous(), self.packed)
-
-
-def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
-    """Per decoder layer of a quantized model, copies of its products in `name` (a CANDIDATES entry) as decoder.Layer
-    holds them (the weights its own products multiply by, de-quantised in memory: no file is read); None where a
-    product cannot say its weight, or this PyTorch has no int8 product."""
+def float_layers(model: torch.nn.Module, dtype: torch.dtype) -> list[dict] | None:
+    """Per decoder layer of a quantized model, float copies of its products as decoder.Layer holds them (the weights
+    its own products multiply by, de-quantised in memory: no file is read); None where a product cannot say its
+    weight."""
     layers = Decoder(model).layers
     products = [p for layer in layers for p in (*layer.attention_in, layer.output, *layer.mlp_in, layer.down)]
     if not all(hasattr(p, "dequantized") for p in products):
         return None
-    if name == "int8":
-        if "fbgemm" not in torch.backends.quantized.supported_engines and "x86" not in torch.backends.quantized.supported_engines:
-            return None
-        make = Int8Product
-    else:
-        make = lambda product: FloatProduct(product, getattr(torch, name))      # noqa: E731
-    return [{"attention_in": [make(p) for p in layer.attention_in], "output": make(layer.output),
-             "mlp_in": [make(p) for p in layer.mlp_in], "down": make(layer.down)}
+    return [{"attention_in": [FloatProduct(p, dtype) for p in layer.attention_in],
+             "output": FloatProduct(layer.output, dtype),
+             "mlp_in": [FloatProduct(p, dtype) for p in layer.mlp_in], "down": FloatProduct(layer.down, dtype)}
             for layer in layers]
 
 
 def attach(model: torch.nn.Module, products: list[dict] | None) -> None:
     """From now on every KVModel of `model` (a quantized draft) reads feeds of READ_ROWS tokens or more through these
-    products (copies of the same model's); None: through its own again."""
+    products (float_layers of the same model); None: through its own again."""
     if products is None:
         _READERS.pop(model, None)
     else:
@@ -93,7 +68,7 @@ def attach(model: torch.nn.Module, products: list[dict] | None) -> None:
 
 
 def reader_of(decoder, model: torch.nn.Module):
-    """A copy of `decoder` (the quantized model's) whose products are the copies attached to `model`, or None."""
+    """A copy of `decoder` (the quantized model's) whose products are the float ones attached to `model`, or None."""
     products = _READERS.get(model)
     if products is None:
         return None
@@ -121,14 +96,15 @@ def time_read(model: torch.nn.Module, tokens: int = PROMPT, reps: int = 3) -> fl
 
 
 def choose(model: torch.nn.Module) -> dict:
-    """Time the draft's prompt read through its own products and through copies of them in each candidate precision; the fastest wins where it is 10% faster than the draft's own products. Returns {"choice": a candidate
+    """Time the draft's prompt read through its own products and through float copies of them in each candidate
+    precision; the fastest wins where it is 10% faster than the draft's own products. Returns {"choice": a candidate
     or OWN, "seconds": {name: s}}."""
     attach(model, None)
     seconds = {OWN: time_read(model)}
     for name in CANDIDATES:
-        products = copies(model, name)
+        products = float_layers(model, getattr(torch, name))
         if products is None:
-            continue
+            break
         attach(model, products)
         try:
             seconds[name] = time_read(model)
