@@ -98,7 +98,7 @@ class Stack:
 
     def read_prompts(self, measure_now: bool = False) -> dict[str, dict]:
         """Each quantized draft model reads prompts in the way stored for it (specviz/cpu/prompt_reader.py): through
-        float copies of its weights where that was measured faster here. Measured and stored first where nothing is
+        float copies of its weights, or its own summed 8 outputs at a time, where that was measured faster here. Measured and stored first where nothing is
         stored and `measure_now` (setup, the bench, the app before its first race), else left to its own products.
         Returns the choices in use, by draft spec."""
         for spec, draft in self.draft_models().items():
@@ -111,8 +111,7 @@ class Stack:
                 continue
             self.prompt_reads[spec] = choice
             reads = choice["choice"] != prompt_reader.OWN
-            prompt_reader.attach(draft.model, prompt_reader.float_layers(draft.model, getattr(torch, choice["choice"]))
-                                 if reads else None)
+            prompt_reader.attach(draft.model, prompt_reader.copies(draft.model, choice["choice"]) if reads else None)
         return self.prompt_reads
 
     def restrict_draft_vocabulary(self) -> None:

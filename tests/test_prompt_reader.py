@@ -1,4 +1,4 @@
-"""A quantized draft's prompt read through float copies of its weights (specviz/cpu/prompt_reader.py): used for long
+"""A quantized draft's prompt read through other products (specviz/cpu/prompt_reader.py): used for long
 committed feeds only, chosen by measurement and stored, and never a change to any strategy's output."""
 import copy
 
@@ -41,11 +41,12 @@ def with_weights_of(quantized, float_model):
     return ref
 
 
-def quantized_draft_stack():
-    """tiny_stack with its draft model in 4 bits (a copy: tiny_model's models are shared), and that draft in float32."""
+def quantized_draft_stack(hidden: int | None = None):
+    """tiny_stack with its draft model in 4 bits (a copy: tiny_model's models are shared), and that draft in float32.
+    hidden: a draft that wide instead (64: wide enough for specviz's own 4-bit products)."""
     stack = tiny_stack(("draft", "lookup"))
     loaded = stack.loaded["draft"]
-    float_copy = loaded.model
+    float_copy = loaded.model if hidden is None else tiny_model("llama", hidden=hidden, noise=0.3)
     stack.loaded["draft"] = _quantized(LoadedModel(loaded.name, copy.deepcopy(float_copy), loaded.tokenizer))
     return stack, float_copy
 
@@ -55,7 +56,7 @@ def test_a_long_feed_reads_through_the_float_copy_and_a_short_one_through_the_dr
     with torch.inference_mode():
         own_logits = KVModel(model, "own").feed_committed(PROMPT)
         own_short = KVModel(model, "own, short").feed_committed(PROMPT[:5])
-        prompt_reader.attach(model, prompt_reader.float_layers(model, torch.float32))
+        prompt_reader.attach(model, prompt_reader.copies(model, "float32"))
         try:
             read = KVModel(model, "read")
             assert read.reader is not None
@@ -74,14 +75,35 @@ def test_a_long_feed_reads_through_the_float_copy_and_a_short_one_through_the_dr
     assert torch.allclose(own_logits, floats, atol=0.1 * floats.abs().max().item())
 
 
-@pytest.mark.parametrize("strategy", ["speculative", "staged"])
-def test_strategies_whose_draft_reads_prompts_in_bfloat16_write_baseline_text(strategy, monkeypatch):
-    stack, _ = quantized_draft_stack()
+def test_a_long_feed_through_the_columns_computes_the_draft_own_products_in_another_order():
+    """The columns reader multiplies the draft's own 4-bit weights and rounds rows to int8 as its own products do,
+    8 outputs at a time: the same model to within float rounding, no copy of the weights."""
+    model, _ = quantized_with_float_copy()
+    with torch.inference_mode():
+        own_logits = KVModel(model, "own").feed_committed(PROMPT)
+        products = prompt_reader.copies(model, prompt_reader.COLUMNS)
+        assert products is not None and products[0]["down"].product is Decoder(model).layers[0].down
+        prompt_reader.attach(model, products)
+        try:
+            read_logits = KVModel(model, "read").feed_committed(PROMPT)
+        finally:
+            prompt_reader.attach(model, None)
+    # the same products to within float rounding, which can move an activation across an int8 step in a later layer
+    assert torch.allclose(read_logits, own_logits, atol=1e-2 * own_logits.abs().max().item())
+    assert (read_logits - own_logits).abs().mean() < 1e-3 * own_logits.abs().mean()
+    float_model = tiny_model("llama", hidden=64)
+    assert prompt_reader.copies(float_model, prompt_reader.COLUMNS) is None        # no 4-bit products: not a candidate
+
+
+@pytest.mark.parametrize("strategy, way", [("speculative", "bfloat16"), ("staged", "bfloat16"), ("staged", "columns")])
+def test_strategies_whose_draft_reads_prompts_another_way_write_baseline_text(strategy, way, monkeypatch):
+    stack, _ = quantized_draft_stack(64 if way == prompt_reader.COLUMNS else None)
     draft = stack.loaded["draft"].model
-    products = prompt_reader.float_layers(draft, torch.bfloat16)
+    products = prompt_reader.copies(draft, way)
+    assert products is not None
+    kind = prompt_reader.ColumnsProduct if way == prompt_reader.COLUMNS else prompt_reader.FloatProduct
     calls = []
-    monkeypatch.setattr(prompt_reader.FloatProduct, "forward",
-                        lambda self, x, f=prompt_reader.FloatProduct.forward: calls.append(len(x)) or f(self, x))
+    monkeypatch.setattr(kind, "forward", lambda self, x, f=kind.forward: calls.append(len(x)) or f(self, x))
     prompt_reader.attach(draft, products)
     try:
         base = stack.decoder(PROMPT, "baseline", max_new_tokens=24, stop_at_eos=False).generate().tokens
@@ -98,13 +120,16 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
 
     def timed(m):
         reader = prompt_reader._READERS.get(m)
-        return speeds[reader[0]["down"].weight.dtype if reader else None]
+        down = reader[0]["down"] if reader else None
+        return speeds[None if down is None else "columns" if isinstance(down, prompt_reader.ColumnsProduct) else down.weight.dtype]
     monkeypatch.setattr(prompt_reader, "time_read", timed)
-    speeds.update({None: 1.0, torch.bfloat16: 0.95, torch.float32: 2.0})
+    speeds.update({None: 1.0, torch.bfloat16: 0.95, torch.float32: 2.0, "columns": 0.92})
     assert prompt_reader.choose(model)["choice"] == prompt_reader.OWN
     speeds.update({torch.bfloat16: 0.4})
     chosen = prompt_reader.choose(model)
-    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0}}
+    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0, "columns": 0.92}}
+    speeds.update({"columns": 0.3})
+    assert "its own weights 8 outputs at a time" in prompt_reader.describe(prompt_reader.choose(model))
     assert prompt_reader._READERS.get(model) is None                # measuring leaves nothing attached
     assert "bfloat16 copies of its weights" in prompt_reader.describe(chosen)
 

@@ -38,6 +38,8 @@ def _loaded() -> ctypes.CDLL | None:
             entry.restype = None
         library.rows_matmul_q4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
         library.rows_matmul_q4.restype = None
+        library.rows_matmul_q4_columns.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+        library.rows_matmul_q4_columns.restype = None
     library.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p]
     library.attend_rows.restype = None
     library.rms_norm_rows.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
@@ -122,9 +124,10 @@ def product_int8(weight: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor) 
 
 
 def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, rows: torch.Tensor,
-               out_features: int) -> torch.Tensor:
+               out_features: int, columns: bool = False) -> torch.Tensor:
     """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/cpu/int4.py's
-    tiled(), each row rounded to int8 per 256 values as it is read. The caller checks rows_available()."""
+    tiled(), each row rounded to int8 per 256 values as it is read. The caller checks rows_available().
+    columns: sum 8 outputs at a time (rows_matmul_q4_columns: faster for many rows, other bits; out a multiple of 8)."""
     rows = rows.contiguous()
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
     n, K = rows.shape
@@ -137,8 +140,10 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     require(bool(torch.isfinite(rows).all()), "the 4-bit product was given an input that is not finite (NaN or infinity)")
     out = torch.empty(n, out_features)
     scratch = torch.empty(n * (K + 8 * q4_groups(K)), dtype=torch.uint8)     # the rows in int8, and per group two floats
-    _loaded().rows_matmul_q4(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(),
-                                n, K, out_features, torch.get_num_threads(), scratch.data_ptr())
+    require(not columns or out_features % 8 == 0, f"the 4-bit columns product writes 8 outputs at a time: {out_features} is not a multiple")
+    product = _loaded().rows_matmul_q4_columns if columns else _loaded().rows_matmul_q4
+    product(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(), n, K, out_features,
+            torch.get_num_threads(), scratch.data_ptr())
     return out
 
 

@@ -1,14 +1,15 @@
-"""A quantized draft model's prompt read, on its float weights where this machine multiplies many rows faster so.
+"""A quantized draft model's prompt read, through other products where this machine multiplies many rows faster so.
 
 A draft model reads the whole prompt once, in its first round, through the products it decodes with. specviz's 4-bit
 products are built for a few rows: on our 2-core AVX512+AMX CPU the Qwen2.5-Coder-0.5B read a 160-token prompt in
-608 ms that way, as long as the 1.5B target's read on AMX tiles. So a draft may read prompts through float copies of
-its products (the weights they multiply by, de-quantised in memory): the same layers, norms, rotary embedding and
-attention (specviz/cpu/decoder.py's step-by-step forward), writing the same KV cache, only the products in another
-precision. There, in bfloat16 (PyTorch's products, on AMX tiles through oneDNN), 128 tokens took 174-203 ms against
-385-473 ms. A draft's numerics move acceptance only, never the output.
+608 ms that way, as long as the 1.5B target's read on AMX tiles. So a draft may read prompts through other products
+of the same layers: float copies of its own (the weights they multiply by, de-quantised in memory, multiplied by
+PyTorch), or its own 4-bit weights summed 8 outputs at a time (rows_kernel.c's rows_matmul_q4_columns: no copy, other
+bits). The same layers, norms, rotary embedding and attention (specviz/cpu/decoder.py's step-by-step forward) write
+the same KV cache; only the products differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took
+174-203 ms against 385-473 ms. A draft's numerics move acceptance only, never the output.
 
-Which precision reads fastest is measured once per machine and draft, at the moments meant to be at rest (setup, the
+Which way reads fastest is measured once per machine and draft, at the moments meant to be at rest (setup, the
 bench, the app before its first race, as the tree plan), and stored (specviz/auto_choice.py); where nothing is stored
 the draft reads with its own products. Feeds shorter than READ_ROWS (a round's nodes, catching up on a few tokens)
 always take the draft's own products.
@@ -23,11 +24,14 @@ from time import perf_counter
 import torch
 import torch.nn.functional as F
 
+from . import kernels
 from .decoder import Decoder
+from .int4 import Int4Linear
 
 READ_ROWS = 32                     # tokens a committed feed must have to go through the reader
 PROMPT = 128                       # tokens of the prompt read that is timed
-CANDIDATES = ("bfloat16", "float32")
+COLUMNS = "columns"                # the draft's own 4-bit weights, summed 8 outputs at a time
+CANDIDATES = ("bfloat16", "float32", COLUMNS)
 OWN = "own"                        # the choice of the draft's own products
 _READERS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 
@@ -44,23 +48,42 @@ class FloatProduct(torch.nn.Module):
         return F.linear(x.to(self.weight.dtype), self.weight, self.bias).float()
 
 
-def float_layers(model: torch.nn.Module, dtype: torch.dtype) -> list[dict] | None:
-    """Per decoder layer of a quantized model, float copies of its products as decoder.Layer holds them (the weights
-    its own products multiply by, de-quantised in memory: no file is read); None where a product cannot say its
-    weight."""
+class ColumnsProduct(torch.nn.Module):
+    """An Int4Linear on specviz's kernel, its rows summed 8 outputs at a time (kernels.product_q4 with columns): the
+    same weights, no copy of them."""
+
+    def __init__(self, product: torch.nn.Module):
+        super().__init__()
+        self.product = product
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.product
+        y = kernels.product_q4(p.packed, p.scales, p.zeros, x.float(), p.out_features, columns=True)[:, :p.kept]
+        return y if p.bias is None else y + p.bias
+
+
+def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
+    """Per decoder layer of a quantized model, its products as `name` (a CANDIDATES entry) computes them, as
+    decoder.Layer holds them: float copies (the weights its own products multiply by, de-quantised in memory: no file
+    is read), or its own 4-bit weights summed 8 outputs at a time. None where the model's products cannot."""
     layers = Decoder(model).layers
     products = [p for layer in layers for p in (*layer.attention_in, layer.output, *layer.mlp_in, layer.down)]
-    if not all(hasattr(p, "dequantized") for p in products):
+    if name == COLUMNS:
+        if not all(isinstance(p, Int4Linear) and p.own and p.out_features % 8 == 0 for p in products):
+            return None
+        make = ColumnsProduct
+    elif all(hasattr(p, "dequantized") for p in products):
+        make = lambda product: FloatProduct(product, getattr(torch, name))      # noqa: E731
+    else:
         return None
-    return [{"attention_in": [FloatProduct(p, dtype) for p in layer.attention_in],
-             "output": FloatProduct(layer.output, dtype),
-             "mlp_in": [FloatProduct(p, dtype) for p in layer.mlp_in], "down": FloatProduct(layer.down, dtype)}
+    return [{"attention_in": [make(p) for p in layer.attention_in], "output": make(layer.output),
+             "mlp_in": [make(p) for p in layer.mlp_in], "down": make(layer.down)}
             for layer in layers]
 
 
 def attach(model: torch.nn.Module, products: list[dict] | None) -> None:
     """From now on every KVModel of `model` (a quantized draft) reads feeds of READ_ROWS tokens or more through these
-    products (float_layers of the same model); None: through its own again."""
+    products (copies() of the same model); None: through its own again."""
     if products is None:
         _READERS.pop(model, None)
     else:
@@ -68,7 +91,7 @@ def attach(model: torch.nn.Module, products: list[dict] | None) -> None:
 
 
 def reader_of(decoder, model: torch.nn.Module):
-    """A copy of `decoder` (the quantized model's) whose products are the float ones attached to `model`, or None."""
+    """A copy of `decoder` (the quantized model's) whose products are the ones attached to `model`, or None."""
     products = _READERS.get(model)
     if products is None:
         return None
@@ -96,15 +119,14 @@ def time_read(model: torch.nn.Module, tokens: int = PROMPT, reps: int = 3) -> fl
 
 
 def choose(model: torch.nn.Module) -> dict:
-    """Time the draft's prompt read through its own products and through float copies of them in each candidate
-    precision; the fastest wins where it is 10% faster than the draft's own products. Returns {"choice": a candidate
+    """Time the draft's prompt read through its own products and through each candidate's (copies()); the fastest wins where it is 10% faster than the draft's own products. Returns {"choice": a candidate
     or OWN, "seconds": {name: s}}."""
     attach(model, None)
     seconds = {OWN: time_read(model)}
     for name in CANDIDATES:
-        products = float_layers(model, getattr(torch, name))
+        products = copies(model, name)
         if products is None:
-            break
+            continue
         attach(model, products)
         try:
             seconds[name] = time_read(model)
@@ -119,8 +141,10 @@ def key(draft_name: str, draft_dtype: str) -> str:
     return f"prompt read: {draft_name} ({draft_dtype})"
 
 
+NAMES = {OWN: "its own products", COLUMNS: "its own weights 8 outputs at a time"}
+
+
 def describe(choice: dict) -> str:
-    seconds = ", ".join(f"{'its own products' if name == OWN else name} {s * 1e3:.0f} ms"
-                        for name, s in choice["seconds"].items())
-    how = "its own products" if choice["choice"] == OWN else f"{choice['choice']} copies of its weights"
+    seconds = ", ".join(f"{NAMES.get(name, name)} {s * 1e3:.0f} ms" for name, s in choice["seconds"].items())
+    how = NAMES.get(choice["choice"], f"{choice['choice']} copies of its weights")
     return f"the draft reads prompts through {how} ({PROMPT} tokens: {seconds})"

@@ -225,3 +225,101 @@ void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const u
     for (int t = 0; t < N / TILE; t++)
         outputs_q4(xq, xe, xes, w + (size_t)t * TILE * (K / 2), d + (size_t)t * TILE * Bp, z + (size_t)t * TILE * Bp, y, n, K, N, t * TILE);
 }
+
+/* ---- 4-bit weights, many rows, for a draft's prompt read (rows_matmul_q4_columns) ----
+ * The same weights and the same rounding of x as rows_matmul_q4, summed in another order: 8 outputs (two tiles) at a
+ * time, each pair of blocks' 32 bytes of the 8 outputs transposed in registers (transpose8), so that a vector holds
+ * 4 consecutive weights of each output and a row's 4 activations there are broadcast (blocks.c's columns.h does the
+ * same with a GGUF file's blocks). A block's 8 maddubs add up in int16 (16 products of at most 15 * 127 a lane),
+ * one madd gives its 8 outputs' integer sums, and a fused multiply-add by the 8 outputs' scales adds them. Its bits
+ * depend on nothing but the row, yet differ from rows_matmul_q4's: only a draft's prompt read takes it
+ * (specviz/cpu/prompt_reader.py), where numerics move acceptance only. */
+#define READ_ROWS_AT_ONCE 4
+#define READ_ROWS_KEPT 256          /* rows whose results a pass over the weights keeps (more: unpacked again) */
+
+/* Per block of a chunk, the 8 outputs' scales (or zeros) as floats: bf16 values [tile][chunk][row][8] -> v[b] lane o */
+static inline __attribute__((always_inline)) void chunk_lanes(const uint16_t *t0, const uint16_t *t1, __m256 v[8]) {
+    __m256i in[8];
+    for (int o = 0; o < 8; o++)
+        in[o] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((o < 4 ? t0 : t1) + (o & 3) * 8))), 16);
+    transpose8(in);
+    for (int b = 0; b < 8; b++) v[b] = _mm256_castsi256_ps(in[b]);
+}
+
+/* One block b (32 values: quads q[0..7], a row's x at its pair's 64 bytes + at[t]) into rows first_row + r0 .. + R - 1,
+ * whose results are acc[r0 ..] */
+static inline __attribute__((always_inline)) void columns_block_q4(const __m256i q[8], const int at[8], const int8_t *xq,
+        const float *e, const float *es, int K, int Bp, int b, int first_row, int r0, const int R, __m256 d, __m256 m,
+        __m256 *acc) {
+    xq += (size_t)first_row * K, e += (size_t)first_row * Bp, es += (size_t)first_row * Bp;
+    __m256i s16[READ_ROWS_AT_ONCE];
+    for (int t = 0; t < 8; t++)
+        for (int r = 0; r < R; r++) {
+            int32_t four;
+            memcpy(&four, xq + (size_t)(r0 + r) * K + (size_t)(b / 2) * 64 + at[t], 4);
+            const __m256i p = _mm256_maddubs_epi16(q[t], _mm256_set1_epi32(four));
+            s16[r] = t ? _mm256_add_epi16(s16[r], p) : p;
+            __asm__("" : "+x"(s16[r]));       /* keeps GCC from regrouping the sums into more live registers */
+        }
+    for (int r = 0; r < R; r++) {
+        const size_t at_row = (size_t)(r0 + r) * Bp + b;
+        const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r], _mm256_set1_epi16(1)));
+        acc[r0 + r] = _mm256_fmadd_ps(sums, _mm256_mul_ps(d, _mm256_set1_ps(e[at_row])), acc[r0 + r]);
+        acc[r0 + r] = _mm256_fmadd_ps(m, _mm256_set1_ps(es[at_row]), acc[r0 + r]);
+    }
+}
+
+/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 8. scratch: n * (K + 8 * Bp) bytes. */
+void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
+                            int n, int K, int N, int threads, void *scratch) {
+    const int B = K / 32, Bp = (B + 7) / 8 * 8;
+    int8_t *xq = scratch;
+    float *e = (float *)(xq + (size_t)n * K), *es = e + (size_t)n * Bp;
+    for (int r = 0; r < n; r++) quantize_row(x + (size_t)r * K, K, Bp, xq + (size_t)r * K, e + (size_t)r * Bp, es + (size_t)r * Bp);
+    /* a pair's x: its first block's halves at 0 and 32, its second's at 16 and 48; quads t < 4 of the transposed low
+     * nibbles are the first block's values 4t.., t >= 4 the second's; the high nibbles the same, 16 values on */
+    static const int first[8] = {0, 4, 8, 12, 32, 36, 40, 44}, second[8] = {16, 20, 24, 28, 48, 52, 56, 60};
+    const int passes = (n + READ_ROWS_KEPT - 1) / READ_ROWS_KEPT;
+    _Pragma("omp parallel for schedule(static) num_threads(threads)")
+    for (int task = 0; task < N / 8 * passes; task++) {        /* each thread's tiles with all their rows */
+        const int t = task / passes, r0 = task % passes * READ_ROWS_KEPT, rows = n - r0 < READ_ROWS_KEPT ? n - r0 : READ_ROWS_KEPT;
+        __m256 acc[READ_ROWS_KEPT];
+        for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+        const uint8_t *w0 = w + (size_t)(2 * t) * TILE * (K / 2), *w1 = w0 + (size_t)TILE * (K / 2);
+        const uint16_t *d0 = d + (size_t)(2 * t) * TILE * Bp, *z0 = z + (size_t)(2 * t) * TILE * Bp;
+        for (int c = 0; c < Bp; c += 8) {
+            __m256 dc[8], zc[8];
+            chunk_lanes(d0 + (size_t)c * TILE, d0 + (size_t)TILE * Bp + (size_t)c * TILE, dc);
+            chunk_lanes(z0 + (size_t)c * TILE, z0 + (size_t)TILE * Bp + (size_t)c * TILE, zc);
+            for (int b = c; b < c + 8 && b < B; b += 2) {
+                __m256i v[8], low[8], high[8];
+                for (int o = 0; o < 8; o++)
+                    v[o] = _mm256_loadu_si256((const __m256i *)((o < 4 ? w0 : w1) + ((size_t)(b / 2) * TILE + (o & 3)) * 32));
+                transpose8(v);
+                for (int k = 0; k < 8; k++) {
+                    low[k] = _mm256_and_si256(v[k], _mm256_set1_epi8(0x0f));
+                    high[k] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), _mm256_set1_epi8(0x0f));
+                }
+                const __m256i qa[8] = {low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3]};
+                const __m256i qb[8] = {low[4], low[5], low[6], low[7], high[4], high[5], high[6], high[7]};
+                const __m256 m8 = _mm256_set1_ps(8.0f);
+                for (int h = 0; h < 2; h++) {
+                    const int blk = b + h, j = blk - c;
+                    const __m256 dv = dc[j], mv = _mm256_fnmadd_ps(m8, dc[j], zc[j]);      /* z - 8 d */
+                    const __m256i *q = h ? qb : qa;
+                    const int *at = h ? second : first;
+                    int r = 0;
+                    for (; r + READ_ROWS_AT_ONCE <= rows; r += READ_ROWS_AT_ONCE)
+                        columns_block_q4(q, at, xq, e, es, K, Bp, blk, r0, r, READ_ROWS_AT_ONCE, dv, mv, acc);
+                    switch (rows - r) {
+                    case 3: columns_block_q4(q, at, xq, e, es, K, Bp, blk, r0, r, 3, dv, mv, acc); break;
+                    case 2: columns_block_q4(q, at, xq, e, es, K, Bp, blk, r0, r, 2, dv, mv, acc); break;
+                    case 1: columns_block_q4(q, at, xq, e, es, K, Bp, blk, r0, r, 1, dv, mv, acc); break;
+                    default: break;
+                    }
+                }
+            }
+        }
+        for (int r = 0; r < rows; r++) _mm256_storeu_ps(y + (size_t)(r0 + r) * N + (size_t)t * 8, acc[r]);
+    }
+}

@@ -175,6 +175,21 @@ ALWAYS F4 f4_add(F4 a, F4 b) { return _mm_add_ps(a, b); }
 ALWAYS F4 f4_sub(F4 a, F4 b) { return _mm_sub_ps(a, b); }
 ALWAYS F4 f4_mul(F4 a, F4 b) { return _mm_mul_ps(a, b); }
 ALWAYS void f4_store(float *p, F4 a) { _mm_storeu_ps(p, a); }
+/* 8 x 8 int32: out lane o of v[t] = in lane t of v[o] (blocks.c's columns, rows_kernel.c's prompt reads) */
+ALWAYS void transpose8(__m256i v[8]) {
+    const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(v[6], v[7]), t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    v[0] = _mm256_permute2x128_si256(u0, u4, 0x20), v[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    v[1] = _mm256_permute2x128_si256(u1, u5, 0x20), v[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    v[2] = _mm256_permute2x128_si256(u2, u6, 0x20), v[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    v[3] = _mm256_permute2x128_si256(u3, u7, 0x20), v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
 
 /* 64 bytes: W (two chunks of 32 weights), A (their int32 sums), SW (their scales: a quarter of the lanes each) */
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)

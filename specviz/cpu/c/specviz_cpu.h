@@ -47,6 +47,9 @@ void rows_matmul_f32(const float *x, const void *w, const float *scale, float *y
 void rows_matmul_q8(const float *x, const void *w, const float *scale, float *y, int n, int K, int N, int threads);
 void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
                     int n, int K, int N, int threads, void *scratch);
+/* the same weights summed in another order, for many rows of a draft's prompt read (N a multiple of 8) */
+void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
+                            int n, int K, int N, int threads, void *scratch);
 
 /* layer_loop.c's decode_layers: its answer where its scratch could not be allocated */
 #define LAYERS_NO_MEMORY -100
