@@ -1,0 +1,93 @@
+"""Two builds of specviz's kernels side by side on a GGUF file's own tensors: each source directory (a copy of
+specviz/cpu/c, e.g. from `git archive`) built with one instruction set, their calls interleaved in one process (so
+that machine noise hits both alike), best of REPS. Prints ms and G multiply-adds a second per group of products and
+rows fed, whether the builds' outputs are the same bits, and writes JSON.
+    mkdir -p /tmp/old && git archive HEAD~1 specviz/cpu/c | tar -x -C /tmp/old
+    python scripts/blocks_ab.py /tmp/old/specviz/cpu/c,specviz/cpu/c avx2 out.json 1 4 8 16 32 64
+ISA: avx2, vnni (AVX512-VNNI) or amx. GGUF=path picks another file (default: the 1.5B coder's); its groups are layer
+0's Q4_K products, a Q6_K ffn_down and the output layer (docs/BENCHMARKS.md, "AVX2: the file's blocks 8 outputs at a
+time").
+"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGUFReader
+
+from specviz.cpu import build
+from specviz.paths import cache_dir
+
+FLAGS = {"avx2": build.X86, "vnni": build.X86 + build.VNNI["avx512_vnni"],
+         "amx": build.X86 + build.VNNI["avx512_vnni"] + build.AMX}
+
+
+def library(source: Path, flags, out: Path) -> ctypes.CDLL:
+    common = [f for f in build.COMMON if not f.startswith("-I")]
+    subprocess.run(["cc", *common, f"-I{source}", *flags, "-fopenmp", *(str(source / s) for s in build.X86_SOURCES),
+                    "-o", str(out), "-lm"], check=True)
+    lib = ctypes.CDLL(str(out))
+    lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.block_scratch_bytes.restype = ctypes.c_size_t
+    lib.block_scratch_bytes.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.block_amx()
+    return lib
+
+
+def groups(path: Path) -> dict[str, list]:
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    q6 = next(name for name, t in tensors.items() if name.endswith("ffn_down.weight") and t.tensor_type.name == "Q6_K")
+    named = {"layer 0's Q4_K products": [f"blk.0.{n}.weight" for n in ("ffn_gate", "ffn_up", "attn_q", "attn_output")],
+             "a Q6_K ffn_down": [q6], "the output layer": ["output.weight"]}
+    out = {}
+    for group, names in named.items():
+        out[group] = []
+        for name in names:
+            t = tensors[name]
+            N, K = int(t.shape[1]), int(t.shape[0])
+            blocks = torch.from_numpy(np.array(t.data)).view(torch.uint8).reshape(N, -1).contiguous()
+            out[group].append((int(t.tensor_type), blocks, K, N))
+    return out
+
+
+def main(argv: list[str]) -> None:
+    sources, isa, out_json, rows = argv[0].split(","), argv[1], argv[2], [int(a) for a in argv[3:]]
+    reps = int(os.environ.get("REPS", 7))
+    path = Path(os.environ.get("GGUF", cache_dir() / "gguf" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        libs = [library(Path(s), FLAGS[isa], Path(scratch_dir) / f"ab{i}.so") for i, s in enumerate(sources)]
+        scratch = torch.empty(libs[0].block_scratch_bytes(8960, max(rows)) + 2**22, dtype=torch.uint8)
+        report = {"isa": isa, "sources": sources, "file": path.name, "groups": {}}
+        for group, products in groups(path).items():
+            xs = {n: {K: torch.randn(n, K) for _, _, K, _ in products} for n in rows}
+            outs = {(i, n): {N: torch.empty(n, N) for *_, N in products} for i in range(len(libs)) for n in rows}
+            best = {(i, n): float("inf") for i in range(len(libs)) for n in rows}
+            for _ in range(reps):
+                for n in rows:
+                    for i, lib in enumerate(libs):
+                        started = time.perf_counter()
+                        for qtype, blocks, K, N in products:
+                            lib.block_product(qtype, blocks.data_ptr(), K, N, xs[n][K].data_ptr(), n,
+                                              outs[(i, n)][N].data_ptr(), N, 2, scratch.data_ptr())
+                        best[(i, n)] = min(best[(i, n)], time.perf_counter() - started)
+            macs = {n: n * sum(K * N for _, _, K, N in products) for n in rows}
+            same = all(torch.equal(outs[(0, n)][N], outs[(i, n)][N])
+                       for n in rows for i in range(1, len(libs)) for *_, N in products)
+            print(f"{group} ({isa}): ms (G multiply-adds/s); the same bits: {same}")
+            for i, source in enumerate(sources):
+                print(f"  {source:40s}", " ".join(f"{n}: {best[(i, n)] * 1e3:7.2f} ({macs[n] / best[(i, n)] / 1e9:3.0f})"
+                                                   for n in rows))
+            report["groups"][group] = {"same_bits": same, "ms": {s: {n: best[(i, n)] * 1e3 for n in rows}
+                                                                   for i, s in enumerate(sources)}}
+    Path(out_json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
