@@ -8,9 +8,9 @@
  * products of at most 15 * 127 a lane; Q6_K: 2 quads, 4 products of at most 63 * 127), one madd applies the 8
  * outputs' scales, and the 8 int32 lanes are the 8 outputs' sums: nothing to add across. Q4_K takes 9 multiplying
  * instructions per 256 products instead of 16, Q6_K 12. Measured on the Qwen2.5-Coder-1.5B's products, AVX2, one
- * process, the builds' calls interleaved (2026-11-26): a layer's Q4_K products 1.2x at 3-4 rows, 1.5x at 8, 1.9x at
- * 32-64; Q6_K 1.1-1.2x at 5-6 rows, 1.6x at 16-64. With VNNI (one instruction per 4 products and sum) the tiles
- * measured faster.
+ * process, the builds' calls interleaved (scripts/blocks_ab.py, 2026-11-26): a layer's Q4_K products 1.2x at 3 rows,
+ * 1.6x at 8, 1.9x at 32-64; Q6_K 1.1x at 5 rows, 1.3x at 8, 1.6x at 16-64. With VNNI (one instruction per 4 products
+ * and sum) the tiles measured faster.
  *
  * Bits. The integer sums are the tile path's (exact whatever adds them), and the float work per block, output and row
  * is the same formula in the same order (blocks.c's header), lane by lane: a row gets the same bits as alone. */
