@@ -15,6 +15,7 @@ import torch
 from . import auto_choice
 from .cpu import prompt_reader
 from .cpu.decoder import supported as runs_own_forward
+from .cpu.machine import give_back_freed_memory
 from .auto_trigram import auto_trigram, draft_texts
 from .cache import KVModel, restricts_output
 from .cost_curve import cost_curves
@@ -94,6 +95,7 @@ class Stack:
             stack.restrict_draft_vocabulary()
             stack.precision_reason = auto_reason(device, target)
         stack.read_prompts()
+        give_back_freed_memory()        # re-quantising the drafts freed their float weights
         return stack
 
     def read_prompts(self, measure_now: bool = False) -> dict[str, dict]:
@@ -112,6 +114,8 @@ class Stack:
             self.prompt_reads[spec] = choice
             reads = choice["choice"] != prompt_reader.OWN
             prompt_reader.attach(draft.model, prompt_reader.copies(draft.model, choice["choice"]) if reads else None)
+        if measure_now:
+            give_back_freed_memory()    # the copies timed and dropped
         return self.prompt_reads
 
     def restrict_draft_vocabulary(self) -> None:
@@ -248,6 +252,8 @@ class Stack:
         if name not in self.plans:
             draft = self.loaded[self.drafts[0]]
             plan = stored_plan(name, self.target.model, draft.model, self._output_vocab(draft, []), measure_now)
+            if measure_now:
+                give_back_freed_memory()
             if plan is None:
                 return None
             self.plans[name] = plan
