@@ -105,6 +105,8 @@ def decided(key: str, measure: Callable[[], object]) -> object:
         if key in stored and not remeasure:
             return stored[key]["value"]
         value = measure()
+        from .cpu.machine import give_back_freed_memory
+        give_back_freed_memory()    # what the measuring allocated and dropped (copies of weights, probe layers)
         _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
         if remeasure:
             _REMEASURED.add(key)

@@ -100,9 +100,9 @@ class Stack:
 
     def read_prompts(self, measure_now: bool = False) -> dict[str, dict]:
         """Each quantized draft model reads prompts in the way stored for it (specviz/cpu/prompt_reader.py): through
-        float copies of its weights, or its own summed 8 outputs at a time, where that was measured faster here. Measured and stored first where nothing is
-        stored and `measure_now` (setup, the bench, the app before its first race), else left to its own products.
-        Returns the choices in use, by draft spec."""
+        float copies of its weights, or its own summed 8 outputs at a time, where that was measured faster here.
+        Measured and stored first where nothing is stored and `measure_now` (setup, the bench, the app before its first
+        race), else left to its own products. Returns the choices in use, by draft spec."""
         for spec, draft in self.draft_models().items():
             if (spec in self.prompt_reads and not measure_now) or not runs_own_forward(draft.model):
                 continue
@@ -114,8 +114,6 @@ class Stack:
             self.prompt_reads[spec] = choice
             reads = choice["choice"] != prompt_reader.OWN
             prompt_reader.attach(draft.model, prompt_reader.copies(draft.model, choice["choice"]) if reads else None)
-        if measure_now:
-            give_back_freed_memory()    # the copies timed and dropped
         return self.prompt_reads
 
     def restrict_draft_vocabulary(self) -> None:
@@ -252,8 +250,6 @@ class Stack:
         if name not in self.plans:
             draft = self.loaded[self.drafts[0]]
             plan = stored_plan(name, self.target.model, draft.model, self._output_vocab(draft, []), measure_now)
-            if measure_now:
-                give_back_freed_memory()
             if plan is None:
                 return None
             self.plans[name] = plan

@@ -119,8 +119,9 @@ def time_read(model: torch.nn.Module, tokens: int = PROMPT, reps: int = 3) -> fl
 
 
 def choose(model: torch.nn.Module) -> dict:
-    """Time the draft's prompt read through its own products and through each candidate's (copies()); the fastest wins where it is 10% faster than the draft's own products. Returns {"choice": a candidate
-    or OWN, "seconds": {name: s}}."""
+    """Time the draft's prompt read through its own products and through each candidate's (copies()); the fastest
+    wins where it is 10% faster than the draft's own products. Returns {"choice": a candidate or OWN, "seconds":
+    {name: s}}."""
     attach(model, None)
     seconds = {OWN: time_read(model)}
     for name in CANDIDATES:
