@@ -36,10 +36,9 @@ def _loaded() -> ctypes.CDLL | None:
         for entry in (library.rows_matmul_f32, library.rows_matmul_q8):
             entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
             entry.restype = None
-        library.rows_matmul_q4.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
-        library.rows_matmul_q4.restype = None
-        library.rows_matmul_q4_columns.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
-        library.rows_matmul_q4_columns.restype = None
+        for entry in (library.rows_matmul_q4, library.rows_matmul_q4_columns):
+            entry.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+            entry.restype = None
     library.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p]
     library.attend_rows.restype = None
     library.rms_norm_rows.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
