@@ -74,10 +74,12 @@ def libraries(tmp_path_factory):
 @pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())
 def test_every_build_computes_the_definition_bit_for_bit(libraries, qtype):
     assert "portable" in libraries and ("avx2" in libraries or "avx2" not in SIMD)
-    # ragged outputs too; each side of the AVX2 columns' 3 and 5 rows; past one group of 16 rows for the AMX tiles, and past
-    # the 128 rows a tile of outputs keeps
-    for seed, (rows, outputs) in enumerate([(1, 4), (2, 13), (3, 8), (4, 11), (5, 6), (7, 9), (16, 33), (32, 5), (40, 17), (130, 3)]):
-        w, x = case(qtype, rows, outputs, seed)
+    # ragged outputs too; each side of the AVX2 columns' 3 and 5 rows and of the AVX-512 columns' 6 and 8 (in rows of 17
+    # blocks; 32 in short ones); past one group of 16 rows for the AMX tiles, and past the 128 rows a tile of outputs keeps
+    shapes = [(1, 4, 2), (2, 13, 2), (3, 8, 2), (4, 11, 2), (5, 6, 2), (6, 19, 2), (7, 9, 2), (7, 16, 17), (8, 21, 17),
+              (16, 33, 2), (31, 5, 2), (32, 5, 2), (40, 17, 2), (130, 3, 2)]
+    for seed, (rows, outputs, blocks_per_row) in enumerate(shapes):
+        w, x = case(qtype, rows, outputs, seed, blocks_per_row)
         expected = reference.product(qtype, w, x)
         for name, lib in libraries.items():
             assert np.array_equal(run(lib, qtype, w, x), expected), (name, rows, outputs)
@@ -118,6 +120,22 @@ def test_an_avx2_columns_product_that_sums_in_another_order_fails_these_tests(tm
     lib = build(tmp_path, BUILDS["avx2"], mutated)
     for qtype in (reference.Q4_K, reference.Q6_K):
         w, x = case(qtype, 12, 8, seed=1, blocks_per_row=4)
+        assert np.array_equal(run(lib, qtype, w, x[:1])[0], reference.product(qtype, w, x[:1])[0])
+        assert not np.array_equal(run(lib, qtype, w, x)[0], reference.product(qtype, w, x)[0])
+
+
+def test_an_avx512_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path):
+    """The same for the AVX-512 VNNI build's 16 outputs at a time (columns.h's second part, Q4_K from 6 rows, Q6_K from 8
+    in rows of more than 16 blocks)."""
+    if not RUNS_HERE["avx512-vnni"]:
+        pytest.skip("an x86 build: this CPU runs no AVX-512 VNNI")
+    source = (BLOCKS / "blocks.c").read_text().replace('#include "columns.h"', (BLOCKS / "columns.h").read_text())
+    marker = "acc[r] = _mm512_add_ps(acc[r], "
+    assert source.count(marker) == 2
+    mutated = source.replace(marker, "acc[r] = _mm512_add_ps(_mm512_mul_ps(acc[r], _mm512_set1_ps(1.0f + 1e-7f)), ")
+    lib = build(tmp_path, BUILDS["avx512-vnni"], mutated)
+    for qtype in (reference.Q4_K, reference.Q6_K):
+        w, x = case(qtype, 12, 8, seed=1, blocks_per_row=17)
         assert np.array_equal(run(lib, qtype, w, x[:1])[0], reference.product(qtype, w, x[:1])[0])
         assert not np.array_equal(run(lib, qtype, w, x)[0], reference.product(qtype, w, x)[0])
 

@@ -25,6 +25,7 @@ def test_the_builds_tried_on_each_kind_of_machine():
         "AVX2 + AVX512-VNNI + AMX", "AVX2 + AVX512-VNNI", "AVX2"]                           # Sapphire Rapids on
     assert names(build.candidates("x86_64", ["avx2", "fma", "avx_vnni", "amx_tile", "amx_int8"], ""))[0] == "AVX2 + AVX-VNNI"
     assert names(build.candidates("x86_64", X86_AVX512, "avx2"))[0] == "AVX2"
+    assert names(build.candidates("x86_64", X86_AVX512 + ["amx_tile", "amx_int8"], "vnni"))[0] == "AVX2 + AVX512-VNNI"
     assert names(build.candidates("x86_64", ["sse4_2"], "")) == ["portable C", "portable C, no OpenMP"]   # no AVX2
     assert names(build.candidates("aarch64", ["asimd", "asimddp"], "")) == [
         "NEON + dot product", "NEON", "portable C", "NEON + dot product, no OpenMP", "NEON, no OpenMP", "portable C, no OpenMP"]

@@ -13,7 +13,8 @@ PyTorch's products, while a GGUF file's own blocks, attention and the layer loop
 compiled with `-Wall` into the user cache, under a name made from the sources, headers and flags, and renamed into
 place, so concurrent first uses never load half a file. `status()` names the build taken and, where a better one
 failed, the compiler's first error line. SPECVIZ_ROWS_KERNEL: "0" builds nothing (PyTorch's products everywhere),
-"avx2" starts without VNNI, "portable" starts at portable C.
+"avx2" starts without VNNI, "vnni" without AMX (an AVX512-VNNI machine of the Ice Lake kind), "portable" starts at
+portable C.
 """
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def candidates(machine: str | None = None, simd: list[str] | None = None, switch
     if machine in ("x86_64", "amd64") and {"avx2", "fma"} <= set(simd):
         vnni = next((name for name in VNNI if name in simd and (name != "avx512_vnni" or {"avx512vl", "avx512bw"} <= set(simd))),
                     None)
-        if vnni == "avx512_vnni" and {"amx_tile", "amx_int8"} <= set(simd) and switch != "avx2":
+        if vnni == "avx512_vnni" and {"amx_tile", "amx_int8"} <= set(simd) and switch not in ("avx2", "vnni"):
             best.append(Build("AVX2 + AVX512-VNNI + AMX", X86 + VNNI[vnni] + AMX, X86_SOURCES))
         if vnni and switch != "avx2":
             best.append(Build("AVX2 + " + ("AVX512-VNNI" if vnni == "avx512_vnni" else "AVX-VNNI"), X86 + VNNI[vnni], X86_SOURCES))

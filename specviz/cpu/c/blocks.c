@@ -21,7 +21,8 @@
  * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; but up to GROUPS_OF_FEW
  * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group.
  * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K and Q6_K blocks take columns.h's path instead: 8 outputs
- * at a time, their blocks transposed, the same integers and float formula. */
+ * at a time, their blocks transposed, the same integers and float formula; on AVX-512 with VNNI and no AMX, 16 at a time
+ * from COLUMN16_MIN_ROWS rows. */
 #include "simd.h"
 #include "specviz_cpu.h"
 #include <float.h>
@@ -474,10 +475,9 @@ PRODUCT_OF(GGUF_Q8_0, product_q8_0)
 PRODUCT_OF(GGUF_Q4_K, product_q4_k)
 PRODUCT_OF(GGUF_Q6_K, product_q6_k)
 
-/* AVX2 without VNNI: many rows of K-quant blocks 8 outputs at a time, transposed (columns.h). With VNNI's dot products
- * the tiles above measured faster. */
-#if defined(SIMD_NAME_BASE) && !defined(SIMD_DOT_INSTRUCTION)
-#define COLUMNS_PATH
+/* Many rows of K-quant blocks, their outputs side by side, transposed (columns.h): 8 at a time on AVX2 without VNNI,
+ * 16 on AVX-512 with VNNI. With AVX-VNNI's 256-bit dot products alone the tiles above measured faster; AMX has its own. */
+#if defined(SIMD_NAME_BASE) && (!defined(SIMD_DOT_INSTRUCTION) || (defined(__AVX512VNNI__) && defined(__AVX512BW__) && !defined(SIMD_AMX)))
 #include "columns.h"
 #endif
 
@@ -731,6 +731,11 @@ int block_product(int type, const uint8_t *w, int K, int N, const float *x, int 
 #if defined(COLUMNS_PATH)
     if (k_quant(type) && n >= COLUMN_MIN_ROWS(type)) {
         columns_product(type, w, row_bytes, &rows, n, y, ldy, N, threads);
+        return 0;
+    }
+#elif defined(COLUMNS16_PATH)
+    if (k_quant(type) && n >= COLUMN16_MIN_ROWS(type, rows.blocks)) {
+        columns16_product(type, w, row_bytes, &rows, n, y, ldy, N, threads);
         return 0;
     }
 #endif

@@ -1,5 +1,5 @@
-/* blocks.c's product of many rows with K-quant blocks (Q4_K, Q6_K) on AVX2 without VNNI: 8 outputs at a time, their
- * blocks transposed in registers.
+/* blocks.c's product of many rows with K-quant blocks (Q4_K, Q6_K): on AVX2 without VNNI 8 outputs at a time, their
+ * blocks transposed in registers; on AVX-512 with VNNI (and no AMX) 16 at a time, the same way (the second part).
  *
  * Why. The tile path multiplies 32 weights of one output into a row with one multiply-add of bytes (maddubs) and one
  * of its int16 pairs by the sub-block's scale (madd), and at each block's end sums the 8 lanes of each output's
@@ -182,6 +182,8 @@ ALWAYS void columns_tile(const int type, const uint8_t *const w[COLUMNS], const 
     }
 }
 
+#if !defined(__AVX512VNNI__)
+#define COLUMNS_PATH
 static void columns_product(const int type, const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy,
                             int N, int threads) {
     const int tiles = (N + COLUMNS - 1) / COLUMNS;
@@ -194,3 +196,139 @@ static void columns_product(const int type, const uint8_t *w, size_t row_bytes, 
         else columns_tile(GGUF_Q6_K, rows, x, n, y, ldy, o0, outputs);
     }
 }
+
+#endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define COLUMNS16_PATH
+/* The same with AVX-512's VNNI: 16 outputs at a time (two 8-output Columns side by side), and a sub-block's products
+ * of a row summed in int32 by one dot-product instruction per quad (vpdpbusd: 4 products and their sum a lane), its
+ * scale then applied by an int32 multiply. The integers are the tile path's, and the float work per block the same
+ * formula lane by lane, as above. */
+#define COLUMNS16 16
+#define COLUMN16_ROWS 8
+/* fewer rows take the tiles, as measured (scripts/blocks_ab.py): Q4_K below 6; Q6_K below 8, or below 32 in rows of few
+ * blocks (the output layer's: 6), where these measured slower up to 16 rows and faster from 32 */
+#define COLUMN16_MIN_ROWS(type, blocks) ((type) == GGUF_Q4_K ? 6 : (blocks) > 16 ? 8 : 32)
+
+typedef struct {
+    __m512i q[8][8];                /* as Columns' q, 16 lanes */
+    __m512i scale[16];              /* the sub-blocks' scales as int32 (Q4_K: 8, Q6_K: 16) */
+    __m512i sums[8];                /* as Columns' sums */
+    __m512 d, m;
+} Columns16;
+
+ALWAYS __m512i join_halves(__m256i low, __m256i high) { return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1); }
+
+ALWAYS __m512 join_float_halves(__m256 low, __m256 high) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)), _mm256_castps_pd(high), 1));
+}
+
+ALWAYS void columns16(const int type, const uint8_t *const blk[COLUMNS16], Columns16 *u) {
+    Columns half[2];
+    for (int h = 0; h < 2; h++) {
+        if (type == GGUF_Q4_K) columns_q4_k(blk + COLUMNS * h, &half[h]);
+        else columns_q6_k(blk + COLUMNS * h, &half[h]);
+    }
+    for (int j = 0; j < 8; j++)
+        for (int t = 0; t < 8; t++) u->q[j][t] = join_halves(half[0].q[j][t], half[1].q[j][t]);
+    const int scales = type == GGUF_Q4_K ? 8 : 16, pairs = type == GGUF_Q4_K ? 4 : 8;
+    for (int g = 0; g < scales; g++)        /* (s, s) int16 pairs: the high one, sign-extended */
+        u->scale[g] = _mm512_srai_epi32(join_halves(half[0].scale[g], half[1].scale[g]), 16);
+    for (int k = 0; k < pairs; k++) u->sums[k] = join_halves(half[0].sums[k], half[1].sums[k]);
+    u->d = join_float_halves(half[0].d, half[1].d);
+    if (type == GGUF_Q4_K) u->m = join_float_halves(half[0].m, half[1].m);
+}
+
+/* sum[r] (+)= SCALE times the int32 sum of quads T0 .. T0 + N - 1 of q[j] times row r's activations there */
+#define DOT_QUADS(T0, N, SCALE, FIRST)                                                                                \
+    do {                                                                                                             \
+        __m512i s32[COLUMN16_ROWS];                                                                                  \
+        for (int r = 0; r < R; r++) s32[r] = _mm512_setzero_si512();                                                 \
+        UNROLL for (int t = (T0); t < (T0) + (N); t++) {                                                              \
+            const __m512i w = u->q[j][t];                                                                            \
+            for (int r = 0; r < R; r++) {                                                                            \
+                int32_t four;                                                                                        \
+                memcpy(&four, xb[r] + 32 * j + 4 * t, 4);                                                            \
+                s32[r] = _mm512_dpbusd_epi32(s32[r], w, _mm512_set1_epi32(four));                                    \
+            }                                                                                                        \
+        }                                                                                                            \
+        for (int r = 0; r < R; r++) {                                                                                \
+            const __m512i scaled = _mm512_mullo_epi32(s32[r], (SCALE));                                              \
+            sum[r] = (FIRST) ? scaled : _mm512_add_epi32(sum[r], scaled);                                            \
+        }                                                                                                            \
+    } while (0)
+
+ALWAYS void columns16_rows(const int type, const Columns16 *u, const Rows *x, int b, int r0, const int R, __m512 *acc) {
+    const int8_t *xb[COLUMN16_ROWS];
+    for (int r = 0; r < R; r++) xb[r] = x->q + (size_t)(r0 + r) * x->K + (size_t)b * QK_K;
+    __m512i sum[COLUMN16_ROWS];
+    _Pragma("GCC unroll 1") for (int j = 0; j < 8; j++) {
+        if (type == GGUF_Q4_K) DOT_QUADS(0, 8, u->scale[j], j == 0);
+        else {
+            DOT_QUADS(0, 4, u->scale[2 * j], j == 0);
+            DOT_QUADS(4, 4, u->scale[2 * j + 1], 0);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const size_t row = (size_t)(r0 + r);
+        const int16_t *s = x->bsum + row * (x->K / 16) + (size_t)b * 16;
+        const __m512 dx = _mm512_set1_ps(x->d[row * x->blocks + b]);
+        __m512i sums = type == GGUF_Q6_K ? sum[r] : _mm512_setzero_si512();
+        for (int k = 0; k < (type == GGUF_Q6_K ? 8 : 4); k++) {
+            int32_t pair;
+            memcpy(&pair, s + 2 * k, 4);
+            sums = _mm512_add_epi32(sums, _mm512_madd_epi16(u->sums[k], _mm512_set1_epi32(pair)));
+        }
+        if (type == GGUF_Q6_K) acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(sums)));
+        else acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(sum[r])),
+                                                          _mm512_mul_ps(_mm512_mul_ps(u->m, dx), _mm512_cvtepi32_ps(sums))));
+    }
+}
+
+ALWAYS void columns16_tile(const int type, const uint8_t *const w[COLUMNS16], const Rows *x, int n, float *y, int ldy,
+                           int o0, int outputs) {
+    for (int r0 = 0; r0 < n; r0 += ROWS_AT_ONCE) {
+        const int count = n - r0 < ROWS_AT_ONCE ? n - r0 : ROWS_AT_ONCE;
+        __m512 acc[ROWS_AT_ONCE];
+        for (int r = 0; r < count; r++) acc[r] = _mm512_setzero_ps();
+        for (int b = 0; b < x->blocks; b++) {
+            if (r0 == 0) prefetch_ahead(type, w, COLUMNS16, x->blocks, b);
+            const uint8_t *blk[COLUMNS16];
+            for (int o = 0; o < COLUMNS16; o++) blk[o] = w[o] + (size_t)b * bytes_of(type);
+            Columns16 u;
+            columns16(type, blk, &u);
+            int r = 0;
+            for (; r + COLUMN16_ROWS <= count; r += COLUMN16_ROWS) columns16_rows(type, &u, x, b, r0 + r, COLUMN16_ROWS, acc + r);
+            switch (count - r) {
+            case 7: columns16_rows(type, &u, x, b, r0 + r, 7, acc + r); break;
+            case 6: columns16_rows(type, &u, x, b, r0 + r, 6, acc + r); break;
+            case 5: columns16_rows(type, &u, x, b, r0 + r, 5, acc + r); break;
+            case 4: columns16_rows(type, &u, x, b, r0 + r, 4, acc + r); break;
+            case 3: columns16_rows(type, &u, x, b, r0 + r, 3, acc + r); break;
+            case 2: columns16_rows(type, &u, x, b, r0 + r, 2, acc + r); break;
+            case 1: columns16_rows(type, &u, x, b, r0 + r, 1, acc + r); break;
+            default: break;
+            }
+        }
+        for (int r = 0; r < count; r++) {
+            float out[COLUMNS16];
+            _mm512_storeu_ps(out, acc[r]);
+            for (int o = 0; o < outputs; o++) y[(size_t)(r0 + r) * ldy + o0 + o] = out[o];
+        }
+    }
+}
+
+static void columns16_product(const int type, const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy,
+                              int N, int threads) {
+    const int tiles = (N + COLUMNS16 - 1) / COLUMNS16;
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int t = 0; t < tiles; t++) {
+        const int o0 = t * COLUMNS16, outputs = N - o0 < COLUMNS16 ? N - o0 : COLUMNS16;
+        const uint8_t *rows[COLUMNS16];
+        for (int o = 0; o < COLUMNS16; o++) rows[o] = w + (size_t)(o0 + (o < outputs ? o : outputs - 1)) * row_bytes;
+        if (type == GGUF_Q4_K) columns16_tile(GGUF_Q4_K, rows, x, n, y, ldy, o0, outputs);
+        else columns16_tile(GGUF_Q6_K, rows, x, n, y, ldy, o0, outputs);
+    }
+}
+#endif
