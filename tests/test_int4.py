@@ -53,6 +53,18 @@ def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding
     assert q(x[None]).shape == (1, 5, 96)                    # any leading dimensions
 
 
+@pytest.mark.parametrize("outputs", [64, 24])     # 16 outputs at a time with AVX512-VNNI; 8 without it, or for 24
+def test_the_columns_product_of_a_prompt_read_computes_the_layers_model_within_float_rounding(outputs):
+    q = Int4Linear(linear(896, outputs))
+    if not q.own:
+        pytest.skip("no rows kernel here (no AVX2): no columns product")
+    x = torch.randn(40, 896)
+    y = kernels.product_q4(q.packed, q.scales, q.zeros, x, outputs, columns=True)
+    expected = rows_as_the_kernel_reads_them(x, q).double() @ q.dequantized().double().T
+    assert torch.allclose(y.double(), expected, atol=1e-5 * expected.abs().max().item())
+    assert not torch.allclose(y.double(), x.double() @ q.dequantized().double().T, atol=1e-5 * expected.abs().max().item())
+
+
 def test_specviz_kernel_and_pytorchs_hold_the_same_weights(monkeypatch):
     if not kernels.rows_available():
         pytest.skip("no kernel here: every layer is PyTorch's")

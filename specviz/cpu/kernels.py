@@ -126,7 +126,8 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
                out_features: int, columns: bool = False) -> torch.Tensor:
     """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/cpu/int4.py's
     tiled(), each row rounded to int8 per 256 values as it is read. The caller checks rows_available().
-    columns: sum 8 outputs at a time (rows_matmul_q4_columns: faster for many rows, other bits; out a multiple of 8)."""
+    columns: sum 8 outputs at a time, 16 with AVX512-VNNI where out is a multiple of 16 (rows_matmul_q4_columns: faster
+    for many rows, other bits; out a multiple of 8)."""
     rows = rows.contiguous()
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
     n, K = rows.shape

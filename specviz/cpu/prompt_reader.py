@@ -4,8 +4,8 @@ A draft model reads the whole prompt once, in its first round, through the produ
 products are built for a few rows: on our 2-core AVX512+AMX CPU the Qwen2.5-Coder-0.5B read a 160-token prompt in
 608 ms that way, as long as the 1.5B target's read on AMX tiles. So a draft may read prompts through other products
 of the same layers: float copies of its own (the weights they multiply by, de-quantised in memory, multiplied by
-PyTorch), or its own 4-bit weights summed 8 outputs at a time (rows_kernel.c's rows_matmul_q4_columns: no copy, other
-bits). The same layers, norms, rotary embedding and attention (specviz/cpu/decoder.py's step-by-step forward) write
+PyTorch), or its own 4-bit weights summed 8 outputs at a time (16 with AVX512-VNNI; rows_kernel.c's
+rows_matmul_q4_columns: no copy, other bits). The same layers, norms, rotary embedding and attention (specviz/cpu/decoder.py's step-by-step forward) write
 the same KV cache; only the products differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took
 174-203 ms against 385-473 ms. A draft's numerics move acceptance only, never the output.
 
@@ -30,7 +30,7 @@ from .int4 import Int4Linear
 
 READ_ROWS = 32                     # tokens a committed feed must have to go through the reader
 PROMPT = 128                       # tokens of the prompt read that is timed
-COLUMNS = "columns"                # the draft's own 4-bit weights, summed 8 outputs at a time
+COLUMNS = "columns"                # the draft's own 4-bit weights, summed 8 (or 16) outputs at a time
 CANDIDATES = ("bfloat16", "float32", COLUMNS)
 OWN = "own"                        # the choice of the draft's own products
 _READERS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
@@ -142,7 +142,7 @@ def key(draft_name: str, draft_dtype: str) -> str:
     return f"prompt read: {draft_name} ({draft_dtype})"
 
 
-NAMES = {OWN: "its own products", COLUMNS: "its own weights 8 outputs at a time"}
+NAMES = {OWN: "its own products", COLUMNS: "its own weights many outputs at a time"}
 
 
 def describe(choice: dict) -> str:
