@@ -20,12 +20,13 @@ for trigrams sorted context keys u*V+v with a CSR table of (next token, count) e
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 FORMAT = "specviz-katz-trigram-v1"
+TOPS_KEPT = 1 << 16               # top()'s answers kept (then forgotten all at once)
 
 
 def _discount(counts: np.ndarray) -> float:
@@ -61,6 +62,7 @@ class KatzTrigram:
     tri_ptr: np.ndarray
     tri_next: np.ndarray
     tri_count: np.ndarray
+    _tops: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # top()'s answers, by last two tokens
 
     # ------------------------------------------------------------------ building
 
@@ -176,9 +178,19 @@ class KatzTrigram:
         return torch.from_numpy(p.astype(np.float32))
 
     def top(self, context, k: int) -> list[tuple[int, float]]:
-        """The k most likely next tokens with their probabilities, without building all of P.
+        """The k most likely next tokens with their probabilities, without building all of P; remembered by the last two
+        tokens (all the model reads of a context): staged's guesses meet the same pairs again and again, and each
+        costs about 0.4 ms of numpy (0.15 s of six 64-token generations)."""
+        key = (tuple(int(t) for t in context[-2:]), k)
+        found = self._tops.get(key)
+        if found is None:
+            if len(self._tops) >= TOPS_KEPT:
+                self._tops.clear()
+            found = self._tops[key] = self._top(context, k)
+        return list(found)
 
-        Any word outside the context's rows gets (product of backoff weights) * P1(w), so the
+    def _top(self, context, k: int) -> tuple[tuple[int, float], ...]:
+        """Any word outside the context's rows gets (product of backoff weights) * P1(w), so the
         candidates are the rows' words plus the k + (number of row words) best unigrams: among
         those are at least k words outside the rows, so the result is exact."""
         unigram_top = getattr(self, "_unigram_top", None)
@@ -194,7 +206,7 @@ class KatzTrigram:
         k = min(k, len(candidates))
         best = np.argpartition(-p, k - 1)[:k] if k < len(candidates) else np.arange(len(p))
         best = best[np.lexsort((candidates[best], -p[best]))]
-        return [(int(candidates[j]), float(p[j])) for j in best]
+        return tuple((int(candidates[j]), float(p[j])) for j in best)
 
     @property
     def num_bigrams(self) -> int:
