@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from specviz.cache import KVModel
-from specviz.cpu import kernels, prompt_reader
+from specviz.cpu import kernels, layer_loop, prompt_reader
 from specviz.cpu.decoder import Decoder
+from specviz.cpu.layer_loop import LayerLoop
 from specviz.models import LoadedModel, _quantized
 from specviz.metrics import summarise, time_split
 from specviz.plots.compare import latency_figure
@@ -84,6 +85,7 @@ def test_a_long_feed_through_the_columns_computes_the_draft_own_products_in_anot
         products = prompt_reader.copies(model, prompt_reader.COLUMNS)
         assert products is not None and products[0]["down"].product is Decoder(model).layers[0].down
         prompt_reader.attach(model, products)
+        assert prompt_reader.reader_of(Decoder(model), model).loop is not None       # in the C layer loop
         try:
             read_logits = KVModel(model, "read").feed_committed(PROMPT)
         finally:
@@ -101,9 +103,14 @@ def test_strategies_whose_draft_reads_prompts_another_way_write_baseline_text(st
     draft = stack.loaded["draft"].model
     products = prompt_reader.copies(draft, way)
     assert products is not None
-    kind = prompt_reader.ColumnsProduct if way == prompt_reader.COLUMNS else prompt_reader.FloatProduct
     calls = []
-    monkeypatch.setattr(kind, "forward", lambda self, x, f=kind.forward: calls.append(len(x)) or f(self, x))
+    if way == prompt_reader.COLUMNS:            # the columns run in the C layer loop: the rows fed to a loop of them
+        run = LayerLoop.run
+        monkeypatch.setattr(LayerLoop, "run", lambda self, x, *a: (self.layers[0].q.type == layer_loop.COLUMNS and
+                                                                   calls.append(len(x))) or run(self, x, *a))
+    else:
+        kind = prompt_reader.FloatProduct
+        monkeypatch.setattr(kind, "forward", lambda self, x, f=kind.forward: calls.append(len(x)) or f(self, x))
     prompt_reader.attach(draft, products)
     try:
         base = stack.decoder(PROMPT, "baseline", max_new_tokens=24, stop_at_eos=False).generate().tokens

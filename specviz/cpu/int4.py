@@ -87,6 +87,21 @@ class Int4Linear(torch.nn.Module):
         return (q.float() - 8) * spread(scale) + spread(zero)
 
 
+class ColumnsProduct(torch.nn.Module):
+    """An Int4Linear on specviz's kernel, its rows summed 8 or 16 outputs at a time (kernels.product_q4 with columns):
+    the same weights, no copy of them, other bits (a draft's prompt read: specviz/cpu/prompt_reader.py). The C layer loop
+    multiplies it so too (layer_loop.py)."""
+
+    def __init__(self, product: torch.nn.Module):
+        super().__init__()
+        self.product = product
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.product
+        y = kernels.product_q4(p.packed, p.scales, p.zeros, x.float(), p.out_features, columns=True)[:, :p.kept]
+        return y if p.bias is None else y + p.bias
+
+
 def groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """[out, in] float weight -> (q [out, in] uint8 in 0..15, scale and zero [out, in/32] bfloat16), the
     weight being (q - 8) * scale + zero per group. Each group's scale and zero are rounded to bfloat16

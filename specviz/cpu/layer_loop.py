@@ -13,9 +13,10 @@ import torch
 
 from . import build, kernels
 from .blocks import ERRORS, BlockLinear
-from .int4 import Int4Linear
+from .int4 import ColumnsProduct, Int4Linear
 
 NO_MEMORY = build.CONSTANTS["LAYERS_NO_MEMORY"]     # decode_layers' answer where its scratch could not be allocated
+COLUMNS = build.CONSTANTS["Q4_COLUMNS"]             # a Product's type: 4-bit tiles summed many outputs at a time
 
 
 class _Product(ctypes.Structure):
@@ -30,7 +31,9 @@ class _Layer(ctypes.Structure):
 
 def _readable(products: list) -> bool:
     """Siblings the C loop multiplies: BlockLinears, or one (stacked) Int4Linear on specviz's kernel returning all its
-    rows; biases (if any) contiguous float32."""
+    rows, or such a layer's ColumnsProduct (its outputs a multiple of 8); biases (if any) contiguous float32."""
+    if len(products) == 1 and isinstance(products[0], ColumnsProduct):
+        return _readable([products[0].product]) and products[0].product.out_features % 8 == 0
     if not all(p.bias is None or _floats(p.bias) for p in products):
         return False
     if all(isinstance(p, BlockLinear) and p.weight.is_contiguous() for p in products):
@@ -44,6 +47,10 @@ def _floats(t: torch.Tensor) -> bool:
 
 
 def _product(layer) -> _Product:
+    if isinstance(layer, ColumnsProduct):
+        product = _product(layer.product)
+        product.type = COLUMNS
+        return product
     bias = None if layer.bias is None else layer.bias.data_ptr()
     if isinstance(layer, BlockLinear):
         return _Product(layer.qtype, layer.out_features, layer.weight.data_ptr(), None, None, bias)
@@ -64,6 +71,11 @@ class LayerLoop:
                    *_parts(l.mlp_in, 2), _product(l.down)) for l in layers])
         self.count, self.hidden, self.intermediate = len(layers), hidden, intermediate
         self.heads, self.kv_heads, self.head_dim, self.eps, self.scale = heads, kv_heads, head_dim, eps, scale
+
+    def with_layers(self, layers: list) -> "LayerLoop":
+        """The same loop over other products of the same layers (a draft's prompt read: prompt_reader.py)."""
+        return LayerLoop(layers, self.hidden, self.intermediate, self.heads, self.kv_heads, self.head_dim, self.eps,
+                         self.scale)
 
     @staticmethod
     def applies(layers: list) -> bool:

@@ -5,8 +5,9 @@ products are built for a few rows: on our 2-core AVX512+AMX CPU the Qwen2.5-Code
 608 ms that way, as long as the 1.5B target's read on AMX tiles. So a draft may read prompts through other products
 of the same layers: float copies of its own (the weights they multiply by, de-quantised in memory, multiplied by
 PyTorch), or its own 4-bit weights summed 8 outputs at a time (16 with AVX512-VNNI; rows_kernel.c's
-rows_matmul_q4_columns: no copy, other bits). The same layers, norms, rotary embedding and attention (specviz/cpu/decoder.py's step-by-step forward) write
-the same KV cache; only the products differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took
+rows_matmul_q4_columns: no copy, other bits). The same layers, norms, rotary embedding and attention write the same
+KV cache (specviz/cpu/decoder.py's step-by-step forward for float copies; its C layer loop, layer_loop.c, for the
+columns: 128 tokens 304-320 -> 277-285 ms with AVX512-VNNI, 403 -> 378-395 with AVX2 only); only the products differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took
 174-203 ms against 385-473 ms. A draft's numerics move acceptance only, never the output.
 
 Which way reads fastest is measured once per machine and draft, at the moments meant to be at rest (setup, the
@@ -26,7 +27,8 @@ import torch.nn.functional as F
 
 from . import kernels
 from .decoder import Decoder
-from .int4 import Int4Linear
+from .layer_loop import LayerLoop
+from .int4 import ColumnsProduct, Int4Linear
 
 READ_ROWS = 32                     # tokens a committed feed must have to go through the reader
 PROMPT = 128                       # tokens of the prompt read that is timed
@@ -46,20 +48,6 @@ class FloatProduct(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x.to(self.weight.dtype), self.weight, self.bias).float()
-
-
-class ColumnsProduct(torch.nn.Module):
-    """An Int4Linear on specviz's kernel, its rows summed 8 outputs at a time (kernels.product_q4 with columns): the
-    same weights, no copy of them."""
-
-    def __init__(self, product: torch.nn.Module):
-        super().__init__()
-        self.product = product
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        p = self.product
-        y = kernels.product_q4(p.packed, p.scales, p.zeros, x.float(), p.out_features, columns=True)[:, :p.kept]
-        return y if p.bias is None else y + p.bias
 
 
 def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
@@ -96,8 +84,11 @@ def reader_of(decoder, model: torch.nn.Module):
     if products is None:
         return None
     reader = copy.copy(decoder)
-    reader.loop = None              # the step-by-step forward: its products are modules
     reader.layers = [replace(layer, **floats) for layer, floats in zip(decoder.layers, products)]
+    # the columns in the C layer loop where the decoder has one (about 15% of a 128-token read spent between the
+    # products in Python with AVX512-VNNI); float copies step by step, their products PyTorch's modules
+    runs_in_c = decoder.loop is not None and LayerLoop.applies(reader.layers)
+    reader.loop = decoder.loop.with_layers(reader.layers) if runs_in_c else None
     return reader
 
 

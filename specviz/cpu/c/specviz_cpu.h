@@ -43,6 +43,7 @@ void rms_norm_rows(const float *x, const float *w, float *y, int n, int K, float
 #define Q4_TILE 4
 #define Q4_GROUP 32
 #define Q4_CHUNK 8
+#define Q4_COLUMNS -4                /* layer_loop.c: a product of 4-bit tiles summed by rows_matmul_q4_columns */
 void rows_matmul_f32(const float *x, const void *w, const float *scale, float *y, int n, int K, int N, int threads);
 void rows_matmul_q8(const float *x, const void *w, const float *scale, float *y, int n, int K, int N, int threads);
 void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
