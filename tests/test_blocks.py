@@ -108,34 +108,20 @@ def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp
     assert not np.array_equal(run(lib, reference.Q4_K, w, x)[0], reference.product(reference.Q4_K, w, x)[0])
 
 
-def test_an_avx2_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path):
-    """The same for the AVX2 build's columns of K-quant blocks (columns.h, from 3 or 5 rows): one float product
-    regrouped there gives a row in a batch other bits than alone (alone, a row takes the tile path)."""
-    if not RUNS_HERE["avx2"]:
-        pytest.skip("an x86 build: this CPU runs no AVX2")
+@pytest.mark.parametrize("name, vector, blocks_per_row", [("avx2", "_mm256", 4), ("avx512-vnni", "_mm512", 17)])
+def test_a_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path, name, vector, blocks_per_row):
+    """The same for the columns of K-quant blocks (columns.h): the AVX2 build's 8 outputs at a time (Q4_K from 3 rows,
+    Q6_K from 5), the AVX512-VNNI build's 16 (Q4_K from 6 rows, Q6_K from 8 in rows of more than 16 blocks). One float
+    product regrouped there gives a row in a batch other bits than alone (alone, a row takes the tile path)."""
+    if not RUNS_HERE[name]:
+        pytest.skip(f"an x86 build: this CPU does not run {name}")
     source = (BLOCKS / "blocks.c").read_text().replace('#include "columns.h"', (BLOCKS / "columns.h").read_text())
-    marker = "acc[r] = _mm256_add_ps(acc[r], "
+    marker = f"acc[r] = {vector}_add_ps(acc[r], "
     assert source.count(marker) == 2
-    mutated = source.replace(marker, "acc[r] = _mm256_add_ps(_mm256_mul_ps(acc[r], _mm256_set1_ps(1.0f + 1e-7f)), ")
-    lib = build(tmp_path, BUILDS["avx2"], mutated)
+    mutated = source.replace(marker, f"acc[r] = {vector}_add_ps({vector}_mul_ps(acc[r], {vector}_set1_ps(1.0f + 1e-7f)), ")
+    lib = build(tmp_path, BUILDS[name], mutated)
     for qtype in (reference.Q4_K, reference.Q6_K):
-        w, x = case(qtype, 12, 8, seed=1, blocks_per_row=4)
-        assert np.array_equal(run(lib, qtype, w, x[:1])[0], reference.product(qtype, w, x[:1])[0])
-        assert not np.array_equal(run(lib, qtype, w, x)[0], reference.product(qtype, w, x)[0])
-
-
-def test_an_avx512_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path):
-    """The same for the AVX-512 VNNI build's 16 outputs at a time (columns.h's second part, Q4_K from 6 rows, Q6_K from 8
-    in rows of more than 16 blocks)."""
-    if not RUNS_HERE["avx512-vnni"]:
-        pytest.skip("an x86 build: this CPU runs no AVX-512 VNNI")
-    source = (BLOCKS / "blocks.c").read_text().replace('#include "columns.h"', (BLOCKS / "columns.h").read_text())
-    marker = "acc[r] = _mm512_add_ps(acc[r], "
-    assert source.count(marker) == 2
-    mutated = source.replace(marker, "acc[r] = _mm512_add_ps(_mm512_mul_ps(acc[r], _mm512_set1_ps(1.0f + 1e-7f)), ")
-    lib = build(tmp_path, BUILDS["avx512-vnni"], mutated)
-    for qtype in (reference.Q4_K, reference.Q6_K):
-        w, x = case(qtype, 12, 8, seed=1, blocks_per_row=17)
+        w, x = case(qtype, 12, 8, seed=1, blocks_per_row=blocks_per_row)
         assert np.array_equal(run(lib, qtype, w, x[:1])[0], reference.product(qtype, w, x[:1])[0])
         assert not np.array_equal(run(lib, qtype, w, x)[0], reference.product(qtype, w, x)[0])
 

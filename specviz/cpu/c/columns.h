@@ -165,14 +165,8 @@ ALWAYS void columns_tile(const int type, const uint8_t *const w[COLUMNS], const 
             Columns u;
             if (type == GGUF_Q4_K) columns_q4_k(blk, &u);
             else columns_q6_k(blk, &u);
-            int r = 0;
-            for (; r + COLUMN_ROWS <= count; r += COLUMN_ROWS) columns_rows(type, &u, x, b, r0 + r, COLUMN_ROWS, acc + r);
-            switch (count - r) {    /* each count compiled on its own */
-            case 3: columns_rows(type, &u, x, b, r0 + r, 3, acc + r); break;
-            case 2: columns_rows(type, &u, x, b, r0 + r, 2, acc + r); break;
-            case 1: columns_rows(type, &u, x, b, r0 + r, 1, acc + r); break;
-            default: break;
-            }
+#define ROWS8(R) columns_rows(type, &u, x, b, r0 + r, R, acc + r)
+            EVERY_ROW(count, COLUMN_ROWS, ROWS8);
         }
         for (int r = 0; r < count; r++) {
             float out[COLUMNS];
@@ -217,12 +211,6 @@ typedef struct {
     __m512i sums[8];                /* as Columns' sums */
     __m512 d, m;
 } Columns16;
-
-ALWAYS __m512i join_halves(__m256i low, __m256i high) { return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1); }
-
-ALWAYS __m512 join_float_halves(__m256 low, __m256 high) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)), _mm256_castps_pd(high), 1));
-}
 
 ALWAYS void columns16(const int type, const uint8_t *const blk[COLUMNS16], Columns16 *u) {
     Columns half[2];
@@ -298,18 +286,8 @@ ALWAYS void columns16_tile(const int type, const uint8_t *const w[COLUMNS16], co
             for (int o = 0; o < COLUMNS16; o++) blk[o] = w[o] + (size_t)b * bytes_of(type);
             Columns16 u;
             columns16(type, blk, &u);
-            int r = 0;
-            for (; r + COLUMN16_ROWS <= count; r += COLUMN16_ROWS) columns16_rows(type, &u, x, b, r0 + r, COLUMN16_ROWS, acc + r);
-            switch (count - r) {
-            case 7: columns16_rows(type, &u, x, b, r0 + r, 7, acc + r); break;
-            case 6: columns16_rows(type, &u, x, b, r0 + r, 6, acc + r); break;
-            case 5: columns16_rows(type, &u, x, b, r0 + r, 5, acc + r); break;
-            case 4: columns16_rows(type, &u, x, b, r0 + r, 4, acc + r); break;
-            case 3: columns16_rows(type, &u, x, b, r0 + r, 3, acc + r); break;
-            case 2: columns16_rows(type, &u, x, b, r0 + r, 2, acc + r); break;
-            case 1: columns16_rows(type, &u, x, b, r0 + r, 1, acc + r); break;
-            default: break;
-            }
+#define ROWS16(R) columns16_rows(type, &u, x, b, r0 + r, R, acc + r)
+            EVERY_ROW(count, COLUMN16_ROWS, ROWS16);
         }
         for (int r = 0; r < count; r++) {
             float out[COLUMNS16];

@@ -214,13 +214,21 @@ static void outputs_q4(const int8_t *xq, const float *xe, const float *xes, cons
     if (n - r0 == 1) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 1);
 }
 
+/* The n rows of x rounded by quantize_row into scratch (n * (K + 8 * Bp) bytes): int8 values *xq, scales *e, *es */
+static void round_rows(const float *x, int n, int K, void *scratch, int8_t **xq, float **e, float **es) {
+    const int Bp = (K / 32 + 7) / 8 * 8;
+    *xq = scratch;
+    *e = (float *)(*xq + (size_t)n * K), *es = *e + (size_t)n * Bp;
+    for (int r = 0; r < n; r++) quantize_row(x + (size_t)r * K, K, Bp, *xq + (size_t)r * K, *e + (size_t)r * Bp, *es + (size_t)r * Bp);
+}
+
 /* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 4 (TILE). scratch: n * (K + 8 * Bp) bytes. */
 void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
                     int n, int K, int N, int threads, void *scratch) {
     const int Bp = (K / 32 + 7) / 8 * 8;
-    int8_t *xq = scratch;
-    float *xe = (float *)(xq + (size_t)n * K), *xes = xe + (size_t)n * Bp;
-    for (int r = 0; r < n; r++) quantize_row(x + (size_t)r * K, K, Bp, xq + (size_t)r * K, xe + (size_t)r * Bp, xes + (size_t)r * Bp);
+    int8_t *xq;
+    float *xe, *xes;
+    round_rows(x, n, K, scratch, &xq, &xe, &xes);
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
     for (int t = 0; t < N / TILE; t++)
         outputs_q4(xq, xe, xes, w + (size_t)t * TILE * (K / 2), d + (size_t)t * TILE * Bp, z + (size_t)t * TILE * Bp, y, n, K, N, t * TILE);
@@ -236,23 +244,6 @@ void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const u
  * (specviz/cpu/prompt_reader.py), where numerics move acceptance only. */
 #define READ_ROWS_AT_ONCE 4
 #define READ_ROWS_KEPT 256          /* rows whose results a pass over the weights keeps (more: unpacked again) */
-/* BLOCK(R) (reading r) for rows 0 .. ROWS - 1, AT_ONCE (at most 8) at a time, then the rest: each count compiled on its
- * own, so that a pass's sums stay in registers */
-#define EVERY_ROW(ROWS, AT_ONCE, BLOCK)                                                                               \
-    do {                                                                                                             \
-        int r = 0;                                                                                                   \
-        for (; r + (AT_ONCE) <= (ROWS); r += (AT_ONCE)) BLOCK(AT_ONCE);                                               \
-        switch ((ROWS) - r) {                                                                                        \
-        case 7: if (7 < (AT_ONCE)) BLOCK(7); break;                                                                  \
-        case 6: if (6 < (AT_ONCE)) BLOCK(6); break;                                                                  \
-        case 5: if (5 < (AT_ONCE)) BLOCK(5); break;                                                                  \
-        case 4: if (4 < (AT_ONCE)) BLOCK(4); break;                                                                  \
-        case 3: BLOCK(3); break;                                                                                     \
-        case 2: BLOCK(2); break;                                                                                     \
-        case 1: BLOCK(1); break;                                                                                     \
-        default: break;                                                                                              \
-        }                                                                                                            \
-    } while (0)
 
 /* Per block of a chunk, the 8 outputs' scales (or zeros) as floats: bf16 values [tile][chunk][row][8] -> v[b] lane o */
 static inline __attribute__((always_inline)) void chunk_lanes(const uint16_t *t0, const uint16_t *t1, __m256 v[8]) {
@@ -294,7 +285,6 @@ static const int first_quads[8] = {0, 4, 8, 12, 32, 36, 40, 44}, second_quads[8]
 static void columns8_q4(const int8_t *xq, const float *e, const float *es, const uint8_t *w, const uint16_t *d,
                         const uint16_t *z, float *y, int n, int K, int N, int threads) {
     const int B = K / 32, Bp = (B + 7) / 8 * 8;
-    const int *first = first_quads, *second = second_quads;
     const int passes = (n + READ_ROWS_KEPT - 1) / READ_ROWS_KEPT;
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
     for (int task = 0; task < N / 8 * passes; task++) {        /* each thread's tiles with all their rows */
@@ -323,7 +313,7 @@ static void columns8_q4(const int8_t *xq, const float *e, const float *es, const
                     const int blk = b + h, j = blk - c;
                     const __m256 dv = dc[j], mv = _mm256_fnmadd_ps(m8, dc[j], zc[j]);      /* z - 8 d */
                     const __m256i *q = h ? qb : qa;
-                    const int *at = h ? second : first;
+                    const int *at = h ? second_quads : first_quads;
 #define BLOCK8(R) columns_block_q4(q, at, xq, e, es, K, Bp, blk, r0, r, R, dv, mv, acc)
                     EVERY_ROW(rows, READ_ROWS_AT_ONCE, BLOCK8);
                 }
@@ -338,12 +328,6 @@ static void columns8_q4(const int8_t *xq, const float *e, const float *es, const
  * each (4 products and their sum a lane), then the same two fused multiply-adds, 16 lanes wide: the 0.5B draft read a
  * 128-token prompt in 320 ms against 436 with the 8 outputs (its products about 175 G multiply-adds/s; docs/BENCHMARKS.md). */
 #define READ16_ROWS_AT_ONCE 8
-
-ALWAYS __m512i join256(__m256i low, __m256i high) { return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1); }
-
-ALWAYS __m512 join256_ps(__m256 low, __m256 high) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)), _mm256_castps_pd(high), 1));
-}
 
 ALWAYS void columns16_block_q4(const __m512i q[8], const int at[8], const int8_t *xq, const float *e, const float *es,
                                int K, int Bp, int b, int first_row, int r0, const int R, __m512 d, __m512 m, __m512 *acc) {
@@ -391,8 +375,8 @@ static void columns16_q4(const int8_t *xq, const float *e, const float *es, cons
                     for (int k = 0; k < 8; k++) {
                         const __m256i lo = _mm256_and_si256(v[k], _mm256_set1_epi8(0x0f));
                         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), _mm256_set1_epi8(0x0f));
-                        low[k] = h ? join256(_mm512_castsi512_si256(low[k]), lo) : _mm512_castsi256_si512(lo);
-                        high[k] = h ? join256(_mm512_castsi512_si256(high[k]), hi) : _mm512_castsi256_si512(hi);
+                        low[k] = h ? join_halves(_mm512_castsi512_si256(low[k]), lo) : _mm512_castsi256_si512(lo);
+                        high[k] = h ? join_halves(_mm512_castsi512_si256(high[k]), hi) : _mm512_castsi256_si512(hi);
                     }
                 }
                 const __m512i qa[8] = {low[0], low[1], low[2], low[3], high[0], high[1], high[2], high[3]};
@@ -400,8 +384,8 @@ static void columns16_q4(const int8_t *xq, const float *e, const float *es, cons
                 const __m256 m8 = _mm256_set1_ps(8.0f);
                 for (int h = 0; h < 2; h++) {
                     const int blk = b + h, j = blk - c;
-                    const __m512 dv = join256_ps(dc[0][j], dc[1][j]);
-                    const __m512 mv = join256_ps(_mm256_fnmadd_ps(m8, dc[0][j], zc[0][j]), _mm256_fnmadd_ps(m8, dc[1][j], zc[1][j]));
+                    const __m512 dv = join_float_halves(dc[0][j], dc[1][j]);
+                    const __m512 mv = join_float_halves(_mm256_fnmadd_ps(m8, dc[0][j], zc[0][j]), _mm256_fnmadd_ps(m8, dc[1][j], zc[1][j]));
                     const __m512i *q = h ? qb : qa;
                     const int *at = h ? second_quads : first_quads;
 #define BLOCK16(R) columns16_block_q4(q, at, xq, e, es, K, Bp, blk, r0, r, R, dv, mv, acc)
@@ -417,10 +401,9 @@ static void columns16_q4(const int8_t *xq, const float *e, const float *es, cons
 /* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 8. scratch: n * (K + 8 * Bp) bytes. */
 void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
                             int n, int K, int N, int threads, void *scratch) {
-    const int Bp = (K / 32 + 7) / 8 * 8;
-    int8_t *xq = scratch;
-    float *e = (float *)(xq + (size_t)n * K), *es = e + (size_t)n * Bp;
-    for (int r = 0; r < n; r++) quantize_row(x + (size_t)r * K, K, Bp, xq + (size_t)r * K, e + (size_t)r * Bp, es + (size_t)r * Bp);
+    int8_t *xq;
+    float *e, *es;
+    round_rows(x, n, K, scratch, &xq, &e, &es);
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     if (N % 16 == 0) {
         columns16_q4(xq, e, es, w, d, z, y, n, K, N, threads);

@@ -13,6 +13,23 @@
 
 #define ALWAYS static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
+/* BLOCK(R) (reading r) for rows 0 .. ROWS - 1, AT_ONCE (at most 8) at a time, then the rest: each count compiled on its
+ * own, so that a pass's sums stay in registers (columns.h, rows_kernel.c's prompt reads) */
+#define EVERY_ROW(ROWS, AT_ONCE, BLOCK)                                                                               \
+    do {                                                                                                             \
+        int r = 0;                                                                                                   \
+        for (; r + (AT_ONCE) <= (ROWS); r += (AT_ONCE)) BLOCK(AT_ONCE);                                               \
+        switch ((ROWS) - r) {                                                                                        \
+        case 7: if (7 < (AT_ONCE)) BLOCK(7); break;                                                                  \
+        case 6: if (6 < (AT_ONCE)) BLOCK(6); break;                                                                  \
+        case 5: if (5 < (AT_ONCE)) BLOCK(5); break;                                                                  \
+        case 4: if (4 < (AT_ONCE)) BLOCK(4); break;                                                                  \
+        case 3: BLOCK(3); break;                                                                                     \
+        case 2: BLOCK(2); break;                                                                                     \
+        case 1: BLOCK(1); break;                                                                                     \
+        default: break;                                                                                              \
+        }                                                                                                            \
+    } while (0)
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(SPECVIZ_PORTABLE)
 /* ---------------------------------------------------------------- x86: AVX2, VNNI where built with it */
@@ -190,6 +207,15 @@ ALWAYS void transpose8(__m256i v[8]) {
     v[2] = _mm256_permute2x128_si256(u2, u6, 0x20), v[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
     v[3] = _mm256_permute2x128_si256(u3, u7, 0x20), v[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
 }
+
+#if defined(__AVX512F__)
+/* two 256-bit halves as one 512-bit vector (the 16-output paths: columns.h, rows_kernel.c) */
+ALWAYS __m512i join_halves(__m256i low, __m256i high) { return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1); }
+
+ALWAYS __m512 join_float_halves(__m256 low, __m256 high) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(low)), _mm256_castps_pd(high), 1));
+}
+#endif
 
 /* 64 bytes: W (two chunks of 32 weights), A (their int32 sums), SW (their scales: a quarter of the lanes each) */
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
