@@ -8,6 +8,11 @@ nonsense for the prompt; others picked int8 or float32 by noise. So each probe r
 it, on an idle machine), its timings and picks are kept in `auto.json` beside the machine they were taken on,
 and every later process reads them: the same command gives the same stack and text run after run.
 
+A measurement is stored only where the machine was at rest while it ran: where other processes (or the hypervisor,
+taking the cores back) used more than BUSY_SHARE of the cores meanwhile, the process uses what it measured and stores
+nothing, and a later one measures again (a draft's prompt read timed while another job ran picked the slower reader,
+0.40 -> 0.53 s a prompt, for every later bench on that machine).
+
 A process on another machine (another CPU, core count, torch build or kernel build) measures anew. To measure
 again here: `python -m specviz.prepare --remeasure`, or SPECVIZ_REMEASURE=1 for one process (which then stores
 what it measured). Concurrent first uses measure one at a time (a lock file), so they do not slow each other's
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -27,6 +33,7 @@ from .paths import cache_dir
 FILE = "auto.json"
 TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
 REMEASURE = "SPECVIZ_REMEASURE"      # "1": measure again in this process (and store the result)
+BUSY_SHARE = 0.25                    # others' share of the cores during a measurement past which it is not stored
 
 
 def path() -> Path:
@@ -94,6 +101,32 @@ def _exclusive():
 _REMEASURED: set[str] = set()       # keys this process measured anew under SPECVIZ_REMEASURE
 
 
+def cpu_seconds() -> tuple[float, float] | None:
+    """(busy, all) seconds of every core since boot, from Linux's /proc/stat (steal counts as busy: the cores were
+    not ours); None where there is no such file."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]                        # idle, iowait
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+class OthersWatch:
+    """The share of the machine's cores that others used from now on: its busy time less this process's own."""
+
+    def __init__(self) -> None:
+        self.start, self.own = cpu_seconds(), time.process_time()
+
+    def share(self) -> float:
+        now = cpu_seconds()
+        if self.start is None or now is None or now[1] <= self.start[1]:
+            return 0.0
+        busy, total = now[0] - self.start[0], now[1] - self.start[1]
+        return max(0.0, busy - (time.process_time() - self.own)) / total
+
+
 def decided(key: str, measure: Callable[[], object]) -> object:
     """The stored value for `key` on this machine; measured (one process at a time), stored and returned where
     there is none, or where SPECVIZ_REMEASURE=1 asks for a new measurement. Values are plain JSON data."""
@@ -104,9 +137,15 @@ def decided(key: str, measure: Callable[[], object]) -> object:
         stored = _read()            # another process may have measured while this one waited
         if key in stored and not remeasure:
             return stored[key]["value"]
+        watch = OthersWatch()
         value = measure()
+        others = watch.share()
         from .cpu.machine import give_back_freed_memory
         give_back_freed_memory()    # what the measuring allocated and dropped (copies of weights, probe layers)
+        if others > BUSY_SHARE:
+            print(f"specviz: other work used {others:.0%} of this machine's cores while it timed '{key}': this process "
+                  "uses what it measured and stores nothing; a later one measures again", file=sys.stderr)
+            return value
         _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
         if remeasure:
             _REMEASURED.add(key)

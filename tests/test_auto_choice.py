@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -98,3 +99,31 @@ def test_a_damaged_store_is_measured_again(store):
     store.write_text("{not json")
     assert auto_choice.decided("key", lambda: 7) == 7
     assert auto_choice.decided("key", lambda: 8) == 7
+
+
+def spin(seconds: float) -> int:
+    end, turns = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        turns += 1
+    return turns
+
+
+@pytest.mark.alone
+@pytest.mark.skipif(auto_choice.cpu_seconds() is None, reason="no /proc/stat to tell who used the cores")
+def test_what_is_timed_while_others_compute_is_used_but_never_stored(store, monkeypatch):
+    """The process's own work while it measures is no load; two other processes spinning on every core are, and
+    what was measured meanwhile is this process's alone (a later one measures again)."""
+    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    assert auto_choice.decided("own work", lambda: spin(0.6) and "stored") == "stored"
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        time.sleep(0.3)                         # they are running
+        assert auto_choice.decided("busy", lambda: spin(0.6) and "measured while busy") == "measured while busy"
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    stored = json.loads(store.read_text())["machines"][auto_choice.machine()]
+    assert "own work" in stored and "busy" not in stored
+    assert auto_choice.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
+    assert auto_choice.decided("busy", lambda: "again") == "at rest"
