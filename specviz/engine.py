@@ -13,7 +13,7 @@ import torch
 
 from .cache import BUCKETS, KVModel
 from .drafters.base import Drafter
-from .drafters.model import LOOKAHEAD
+from .drafters.model import LONGEST_GUESS
 from .tree import TreeSpec
 from .tree_builder import build_tree
 from .metrics import bytes_read, summarise
@@ -219,7 +219,7 @@ def static_length(prompt_tokens: int, max_new_tokens: int, tree: TreeSpec, step:
     padding), rounded up to a multiple of `step` so compiled shapes are reused across prompts of
     similar length (each distinct length is one more compilation per bucket). A draft model shares
     the length: a round feeds it each tree node it expands with the lower stage's guesses after it."""
-    entries = prompt_tokens + max_new_tokens + tree.budget * (1 + LOOKAHEAD) + tree.lookup + 1 + BUCKETS[-1]
+    entries = prompt_tokens + max_new_tokens + tree.budget * (1 + LONGEST_GUESS) + tree.lookup + 1 + BUCKETS[-1]
     return -(-entries // step) * step
 
 

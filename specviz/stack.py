@@ -20,7 +20,7 @@ from .auto_trigram import auto_trigram, draft_texts
 from .cache import KVModel, restricts_output
 from .cost_curve import cost_curves
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
-from .drafters.model import LOOKAHEAD
+from .drafters.model import LEVEL_FEED
 from .tree import TreeSpec
 from .engine import Decoder, Prefill, prefill
 from .locations import DEFAULT_TARGET
@@ -36,7 +36,7 @@ DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"
 
 
-STAGED_LEVEL_TOKENS = TreeSpec().level_width * (1 + LOOKAHEAD)   # a staged level: its nodes, each with the lower stage's guess
+STAGED_LEVEL_TOKENS = TreeSpec().level_width * LEVEL_FEED   # a staged level: its nodes, each with the lower stage's guess
 
 
 def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) -> list[float]:
@@ -58,6 +58,12 @@ def default_drafts() -> list[str]:
     drafts = [DEFAULT_DRAFT] if (ASSETS / "draft" / "config.json").is_file() else []
     drafts.append(DEFAULT_TRIGRAM if (ASSETS / "trigram.npz").is_file() else "lookup")
     return drafts
+
+
+def drafter_name(spec: str) -> str:
+    """A drafter's name in traces: its file's or folder's name, less a file type (qwen2.5-coder-0.5b stays whole)."""
+    path = Path(spec)
+    return (path.stem if path.suffix in (".gguf", ".npz") else path.name) or spec
 
 
 def load_trigram(spec: str):
@@ -214,7 +220,7 @@ class Stack:
         if spec == "lookup":
             return LookupDrafter(self.vocab_size)
         item = self.loaded[spec]
-        name = "trigram" if spec == "trigram:auto" else Path(spec).stem or spec
+        name = "trigram" if spec == "trigram:auto" else drafter_name(spec)
         if name == self.target_name or self.drafts.index(spec) != stage - 1:
             name = f"{name}@stage{stage}"      # forward logs are kept by name: keep names unique
         if isinstance(item, LoadedModel):

@@ -38,7 +38,7 @@ def drafter_for(kind, family):
     if kind == "staged-lookup":
         return ModelDrafter(draft, lower=LookupDrafter(64))
     if kind == "staged-ngram":
-        return ModelDrafter(draft, lower=NgramDrafter(ToyBigram.fit(64, seed=3)), lookahead=3)
+        return ModelDrafter(draft, lower=NgramDrafter(ToyBigram.fit(64, seed=3)))
     if kind == "cascade":          # three stages: draft model, a smaller draft model, lookup
         lower = ModelDrafter(model(family, noise=0.6, noise_seed=2), name="small", lower=LookupDrafter(64))
         return ModelDrafter(draft, lower=lower)
@@ -107,6 +107,35 @@ def test_staged_builds_the_same_tree_with_fewer_draft_forwards():
     assert staged.stats["draft_forwards"]["draft"] < plain.stats["draft_forwards"]["draft"]
     # nodes the lower stage guessed right are credited to stage 2
     assert any(n.stage == 2 for s in staged.steps for n in s.nodes)
+
+
+def test_the_ngram_stage_copies_a_run_where_the_text_repeats_and_else_guesses_one_token():
+    bigram = ToyBigram.fit(64, seed=3)
+    stage = NgramDrafter(bigram)
+    own = bigram.top([9], 1)[0][0]
+    assert stage.guess([5, 9, 7, 1, 5, 9], 3) == [7, 1, 5]      # after the earlier 5 9 (the latest, the longest match)
+    assert stage.guess_run == 2 and stage.guess([5, 9, 7, 1, 5, 9], stage.guess_run) == [7, 1]
+    assert stage.guess([5, 9, 7, 1, 2, 5, 9], 2) == [7, 1]
+    assert stage.guess([3, 4, 5, 6, 7, 8, 9], 3) == [own]        # no pair repeats: the model's token alone
+    stage.copies = False
+    assert stage.guess([5, 9, 7, 1, 5, 9], 3) == [own]
+
+
+def test_copied_guesses_build_the_same_tree_with_fewer_draft_forwards():
+    """A draft that repeats itself (the target as its own draft), staged over an n-gram stage that copies the text
+    against the same stage with its own tokens alone: the same trees, fewer forwards of the draft."""
+    target = tiny_model("llama")
+    spec = TreeSpec(shape="dynamic", budget=12, max_depth=12, level_width=1)
+    runs = {}
+    for copies in (True, False):
+        lower = NgramDrafter(ToyBigram.fit(64, seed=3))
+        lower.copies = copies
+        runs[copies] = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(target, lower=lower), tree=spec,
+                               strategy="staged", max_new_tokens=40).generate()
+    for a, b in zip(runs[True].steps, runs[False].steps):
+        assert [(n.token, n.parent) for n in a.nodes] == [(n.token, n.parent) for n in b.nodes]
+    assert runs[True].tokens == runs[False].tokens == greedy(target, [5, 9, 5, 9, 5], 40)
+    assert runs[True].stats["draft_forwards"]["draft"] < runs[False].stats["draft_forwards"]["draft"]
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])

@@ -27,6 +27,12 @@ def test_strategies_pick_stages_from_the_stack():
     assert [st.name for st in run.steps[0].stages] == ["tiny-target", "small", "big", "context lookup"]
 
 
+def test_a_drafter_is_named_after_its_file_less_the_file_type_only():
+    s = stack(["qwen2.5-coder-0.5b", "dir/table.npz"], {"qwen2.5-coder-0.5b": LoadedModel(
+        "qwen2.5-coder-0.5b", tiny_model("llama", noise=0.2), TinyTokenizer()), "dir/table.npz": ToyBigram.fit(64)})
+    assert [d.name for d in s.drafter_for("staged").stages()] == ["qwen2.5-coder-0.5b", "table"]
+
+
 def test_drafter_only_and_invalid_cascades():
     s = stack(["lookup"])
     assert isinstance(s.drafter_for("tree"), LookupDrafter)

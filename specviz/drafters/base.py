@@ -19,6 +19,8 @@ from ..tree import Tree
 class Drafter(ABC):
     kind = "drafter"          # "model", "ngram" or "lookup": how the app colours its nodes
     name = "drafter"
+    guess_run = 1             # as a lower stage: how many tokens a model above asks it to guess after each node it
+                              # feeds (a model pays a forward per token guessed; a table or the context costs nothing)
 
     def __init__(self) -> None:
         self.stage = 1

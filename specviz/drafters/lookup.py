@@ -6,6 +6,13 @@ import torch
 
 from .base import Drafter
 
+# A lower stage's copied guess: the tokens after the latest earlier occurrence of the text's last 3 tokens, else its
+# last 2. Teacher-forced on HumanEval/26-55 (the 0.5B drafting for the 1.5B), a level of the draft's chain cost 9.0 ms
+# of its forwards (AVX2 curve) with up to 2 tokens copied, 9.1 with 3, 10.4 with 8, against 11.4 with the trigram's
+# one token alone. Staged on HumanEval/57-65 (AVX2): 497 draft forwards in 7.6-7.8 s with the trigram's token, 437 in
+# 7.0-7.1 s with up to 2 copied, 429 in 7.5 s with up to 3: a longer run is fed whole, and pays only where it is right.
+COPIED_RUN, COPY_MATCH = 2, 2
+
 
 def context_continuation(sequence: list[int], n: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
     """Up to n tokens after the latest earlier match of the longest suffix n-gram (longest first)."""
@@ -17,8 +24,14 @@ def context_continuation(sequence: list[int], n: int, max_ngram: int = 3, min_ng
     return []
 
 
+def copied_run(sequence: list[int], n: int = COPIED_RUN) -> list[int]:
+    """A lower stage's copied guess (COPIED_RUN's rule): up to n tokens, none where nothing repeats."""
+    return context_continuation(sequence, n, 3, COPY_MATCH)
+
+
 class LookupDrafter(Drafter):
     kind = "lookup"
+    guess_run = COPIED_RUN
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
         super().__init__()

@@ -16,13 +16,15 @@ from ..metrics import PROMPT_READ
 from ..tree import Tree
 from ..verify import verify_greedy
 from .base import Drafter
+from .lookup import COPIED_RUN
 
-# Tokens the lower stage guesses after each node the draft expands. A guess saves a draft forward only
-# when it covers every node of the next level, which a branching tree rarely allows, while every guessed
-# token is fed. On held-out prompts 0-2 came out within noise of each other on both shipped stacks, 1 best
-# or level; with 4, staged lost 6% (offline) and 25% (qwen-coder) against tree, compared with 1
-# (docs/BENCHMARKS.md, "Staged's lookahead").
-LOOKAHEAD = 1
+# Tokens the lower stage guesses after each node the draft expands: its guess_run (base.py). A guess saves a draft
+# forward only when it covers every node of the next level, which a branching tree rarely allows, while every guessed
+# token is fed. With the trigram's own guesses 0-2 came out within noise of each other on held-out prompts, and 4 lost
+# (docs/BENCHMARKS.md, "Staged's lookahead"); an n-gram stage now guesses one token of its own, or a run of up to
+# COPIED_RUN copied from the text where it repeats (docs/BENCHMARKS.md, "Copied guesses").
+LONGEST_GUESS = max(Drafter.guess_run, COPIED_RUN)
+LEVEL_FEED = 2      # a staged level's usual draft feed: its node and one guessed token
 
 
 def accepted_chain(root: int, proposal: list[int], logits: torch.Tensor) -> list[int]:
@@ -39,7 +41,7 @@ class ModelDrafter(Drafter):
     kind = "model"
 
     def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
-                 lookahead: int = LOOKAHEAD, output_vocab: torch.Tensor | None = None, compiled=None):
+                 lookahead: int | None = None, output_vocab: torch.Tensor | None = None, compiled=None):
         """compiled: a compiled copy of the model (of its body, with output_vocab) for bucket-sized feeds
         (`models.compile_model`): used once `fit_static` gives this drafter a static cache."""
         super().__init__()
@@ -47,7 +49,7 @@ class ModelDrafter(Drafter):
         self.compiled = compiled
         self.name = name
         self.lower = lower
-        self.lookahead = lookahead
+        self.lookahead = (lower.guess_run if lower is not None else 0) if lookahead is None else lookahead
         self.known: list[int] = []      # the committed sequence, as far as this drafter was told
         self._round_reset()
 
