@@ -68,14 +68,14 @@ def _grow(tree: Tree, dists: dict[int, torch.Tensor], context: list[int], drafte
         expand = [n for n in frontier if wants.get(n, 0) > 0]
         if not expand:
             break
+        room = spec.budget - (len(tree) - 1)    # children this level can take in all
+        if paths is None:
+            room = min(room, spec.level_width)
         ranked = {}     # per node: its most likely tokens, which decide how many children it gets
         proposed = [(node, row) for node, row in zip(expand, drafter.expand(tree, expand, context)) if row is not None]
         for (node, _), row in zip(proposed, on_host([row for _, row in proposed])):
             dists[node] = logits_to_probs(row, sampling)
-            ranked[node] = top_tokens(dists[node], wants[node])
-        room = spec.budget - (len(tree) - 1)
-        if paths is None:
-            room = min(room, spec.level_width)
+            ranked[node] = top_tokens(dists[node], min(wants[node], room))
         counts = _children_counts(ranked, dists, scores, room, len(tree) - 1, spec if paths is None else None)
         frontier = []
         for node, count in counts.items():

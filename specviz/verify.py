@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import sample
+from .sampling import best_tokens, sample
 from .tree import Tree
 
 
@@ -42,7 +42,7 @@ def target_probs_of_nodes(tree: Tree, probs: torch.Tensor) -> list[float]:
 
 def verify_greedy(tree: Tree, probs: torch.Tensor) -> Verdict:
     """probs: [nodes, vocab] target distributions after each node."""
-    best = probs.argmax(-1).tolist()
+    best = best_tokens(probs).tolist()
     accept: list[float | None] = [None] * len(tree)
     accept[0] = 1.0
     node = 0

@@ -149,3 +149,13 @@ def test_greedy_output_with_a_static_target_cache_equals_baseline(family, prompt
     got = greedy(target, prompt, n, drafter=drafter_for(kind, family), strategy="tree", static_len=256,
                  tree=TreeSpec(budget=budget, lookup=lookup))
     assert got == greedy(target, prompt, n)
+
+
+@given(values=st.lists(st.integers(0, 3), min_size=1, max_size=40), rows=st.integers(1, 4))
+def test_the_best_token_is_argmaxs_first_of_equals_and_a_top_token_only_with_some_chance(values, rows):
+    """Greedy verification and the tree's one-child levels take max's indices for argmax's (ties are common here)."""
+    from specviz.sampling import best_tokens, top_tokens
+    probs = torch.tensor(values, dtype=torch.float32).roll(1).repeat(rows, 1) / 3
+    assert best_tokens(probs).tolist() == probs.argmax(-1).tolist()
+    expected = [int(probs[0].argmax())] if probs[0].max() > 0 else []
+    assert top_tokens(probs[0], 1) == expected
