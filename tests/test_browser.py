@@ -340,7 +340,7 @@ TOKENS = 256          # the offline stack's lanes then take about a second each 
 @pytest.mark.alone
 @pytest.mark.timeout(900)
 def test_a_race_watched_in_a_browser_times_every_lane_as_a_headless_race_does(page, server):
-    """Issue 41: with the page open on the same two cores, every lane's time is within 15% of the same race run
+    """Issue 41: with the page open on the same two cores, no lane's speed is more than 15% under the same race run
     headless in the same server (through its API, nothing watching), the winner is the same, and the verdict comes
     within 1.5x the lanes' own times added up. Headless races run before and after the watched one: the machine's
     speed drifts (a first race here ran its lanes up to 2x slower than the next), and the watched race must fall
@@ -381,7 +381,10 @@ def test_a_race_watched_in_a_browser_times_every_lane_as_a_headless_race_does(pa
     assert set(watched) == set(before) == set(after) and {"baseline", "staged", "llama_cpp"} <= set(watched)
     for lane, rate in watched.items():
         low, high = min(before[lane], after[lane]), max(before[lane], after[lane])
-        assert 0.85 * low <= rate <= 1.15 * high, (lane, rate, before[lane], after[lane])
+        # Slowed by the page is what this guards: at most 15% under the headless span. Over it only the VM's noise can
+        # put a lane (HF's assisted lane once ran 16% faster watched than in both headless races, in a fresh-clone CI
+        # run on 2026-11-26, and the test passed twice when run again), so the upper bound allows 30%.
+        assert 0.85 * low <= rate <= 1.3 * high, (lane, rate, before[lane], after[lane])
     # the winner: the same, unless the headless races themselves put the first two within 15% of each other
     ranked = sorted(before, key=before.get, reverse=True)
     if before[ranked[0]] > 1.15 * before[ranked[1]] and fastest(after) == ranked[0]:
