@@ -36,7 +36,7 @@ DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"
 
 
-STAGED_LEVEL_TOKENS = TreeSpec().level_width * LEVEL_FEED   # a staged level: its nodes, each with the lower stage's guess
+STAGED_LEVEL_TOKENS = TreeSpec().level_width * LEVEL_FEED   # a staged level: its nodes, each with a guess after it
 
 
 def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) -> list[float]:

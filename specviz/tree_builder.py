@@ -104,7 +104,6 @@ def _children_counts(ranked, dists, scores, room, drafted, spec: TreeSpec | None
         neg_score, node, rank = heapq.heappop(heap)
         if spec is not None and -neg_score < spec.min_score_at(drafted + sum(counts.values())):
             break                       # not even the best candidate is likely enough: stop here
-            break
         counts[node] = rank + 1
         if rank + 1 < len(ranked[node]):
             heapq.heappush(heap, (-scores[node] * float(dists[node][ranked[node][rank + 1]]), node, rank + 1))

@@ -8,7 +8,8 @@ PyTorch), or its own 4-bit weights summed 8 outputs at a time (16 with AVX512-VN
 rows_matmul_q4_columns: no copy, other bits). The same layers, norms, rotary embedding and attention write the same
 KV cache (specviz/cpu/decoder.py's step-by-step forward for float copies; its C layer loop, layer_loop.c, for the
 columns: 128 tokens 304-320 -> 277-285 ms with AVX512-VNNI, 403 -> 378-395 with AVX2 only); only the products
-differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took 174-203 ms against 385-473 ms. A draft's numerics move acceptance only, never the output.
+differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took 174-203 ms against 385-473 ms. A draft's
+numerics move acceptance only, never the output.
 
 Which way reads fastest is measured once per machine and draft, at the moments meant to be at rest (setup, the
 bench, the app before its first race, as the tree plan), and stored (specviz/auto_choice.py); where nothing is stored
