@@ -40,26 +40,34 @@ def test_it_runs_quantized_llama_family_models_only():
     assert KVModel(llama, "l").decoder is not None and KVModel(gpt2, "g").decoder is None
 
 
-def test_attention_gives_each_row_softmax_over_the_entries_it_sees():
+# (query heads, kv heads, values a head): the 1.5B's and the 0.5B's, an odd group, one head alone of a size not a multiple of 32
+SHAPES = [(12, 2, 128), (14, 2, 64), (6, 2, 64), (4, 4, 24)]
+
+
+@pytest.mark.parametrize("heads, kv_heads, dim", SHAPES)
+@pytest.mark.parametrize("committed", [20, 3, 0])
+def test_attention_gives_each_row_softmax_over_the_entries_it_sees(heads, kv_heads, dim, committed):
     torch.manual_seed(0)
-    heads, kv_heads, dim, capacity, committed = 6, 2, 64, 40, 20
+    capacity, group = 40, heads // kv_heads
     keys, values = torch.randn(kv_heads, capacity, dim), torch.randn(kv_heads, capacity, dim)
-    query = torch.randn(5, heads, dim)
+    query = torch.randn(5, heads, dim) * 2
     visible = ancestor_matrix([-1, 0, 0, 1, 3]).bool()
     out = kernels.attend(query, keys, values, visible, committed, 0.125)
     for row in range(5):
         seen = list(range(committed)) + [committed + c for c in range(5) if visible[row, c]]
-        k, v = keys[:, seen].repeat_interleave(3, 0), values[:, seen].repeat_interleave(3, 0)
+        k, v = keys[:, seen].repeat_interleave(group, 0), values[:, seen].repeat_interleave(group, 0)
         expected = torch.softmax(query[row][:, None] @ k.transpose(1, 2) * 0.125, -1) @ v
         assert torch.allclose(out[row], expected[:, 0], atol=1e-5)
 
 
-def test_a_rows_attention_and_norm_are_the_same_bits_whatever_rows_come_with_it():
+@pytest.mark.parametrize("heads, kv_heads, dim", SHAPES)
+def test_a_rows_attention_and_norm_are_the_same_bits_whatever_rows_come_with_it(heads, kv_heads, dim):
+    """Rows that see 50 to 62 entries (their sums over entries in runs of 8 end anywhere), fed together and alone."""
     torch.manual_seed(1)
-    keys, values = torch.randn(2, 64, 128), torch.randn(2, 64, 128)
-    query = torch.randn(8, 12, 128)
-    together = kernels.attend(query, keys, values, torch.ones(8, 8, dtype=torch.bool).tril(), 50, 0.1)
-    for row in range(8):
+    keys, values = torch.randn(kv_heads, 64, dim), torch.randn(kv_heads, 64, dim)
+    query = torch.randn(13, heads, dim)
+    together = kernels.attend(query, keys, values, torch.ones(13, 13, dtype=torch.bool).tril(), 50, 0.1)
+    for row in range(13):
         alone = kernels.attend(query[row:row + 1], keys, values, torch.ones(1, 1, dtype=torch.bool), 50 + row, 0.1)
         assert torch.equal(alone[0], together[row])
     x, weight = torch.randn(8, 1536) * 3, torch.randn(1536)

@@ -159,13 +159,14 @@ static size_t amx_bytes(int K, int n);
 
 size_t block_scratch_bytes(int K, int n) { return rows_bytes(K, n) + amx_bytes(K, n); }
 
-static int quantize_rows(int type, const float *x, int n, int K, void *scratch, Rows *rows) {
+static int quantize_rows(int type, const float *x, int n, int K, void *scratch, Rows *rows, int threads) {
     const int blocks = K / block_weights(type);
     int8_t *q = scratch;
     float *d = (float *)(q + (((size_t)n * K + 63) & ~(size_t)63)), *sx = d + (size_t)n * blocks;
     int32_t *sum = (int32_t *)(sx + (size_t)n * blocks);
     int16_t *bsum = (int16_t *)(sum + (size_t)n * blocks);
     int bad = 0;
+    _Pragma("omp parallel for schedule(static) num_threads(threads) reduction(|:bad) if (n >= 4)")   /* each row alone */
     for (int r = 0; r < n; r++) {
         if (k_quant(type))
             for (int b = 0; b < blocks; b++)
@@ -720,7 +721,7 @@ int block_product(int type, const uint8_t *w, int K, int N, const float *x, int 
     if (!block_bytes(type)) return BLOCKS_BAD_TYPE;
     if (K <= 0 || K % block_weights(type) || N <= 0 || n < 0 || ldy < N) return BLOCKS_BAD_SHAPE;
     Rows rows;
-    if (quantize_rows(type, x, n, K, scratch, &rows)) return BLOCKS_NOT_FINITE;
+    if (quantize_rows(type, x, n, K, scratch, &rows, threads)) return BLOCKS_NOT_FINITE;
     const size_t row_bytes = (size_t)(K / block_weights(type)) * block_bytes(type);
 #if defined(SIMD_AMX) && defined(__linux__)
     if (k_quant(type) && n >= AMX_MIN_ROWS(type) && block_amx()) {

@@ -215,11 +215,12 @@ static void outputs_q4(const int8_t *xq, const float *xe, const float *xes, cons
 }
 
 /* The n rows of x rounded by quantize_row into scratch (n * (K + 8 * Bp) bytes): int8 values *xq, scales *e, *es */
-static void round_rows(const float *x, int n, int K, void *scratch, int8_t **xq, float **e, float **es) {
+static void round_rows(const float *x, int n, int K, void *scratch, int8_t **xq, float **e, float **es, int threads) {
     const int Bp = (K / 32 + 7) / 8 * 8;
-    *xq = scratch;
-    *e = (float *)(*xq + (size_t)n * K), *es = *e + (size_t)n * Bp;
-    for (int r = 0; r < n; r++) quantize_row(x + (size_t)r * K, K, Bp, *xq + (size_t)r * K, *e + (size_t)r * Bp, *es + (size_t)r * Bp);
+    int8_t *q = *xq = scratch;
+    float *scales = *e = (float *)(q + (size_t)n * K), *sums = *es = scales + (size_t)n * Bp;
+    _Pragma("omp parallel for schedule(static) num_threads(threads) if (n >= 4)")     /* each row alone */
+    for (int r = 0; r < n; r++) quantize_row(x + (size_t)r * K, K, Bp, q + (size_t)r * K, scales + (size_t)r * Bp, sums + (size_t)r * Bp);
 }
 
 /* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 4 (TILE). scratch: n * (K + 8 * Bp) bytes. */
@@ -228,7 +229,7 @@ void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const u
     const int Bp = (K / 32 + 7) / 8 * 8;
     int8_t *xq;
     float *xe, *xes;
-    round_rows(x, n, K, scratch, &xq, &xe, &xes);
+    round_rows(x, n, K, scratch, &xq, &xe, &xes, threads);
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
     for (int t = 0; t < N / TILE; t++)
         outputs_q4(xq, xe, xes, w + (size_t)t * TILE * (K / 2), d + (size_t)t * TILE * Bp, z + (size_t)t * TILE * Bp, y, n, K, N, t * TILE);
@@ -403,7 +404,7 @@ void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d,
                             int n, int K, int N, int threads, void *scratch) {
     int8_t *xq;
     float *e, *es;
-    round_rows(x, n, K, scratch, &xq, &e, &es);
+    round_rows(x, n, K, scratch, &xq, &e, &es, threads);
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     if (N % 16 == 0) {
         columns16_q4(xq, e, es, w, d, z, y, n, K, N, threads);

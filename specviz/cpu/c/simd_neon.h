@@ -132,6 +132,15 @@ ALWAYS F8 f8_dup(float x) { return f8_pair(vdupq_n_f32(x), vdupq_n_f32(x)); }
 ALWAYS F8 f8_add(F8 a, F8 b) { return f8_pair(vaddq_f32(a.lo, b.lo), vaddq_f32(a.hi, b.hi)); }
 ALWAYS F8 f8_mul(F8 a, F8 b) { return f8_pair(vmulq_f32(a.lo, b.lo), vmulq_f32(a.hi, b.hi)); }
 ALWAYS F8 f8_fma(F8 a, F8 b, F8 c) { return f8_pair(vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)); }
+ALWAYS F8 f8_sub(F8 a, F8 b) { return f8_pair(vsubq_f32(a.lo, b.lo), vsubq_f32(a.hi, b.hi)); }
+ALWAYS F8 f8_div(F8 a, F8 b) { return f8_pair(vdivq_f32(a.lo, b.lo), vdivq_f32(a.hi, b.hi)); }
+ALWAYS F8 f8_max(F8 a, F8 b) { return f8_pair(vmaxq_f32(a.lo, b.lo), vmaxq_f32(a.hi, b.hi)); }
+ALWAYS F8 f8_min(F8 a, F8 b) { return f8_pair(vminq_f32(a.lo, b.lo), vminq_f32(a.hi, b.hi)); }
+ALWAYS F8 f8_round(F8 a) { return f8_pair(vrndnq_f32(a.lo), vrndnq_f32(a.hi)); }      /* ties to even */
+ALWAYS float32x4_t pow2_4(float32x4_t n) {
+    return vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23));
+}
+ALWAYS F8 f8_pow2(F8 n) { return f8_pair(pow2_4(n.lo), pow2_4(n.hi)); }     /* 2^n for whole n in [-126, 127] */
 ALWAYS float f8_sum(F8 v) {                /* the order of the x86 helper */
     const float32x4_t s = vaddq_f32(v.lo, v.hi), t = vaddq_f32(s, vextq_f32(s, s, 2));
     return vgetq_lane_f32(t, 0) + vgetq_lane_f32(t, 1);
