@@ -107,6 +107,13 @@ ALWAYS void weighted_values(const float *p, const float *V, const int *seen, int
         for (int c = 0; c < C; c++) f8_store(O + (size_t)(g0 + h) * D + i + 8 * c, acc[h][c]);
 }
 
+/* weighted_values over all D values of H heads from g0: 32 values at a time, then 8 */
+ALWAYS void heads_values(const float *p, const float *V, const int *seen, int m, int D, int g0, const int H, float *O) {
+    int i = 0;
+    for (; i + 32 <= D; i += 32) weighted_values(p, V, seen, m, D, g0, i, H, 4, O);
+    for (; i < D; i += 8) weighted_values(p, V, seen, m, D, g0, i, H, 1, O);
+}
+
 /* q: [n, heads, D] (rotary applied); k, v: one layer's cache, [kv_heads, capacity, D];
  * visible: [n, cols] bytes, which of the entries committed .. committed + cols - 1 each row sees;
  * out: [n, heads, D]. Query head h reads kv head h / (heads / kv_heads), as grouped-query attention does.
@@ -132,14 +139,8 @@ void attend_rows(const float *q, const float *k, const float *v, const uint8_t *
         scores(Q, K, seen, m, G, D, scale, p);
         for (int g = 0; g < G; g++) softmax(p + (size_t)g * m, m);
         for (int g = 0; g < G; g += 2) {
-            int i = 0;
-            if (g + 1 < G) {
-                for (; i + 32 <= D; i += 32) weighted_values(p, V, seen, m, D, g, i, 2, 4, O);
-                for (; i < D; i += 8) weighted_values(p, V, seen, m, D, g, i, 2, 1, O);
-            } else {
-                for (; i + 32 <= D; i += 32) weighted_values(p, V, seen, m, D, g, i, 1, 4, O);
-                for (; i < D; i += 8) weighted_values(p, V, seen, m, D, g, i, 1, 1, O);
-            }
+            if (g + 1 < G) heads_values(p, V, seen, m, D, g, 2, O);
+            else heads_values(p, V, seen, m, D, g, 1, O);
         }
     }
 }
