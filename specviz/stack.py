@@ -168,12 +168,12 @@ class Stack:
             lower = self.drafts.index(spec) < len(self.drafts) - 1
 
             def fastest() -> str:
-                loaded.update((name, load_model(spec, name, device)) for name in draft_precisions(spec, dtype))
+                loaded.update((name, load_model(spec, name, device, draft=True)) for name in draft_precisions(spec, dtype))
                 seconds = draft_probe_seconds([c.model for c in loaded.values()], lower)
                 seconds[0] *= 0.9
                 return list(loaded)[seconds.index(min(seconds))]
             dtype = auto_choice.decided(draft_choice_key(spec, lower, dtype), fastest)
-        model = loaded.get(dtype) or load_model(spec, dtype, device)
+        model = loaded.get(dtype) or load_model(spec, dtype, device, draft=True)
         check_tokenizers_match(self.target, model)
         return model
 

@@ -2,13 +2,14 @@
 prompt's (Stack.restrict_draft_vocabulary): its output layer is cut to those rows, it never drafts another
 token, and every strategy still writes baseline's tokens."""
 import copy
+import functools
 
 import pytest
 import torch
 
 from specviz.cpu import kernels
 from specviz.cache import KVModel, read_bytes, restricts_output
-from specviz.cpu.int4 import Int4Linear
+from specviz.cpu.int4 import WIDE_GROUP, Int4Linear
 from specviz.drafters.katz import KatzTrigram
 from specviz.cpu.int8 import Int8Linear
 from specviz.models import LoadedModel, _quantized
@@ -23,15 +24,15 @@ class SpecialTokenizer(TinyTokenizer):
     all_special_ids = [SPECIAL]
 
 
-@pytest.mark.parametrize("quantized", [Int8Linear, Int4Linear])
+@pytest.mark.parametrize("quantized", [Int8Linear, Int4Linear, functools.partial(Int4Linear, group=WIDE_GROUP)])
 def test_a_quantized_output_layer_cut_to_some_rows_computes_those_outputs(quantized):
     torch.manual_seed(0)
-    layer = quantized(torch.nn.Linear(128, 40))
+    layer = quantized(torch.nn.Linear(640, 40))       # chunks of 8 blocks: 2 and a half
     if not restricts_output(layer):
         pytest.skip("an int4 layer on PyTorch's kernel (no rows kernel here) is not cut")
     ids = torch.tensor([3, 0, 17, 39, 21])              # for int4 not a whole tile of 4 rows
     part = layer.output_rows(ids)
-    x = torch.randn(5, 128)
+    x = torch.randn(5, 640)
     if kernels.available():       # each output computed alone: the same bits
         assert torch.equal(part(x), layer(x)[:, ids])
     else:

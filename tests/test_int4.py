@@ -11,7 +11,7 @@ import torch
 from specviz import cache
 from specviz.cpu import kernels
 from specviz.cache import KVModel, parameter_bytes, read_bytes
-from specviz.cpu.int4 import GROUP, Int4Linear, is_quantized, quantize_model
+from specviz.cpu.int4 import GROUP, WIDE_GROUP, Int4Linear, is_quantized, quantize_model
 from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
 from specviz.tree import ancestor_matrix
 from tiny import tiny_model
@@ -29,18 +29,23 @@ def rows_as_the_kernel_reads_them(x: torch.Tensor, q: Int4Linear) -> torch.Tenso
     magnitude / 127, ties to even); PyTorch's rounds it to bfloat16."""
     if not q.own:
         return x.bfloat16().float()
-    chunks = list(x.split(8 * GROUP, dim=1))
+    chunks = list(x.split(256, dim=1))
     for i, chunk in enumerate(chunks):
         amax = chunk.abs().amax(-1, keepdim=True)
         chunks[i] = torch.round(chunk * torch.where(amax > 0, 127 / amax, 0)) * (amax / 127)
     return torch.cat(chunks, 1)
 
 
-def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding():
+GROUPS = pytest.mark.parametrize("group", [GROUP, WIDE_GROUP])     # a target's, a draft's
+
+
+@GROUPS
+def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding(group):
     layer = linear(320)                                      # a chunk of 256 inputs and one of 64
-    q = Int4Linear(layer)
+    q = Int4Linear(layer, group)
+    assert q.group == (group if q.own else GROUP) and q.scales.shape[0] == 96
     w, w4 = layer.weight.detach(), q.dequantized()
-    groups = w.reshape(w.shape[0], -1, GROUP)
+    groups = w.reshape(w.shape[0], -1, q.group)
     step = (groups.amax(-1) - groups.amin(-1)) / 15          # one 4-bit step of each group
     slack = 2 ** -7 * groups.abs().amax(-1)                  # scale and zero rounded to bfloat16
     error = (w4 - w).abs().reshape(groups.shape).amax(-1)
@@ -53,13 +58,14 @@ def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding
     assert q(x[None]).shape == (1, 5, 96)                    # any leading dimensions
 
 
+@GROUPS
 @pytest.mark.parametrize("outputs", [64, 24])     # 16 outputs at a time with AVX512-VNNI; 8 without it, or for 24
-def test_the_columns_product_of_a_prompt_read_computes_the_layers_model_within_float_rounding(outputs):
-    q = Int4Linear(linear(896, outputs))
+def test_the_columns_product_of_a_prompt_read_computes_the_layers_model_within_float_rounding(outputs, group):
+    q = Int4Linear(linear(896, outputs), group)
     if not q.own:
         pytest.skip("no rows kernel here (no AVX2): no columns product")
     x = torch.randn(40, 896)
-    y = kernels.product_q4(q.packed, q.scales, q.zeros, x, outputs, columns=True)
+    y = kernels.product_q4(q.packed, q.scales, q.zeros, x, outputs, columns=True, group=group)
     expected = rows_as_the_kernel_reads_them(x, q).double() @ q.dequantized().double().T
     assert torch.allclose(y.double(), expected, atol=1e-5 * expected.abs().max().item())
     assert not torch.allclose(y.double(), x.double() @ q.dequantized().double().T, atol=1e-5 * expected.abs().max().item())
@@ -79,27 +85,31 @@ def test_specviz_kernel_and_pytorchs_hold_the_same_weights(monkeypatch):
     assert torch.allclose(own(x), fallback(x), atol=0.05)
 
 
-def test_a_weight_already_on_a_4bit_grid_is_kept_exactly():
+@GROUPS
+def test_a_weight_already_on_a_4bit_grid_is_kept_exactly(group):
     """GGUF's Q4 blocks are 32 weights on a 16-level grid: re-packing them loses nothing where the
-    grid's step and middle are bfloat16 numbers."""
+    grid's step and middle are bfloat16 numbers (and so for 64 weights on one grid)."""
+    if group != GROUP and not kernels.rows_available():
+        pytest.skip("no rows kernel here: groups of 32 only")
     torch.manual_seed(1)
-    out, inputs = 32, 128
-    q = torch.randint(0, 16, (out, inputs // GROUP, GROUP))
+    out, inputs = 32, 640                                    # chunks of 8 blocks: 2 and a half
+    q = torch.randint(0, 16, (out, inputs // group, group))
     q[..., 0], q[..., 1] = 0, 15                             # every group spans its whole grid
-    scale = torch.rand(out, inputs // GROUP, 1).add(0.01).bfloat16().float()
-    zero = torch.randn(out, inputs // GROUP, 1).bfloat16().float()
+    scale = torch.rand(out, inputs // group, 1).add(0.01).bfloat16().float()
+    zero = torch.randn(out, inputs // group, 1).bfloat16().float()
     weight = ((q - 8) * scale + zero).reshape(out, inputs)
     layer = torch.nn.Linear(inputs, out)
     with torch.no_grad():
         layer.weight.copy_(weight)
-    assert torch.equal(Int4Linear(layer).dequantized(), weight)
+    assert torch.equal(Int4Linear(layer, group).dequantized(), weight)
 
 
-@pytest.mark.parametrize("inputs", [64, 192, 512, 896])     # the kernel's chunks of 8 groups: 2, 6, 16, 28 groups
-def test_each_row_is_computed_alone(inputs):
+@GROUPS
+@pytest.mark.parametrize("inputs", [64, 192, 512, 896])     # the kernel's chunks of 8 blocks: 2, 6, 16, 28 blocks
+def test_each_row_is_computed_alone(inputs, group):
     """Plain decoding feeds one token and verification many: each token's product must not depend on
     how many are fed with it (bit for bit), or the two would round differently."""
-    q = Int4Linear(linear(inputs, 160))
+    q = Int4Linear(linear(inputs, 160), group)
     x = torch.randn(70, inputs)
     together = q(x)
     for n in (1, 2, 3, 7, 16, 70):
@@ -109,12 +119,12 @@ def test_each_row_is_computed_alone(inputs):
 
 def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path):
     """The integer dot products are exact either way, and the float operations are the same: a machine
-    with VNNI computes what one without it does."""
+    with VNNI computes what one without it does (in groups of 32 and of 64)."""
     if not kernels.rows_available():
         pytest.skip("no rows kernel here (no AVX2): the layer is PyTorch's (tested above)")
     code = ("import sys, torch; from specviz.cpu import kernels; from specviz.cpu.int4 import Int4Linear; torch.manual_seed(0); "
-            "q = Int4Linear(torch.nn.Linear(896, 64)); x = torch.randn(5, 896); "
-            "torch.save((q(x), kernels.status()), sys.argv[1])")
+            "layer = torch.nn.Linear(896, 64); x = torch.randn(5, 896); "
+            "torch.save(([Int4Linear(layer, g)(x) for g in (32, 64)], kernels.status()), sys.argv[1])")
     results = []
     for switch in ("1", "avx2"):
         path = tmp_path / f"{switch}.pt"
@@ -124,7 +134,7 @@ def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path):
         results.append(torch.load(path))
     (vnni, status), (avx2, plain) = results
     assert plain == f"{kernels.KERNEL}: AVX2" and status.startswith(f"{kernels.KERNEL}: AVX2")
-    assert torch.equal(vnni, avx2)
+    assert all(torch.equal(a, b) for a, b in zip(vnni, avx2)) and not torch.equal(*avx2)
 
 
 def test_a_quantized_model_has_no_float_linear_layers_left_and_reads_a_fraction_of_the_bytes():
@@ -227,6 +237,9 @@ def test_every_strategy_writes_baselines_tokens_with_a_quantized_target_and_draf
         save_with_word_tokenizer(gqa_model(noise=noise), tmp_path / name)
     stack = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype=precision)
     pin_plan(stack)                     # staged drafts as where verifying is cheap (tests/tiny.py)
+    if precision == "int4" and kernels.rows_available():     # the draft's groups are 64 wide, the target's 32
+        groups = lambda model: {m.group for m in model.modules() if isinstance(m, Int4Linear)}
+        assert groups(stack.target.model) == {GROUP} and groups(stack.loaded[str(tmp_path / "draft")].model) == {WIDE_GROUP}
     assert stack.precision() == precision_name(precision) == f"{precision} (re-quantised)"
     prompt = [(7 * i) % 64 for i in range(40)]
     base = stack.decoder(prompt, "baseline", max_new_tokens=40, stop_at_eos=False).generate().tokens

@@ -44,7 +44,7 @@ def test_stacked_siblings_compute_the_same_bits_in_fewer_calls(monkeypatch):
     assert parameter_bytes(stacked) == parameter_bytes(apart)          # each weight counted once
     calls = []
     product = kernels.product_q4
-    monkeypatch.setattr(kernels, "product_q4", lambda *a: calls.append(1) or product(*a))
+    monkeypatch.setattr(kernels, "product_q4", lambda *a, **k: calls.append(1) or product(*a, **k))
     logits = {}
     with torch.inference_mode():
         for name, model in (("stacked", stacked), ("apart", apart)):

@@ -37,7 +37,7 @@ def _loaded() -> ctypes.CDLL | None:
             entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
             entry.restype = None
         for entry in (library.rows_matmul_q4, library.rows_matmul_q4_columns):
-            entry.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+            entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 4 + [ctypes.c_void_p]
             entry.restype = None
     library.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p]
     library.attend_rows.restype = None
@@ -89,9 +89,14 @@ def require_tensor(name: str, t: torch.Tensor, dtype: torch.dtype, shape: tuple)
     require(t.is_contiguous(), f"{name} must be contiguous")
 
 
-def q4_groups(K: int) -> int:
-    """Scales (and zeros) per row of a 4-bit weight of K inputs: its 32-wide blocks, padded to chunks of 8."""
+def q4_blocks(K: int) -> int:
+    """A row's 32-wide blocks of K inputs, padded to chunks of 8."""
     return (K // 32 + 7) // 8 * 8
+
+
+def q4_groups(K: int, group: int = 32) -> int:
+    """Scales (and zeros) per row of a 4-bit weight of K inputs in groups of 32 or 64: a chunk's 8 or 4."""
+    return q4_blocks(K) * 32 // group
 
 
 def _applies(weight: torch.Tensor, rows: torch.Tensor) -> bool:
@@ -123,9 +128,10 @@ def product_int8(weight: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor) 
 
 
 def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, rows: torch.Tensor,
-               out_features: int, columns: bool = False) -> torch.Tensor:
+               out_features: int, columns: bool = False, group: int = 32) -> torch.Tensor:
     """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/cpu/int4.py's
-    tiled(), each row rounded to int8 per 256 values as it is read. The caller checks rows_available().
+    tiled() (a scale and zero per `group` inputs: 32 or 64), each row rounded to int8 per 256 values as it is read.
+    The caller checks rows_available().
     columns: sum 8 outputs at a time, 16 with AVX512-VNNI where out is a multiple of 16 (rows_matmul_q4_columns: faster
     for many rows, other bits; out a multiple of 8)."""
     rows = rows.contiguous()
@@ -133,16 +139,17 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     n, K = rows.shape
     require(K % 64 == 0 and K > 0, f"the 4-bit product reads inputs in pairs of 32-wide blocks: {K} is not a multiple of 64")
     require(out_features % 4 == 0 and out_features > 0, f"the 4-bit product writes outputs in tiles of 4: {out_features} is not a multiple")
+    require(group in (32, 64), f"the 4-bit product takes groups of 32 or 64 inputs, not {group}")
     require_tensor("rows", rows, torch.float32, (n, K))
     require_tensor("packed weights", packed, torch.uint8, (out_features, K // 2))
     for name, t in (("scales", scales), ("zeros", zeros)):
-        require_tensor(name, t, torch.bfloat16, (out_features, q4_groups(K)))
+        require_tensor(name, t, torch.bfloat16, (out_features, q4_groups(K, group)))
     require(bool(torch.isfinite(rows).all()), "the 4-bit product was given an input that is not finite (NaN or infinity)")
     out = torch.empty(n, out_features)
-    scratch = torch.empty(n * (K + 8 * q4_groups(K)), dtype=torch.uint8)     # the rows in int8, and per group two floats
+    scratch = torch.empty(n * (K + 8 * q4_blocks(K)), dtype=torch.uint8)     # the rows in int8, and per block two floats
     require(not columns or out_features % 8 == 0, f"the 4-bit columns product writes 8 outputs at a time: {out_features} is not a multiple")
     product = _loaded().rows_matmul_q4_columns if columns else _loaded().rows_matmul_q4
-    product(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), out.data_ptr(), n, K, out_features,
+    product(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), group, out.data_ptr(), n, K, out_features,
             torch.get_num_threads(), scratch.data_ptr())
     return out
 

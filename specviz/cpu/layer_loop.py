@@ -21,7 +21,7 @@ COLUMNS = build.CONSTANTS["Q4_COLUMNS"]             # a Product's type: 4-bit ti
 
 class _Product(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("N", ctypes.c_int), ("w", ctypes.c_void_p), ("d", ctypes.c_void_p),
-                ("z", ctypes.c_void_p), ("bias", ctypes.c_void_p)]
+                ("z", ctypes.c_void_p), ("group", ctypes.c_int), ("bias", ctypes.c_void_p)]
 
 
 class _Layer(ctypes.Structure):
@@ -53,8 +53,9 @@ def _product(layer) -> _Product:
         return product
     bias = None if layer.bias is None else layer.bias.data_ptr()
     if isinstance(layer, BlockLinear):
-        return _Product(layer.qtype, layer.out_features, layer.weight.data_ptr(), None, None, bias)
-    return _Product(0, layer.out_features, layer.packed.data_ptr(), layer.scales.data_ptr(), layer.zeros.data_ptr(), bias)
+        return _Product(layer.qtype, layer.out_features, layer.weight.data_ptr(), None, None, 0, bias)
+    return _Product(0, layer.out_features, layer.packed.data_ptr(), layer.scales.data_ptr(), layer.zeros.data_ptr(),
+                    layer.group, bias)
 
 
 def _parts(products: list, count: int) -> list[_Product]:

@@ -26,7 +26,7 @@ class Stacked(torch.nn.Module):
         tiles = tuple(torch.cat([getattr(l, name) for l in layers]) for name in ("packed", "scales", "zeros"))
         bias = None if all(l.bias is None for l in layers) else \
             torch.cat([l.bias if l.bias is not None else torch.zeros(l.out_features) for l in layers])
-        self.layer = Int4Linear.of_tiles(tiles, layers[0].in_features, tiles[0].shape[0], bias)
+        self.layer = Int4Linear.of_tiles(tiles, layers[0].in_features, tiles[0].shape[0], bias, layers[0].group)
         self.siblings = len(layers)
         # (input, output, slices taken): one tuple, so a reader never pairs one call's input with another's
         # output; dropped once every sibling took its slice (a prompt's MLP products are megabytes)
@@ -64,7 +64,7 @@ def stack_siblings(model: torch.nn.Module) -> int:
             layers = [getattr(parent, n, None) for n in names]
             if not all(isinstance(l, Int4Linear) and l.own and l.kept == l.out_features for l in layers):
                 continue
-            if len({l.in_features for l in layers}) != 1:
+            if len({(l.in_features, l.group) for l in layers}) != 1:
                 continue
             shared = Stacked(layers)
             parent.add_module("_".join(n.split("_")[0] for n in names) + "_stacked", shared)

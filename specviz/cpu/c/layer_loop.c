@@ -15,9 +15,9 @@
 #include "specviz_cpu.h"
 
 /* One product: a GGUF file's blocks of ggml type `type` (blocks.c), or (type 0) specviz's 4-bit tiles (int4.py's
- * tiled(): w, d, z), or (Q4_COLUMNS) the same tiles summed many outputs at a time (a draft's prompt read); its N outputs
+ * tiled(): w, d, z, their group), or (Q4_COLUMNS) the same tiles summed many outputs at a time (a draft's prompt read); its N outputs
  * and bias or NULL. N = 0: no product (its sibling's stacked product made its outputs). */
-typedef struct { int type, N; const uint8_t *w; const uint16_t *d, *z; const float *bias; } Product;
+typedef struct { int type, N; const uint8_t *w; const uint16_t *d, *z; int group; const float *bias; } Product;
 /* One layer, as decoder.py's Layer: pointers into the model's own tensors. q, k, v write side by side, as gate, up do. */
 typedef struct { const float *input_norm; Product q, k, v, output; const float *post_norm; Product gate, up, down; } Layer;
 
@@ -29,8 +29,8 @@ static int product(const Product *p, const float *x, float *y, int ldy, int at, 
         if (failed) return failed;
     } else {
 #ifdef SPECVIZ_ROWS_KERNEL
-        if (p->type == Q4_COLUMNS) rows_matmul_q4_columns(x, p->w, p->d, p->z, y + at, n, K, p->N, threads, scratch);
-        else rows_matmul_q4(x, p->w, p->d, p->z, y + at, n, K, p->N, threads, scratch);     /* stacked: ldy == N */
+        if (p->type == Q4_COLUMNS) rows_matmul_q4_columns(x, p->w, p->d, p->z, p->group, y + at, n, K, p->N, threads, scratch);
+        else rows_matmul_q4(x, p->w, p->d, p->z, p->group, y + at, n, K, p->N, threads, scratch);     /* stacked: ldy == N */
 #else
         return BLOCKS_BAD_TYPE;                 /* no 4-bit tiles in this build (layer_loop.py never sends them) */
 #endif

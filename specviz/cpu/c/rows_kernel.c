@@ -78,7 +78,9 @@ PRODUCT(1, rows_matmul_q8)
  * lanes of each block, and one float multiply by the two blocks' scales serves both (rows of x are stored
  * in the same order). Scales d and zeros z are bfloat16, a block's weights
  * being d * (q - 8) + z (specviz/cpu/int4.py): per tile, per chunk of 8 blocks, the 4 rows' 8 values in turn
- * (B, the blocks of a row, padded to a multiple of 8 with zeros). Each row of x is rounded to int8 per
+ * (B, the blocks of a row, padded to a multiple of 8 with zeros). A draft's weights may take one scale and offset per
+ * 64 weights (group 64: a chunk's 4 values per row, each serving its pair of blocks): 4.5 bits a weight instead of 5,
+ * a tenth less to read per forward, with the same acceptance (docs/BENCHMARKS.md). Each row of x is rounded to int8 per
  * chunk of 8 blocks (scale e = max |x| / 127), as llama.cpp's Q8_K does, so a block's product is an integer:
  * y = sum_chunks e sum_b d (q . x8) + sum_b (z - 8 d) e S, S the block's int sum. The integer dot products are exact
  * whichever instructions compute them (VNNI or AVX2), and each output's float operations run in one order
@@ -92,6 +94,16 @@ PRODUCT(1, rows_matmul_q8)
 
 static inline __m256 bf16x8(const uint16_t *h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
+}
+
+/* Scales (or offsets) per chunk of 8 blocks and per output: 8 with groups of 32, 4 with groups of 64 */
+static inline int chunk_values(int group) { return group == 64 ? 4 : 8; }
+
+/* A chunk's 8 blocks' scales (or offsets) of one output as floats: its 8 values, or its 4 each twice (groups of 64) */
+static inline __m256 block_scales(const uint16_t *h, const int per_chunk) {
+    if (per_chunk == 8) return bf16x8(h);
+    const __m256i four = _mm256_castsi128_si256(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)h)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_permutevar8x32_epi32(four, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)), 16));
 }
 
 /* Eight int32 lanes, each the sum of four unsigned-by-signed byte products of u and s and four of v and t. */
@@ -153,10 +165,10 @@ static void quantize_row(const float *x, int K, int Bp, int8_t *q, float *e, flo
  * each output's sums run in the same order either way. */
 static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restrict__ xq, const float *__restrict__ xe,
         const uint8_t *__restrict__ w, const uint16_t *__restrict__ d, int K, int Bp, int r0, int b8,
-        const int count, const int R, __m256 acc[TILE][MAX_R]) {
+        const int count, const int R, const int per_chunk, __m256 acc[TILE][MAX_R]) {
     __m256 dv[TILE], part[TILE][MAX_R];
     for (int o = 0; o < TILE; o++) {
-        dv[o] = bf16x8(d + (size_t)b8 * TILE + o * 8);
+        dv[o] = block_scales(d + (size_t)(b8 / 8 * TILE + o) * per_chunk, per_chunk);
         for (int r = 0; r < R; r++) part[o][r] = _mm256_setzero_ps();
     }
     for (int j = 0; j < count; j += 2) {
@@ -184,22 +196,23 @@ static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restr
 /* The tile's outputs for rows r0..r0+R-1; w, d, z point at the tile. */
 static inline __attribute__((always_inline)) void tile_q4(const int8_t *__restrict__ xq, const float *__restrict__ xe,
         const float *__restrict__ xes, const uint8_t *__restrict__ w, const uint16_t *__restrict__ d,
-        const uint16_t *__restrict__ z, float *__restrict__ y, int K, int N, int r0, int o0, const int R) {
+        const uint16_t *__restrict__ z, float *__restrict__ y, int K, int N, int r0, int o0, const int R, const int per_chunk) {
     const int B = K / 32, Bp = (B + 7) / 8 * 8;
     __m256 acc[TILE][MAX_R], offset[TILE][MAX_R];
     for (int o = 0; o < TILE; o++)
         for (int r = 0; r < R; r++) acc[o][r] = offset[o][r] = _mm256_setzero_ps();
     int b8 = 0;
-    for (; b8 + 8 <= B; b8 += 8) chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 8, R, acc);
+    for (; b8 + 8 <= B; b8 += 8) chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 8, R, per_chunk, acc);
     switch (B - b8) {
-    case 6: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 6, R, acc); break;
-    case 4: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 4, R, acc); break;
-    case 2: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 2, R, acc); break;
+    case 6: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 6, R, per_chunk, acc); break;
+    case 4: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 4, R, per_chunk, acc); break;
+    case 2: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 2, R, per_chunk, acc); break;
     }
     /* sum_b (z_b - 8 d_b) e_b S_b, eight blocks at a time (padding adds zeros) */
     for (int c = 0; c < Bp; c += 8)
         for (int o = 0; o < TILE; o++) {
-            const __m256 m = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), bf16x8(d + (size_t)c * TILE + o * 8), bf16x8(z + (size_t)c * TILE + o * 8));
+            const size_t at = (size_t)(c / 8 * TILE + o) * per_chunk;
+            const __m256 m = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), block_scales(d + at, per_chunk), block_scales(z + at, per_chunk));
             for (int r = 0; r < R; r++) offset[o][r] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xes + (size_t)(r0 + r) * Bp + c), offset[o][r]);
         }
     for (int o = 0; o < TILE; o++)
@@ -207,11 +220,11 @@ static inline __attribute__((always_inline)) void tile_q4(const int8_t *__restri
 }
 
 static void outputs_q4(const int8_t *xq, const float *xe, const float *xes, const uint8_t *w, const uint16_t *d,
-                       const uint16_t *z, float *y, int n, int K, int N, int o0) {
+                       const uint16_t *z, float *y, int n, int K, int N, int o0, int per_chunk) {
     int r0 = 0;
-    for (; r0 + 3 <= n; r0 += 3) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 3);
-    if (n - r0 == 2) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 2);
-    if (n - r0 == 1) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 1);
+    for (; r0 + 3 <= n; r0 += 3) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 3, per_chunk);
+    if (n - r0 == 2) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 2, per_chunk);
+    if (n - r0 == 1) tile_q4(xq, xe, xes, w, d, z, y, K, N, r0, o0, 1, per_chunk);
 }
 
 /* The n rows of x rounded by quantize_row into scratch (n * (K + 8 * Bp) bytes): int8 values *xq, scales *e, *es */
@@ -223,16 +236,17 @@ static void round_rows(const float *x, int n, int K, void *scratch, int8_t **xq,
     for (int r = 0; r < n; r++) quantize_row(x + (size_t)r * K, K, Bp, q + (size_t)r * K, scales + (size_t)r * Bp, sums + (size_t)r * Bp);
 }
 
-/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 4 (TILE). scratch: n * (K + 8 * Bp) bytes. */
-void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
+/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 4 (TILE); group 32 or 64. scratch: n * (K + 8 * Bp) bytes. */
+void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
                     int n, int K, int N, int threads, void *scratch) {
-    const int Bp = (K / 32 + 7) / 8 * 8;
+    const int Bp = (K / 32 + 7) / 8 * 8, per_chunk = chunk_values(group), Sp = Bp / 8 * per_chunk;
     int8_t *xq;
     float *xe, *xes;
     round_rows(x, n, K, scratch, &xq, &xe, &xes, threads);
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
     for (int t = 0; t < N / TILE; t++)
-        outputs_q4(xq, xe, xes, w + (size_t)t * TILE * (K / 2), d + (size_t)t * TILE * Bp, z + (size_t)t * TILE * Bp, y, n, K, N, t * TILE);
+        outputs_q4(xq, xe, xes, w + (size_t)t * TILE * (K / 2), d + (size_t)t * TILE * Sp, z + (size_t)t * TILE * Sp, y, n, K, N,
+                   t * TILE, per_chunk);
 }
 
 /* ---- 4-bit weights, many rows, for a draft's prompt read (rows_matmul_q4_columns) ----
@@ -246,11 +260,11 @@ void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const u
 #define READ_ROWS_AT_ONCE 4
 #define READ_ROWS_KEPT 256          /* rows whose results a pass over the weights keeps (more: unpacked again) */
 
-/* Per block of a chunk, the 8 outputs' scales (or zeros) as floats: bf16 values [tile][chunk][row][8] -> v[b] lane o */
-static inline __attribute__((always_inline)) void chunk_lanes(const uint16_t *t0, const uint16_t *t1, __m256 v[8]) {
+/* Per block of a chunk, the 8 outputs' scales (or zeros) as floats: bf16 values [tile][chunk][row][per_chunk] of the
+ * chunk's two tiles t0, t1 -> v[b] lane o */
+static inline __attribute__((always_inline)) void chunk_lanes(const uint16_t *t0, const uint16_t *t1, const int per_chunk, __m256 v[8]) {
     __m256i in[8];
-    for (int o = 0; o < 8; o++)
-        in[o] = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((o < 4 ? t0 : t1) + (o & 3) * 8))), 16);
+    for (int o = 0; o < 8; o++) in[o] = _mm256_castps_si256(block_scales((o < 4 ? t0 : t1) + (o & 3) * per_chunk, per_chunk));
     transpose8(in);
     for (int b = 0; b < 8; b++) v[b] = _mm256_castsi256_ps(in[b]);
 }
@@ -284,8 +298,8 @@ static const int first_quads[8] = {0, 4, 8, 12, 32, 36, 40, 44}, second_quads[8]
 
 /* 8 outputs at a time (rows already rounded: xq, e, es) */
 static void columns8_q4(const int8_t *xq, const float *e, const float *es, const uint8_t *w, const uint16_t *d,
-                        const uint16_t *z, float *y, int n, int K, int N, int threads) {
-    const int B = K / 32, Bp = (B + 7) / 8 * 8;
+                        const uint16_t *z, int per_chunk, float *y, int n, int K, int N, int threads) {
+    const int B = K / 32, Bp = (B + 7) / 8 * 8, Sp = Bp / 8 * per_chunk;
     const int passes = (n + READ_ROWS_KEPT - 1) / READ_ROWS_KEPT;
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
     for (int task = 0; task < N / 8 * passes; task++) {        /* each thread's tiles with all their rows */
@@ -293,11 +307,12 @@ static void columns8_q4(const int8_t *xq, const float *e, const float *es, const
         __m256 acc[READ_ROWS_KEPT];
         for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
         const uint8_t *w0 = w + (size_t)(2 * t) * TILE * (K / 2), *w1 = w0 + (size_t)TILE * (K / 2);
-        const uint16_t *d0 = d + (size_t)(2 * t) * TILE * Bp, *z0 = z + (size_t)(2 * t) * TILE * Bp;
+        const uint16_t *d0 = d + (size_t)(2 * t) * TILE * Sp, *z0 = z + (size_t)(2 * t) * TILE * Sp;
         for (int c = 0; c < Bp; c += 8) {
             __m256 dc[8], zc[8];
-            chunk_lanes(d0 + (size_t)c * TILE, d0 + (size_t)TILE * Bp + (size_t)c * TILE, dc);
-            chunk_lanes(z0 + (size_t)c * TILE, z0 + (size_t)TILE * Bp + (size_t)c * TILE, zc);
+            const size_t at = (size_t)c / 8 * TILE * per_chunk, next = (size_t)TILE * Sp;
+            chunk_lanes(d0 + at, d0 + next + at, per_chunk, dc);
+            chunk_lanes(z0 + at, z0 + next + at, per_chunk, zc);
             for (int b = c; b < c + 8 && b < B; b += 2) {
                 __m256i v[8], low[8], high[8];
                 for (int o = 0; o < 8; o++)
@@ -349,8 +364,8 @@ ALWAYS void columns16_block_q4(const __m512i q[8], const int at[8], const int8_t
 }
 
 static void columns16_q4(const int8_t *xq, const float *e, const float *es, const uint8_t *w, const uint16_t *d,
-                         const uint16_t *z, float *y, int n, int K, int N, int threads) {
-    const int B = K / 32, Bp = (B + 7) / 8 * 8;
+                         const uint16_t *z, int per_chunk, float *y, int n, int K, int N, int threads) {
+    const int B = K / 32, Bp = (B + 7) / 8 * 8, Sp = Bp / 8 * per_chunk;
     const int passes = (n + READ_ROWS_KEPT - 1) / READ_ROWS_KEPT;
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
     for (int task = 0; task < N / 16 * passes; task++) {
@@ -358,13 +373,14 @@ static void columns16_q4(const int8_t *xq, const float *e, const float *es, cons
         __m512 acc[READ_ROWS_KEPT];
         for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
         const uint8_t *wt = w + (size_t)(4 * t) * TILE * (K / 2);           /* its four tiles, one after the other */
-        const uint16_t *dt = d + (size_t)(4 * t) * TILE * Bp, *zt = z + (size_t)(4 * t) * TILE * Bp;
-        const size_t tile_bytes = (size_t)TILE * (K / 2), tile_groups = (size_t)TILE * Bp;
+        const uint16_t *dt = d + (size_t)(4 * t) * TILE * Sp, *zt = z + (size_t)(4 * t) * TILE * Sp;
+        const size_t tile_bytes = (size_t)TILE * (K / 2), tile_groups = (size_t)TILE * Sp;
         for (int c = 0; c < Bp; c += 8) {
             __m256 dc[2][8], zc[2][8];
+            const size_t at = (size_t)c / 8 * TILE * per_chunk;
             for (int h = 0; h < 2; h++) {
-                chunk_lanes(dt + 2 * h * tile_groups + (size_t)c * TILE, dt + (2 * h + 1) * tile_groups + (size_t)c * TILE, dc[h]);
-                chunk_lanes(zt + 2 * h * tile_groups + (size_t)c * TILE, zt + (2 * h + 1) * tile_groups + (size_t)c * TILE, zc[h]);
+                chunk_lanes(dt + 2 * h * tile_groups + at, dt + (2 * h + 1) * tile_groups + at, per_chunk, dc[h]);
+                chunk_lanes(zt + 2 * h * tile_groups + at, zt + (2 * h + 1) * tile_groups + at, per_chunk, zc[h]);
             }
             for (int b = c; b < c + 8 && b < B; b += 2) {
                 __m512i low[8], high[8];
@@ -399,17 +415,17 @@ static void columns16_q4(const int8_t *xq, const float *e, const float *es, cons
 }
 #endif
 
-/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 8. scratch: n * (K + 8 * Bp) bytes. */
-void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
+/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 8; group 32 or 64. scratch: n * (K + 8 * Bp) bytes. */
+void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
                             int n, int K, int N, int threads, void *scratch) {
     int8_t *xq;
     float *e, *es;
     round_rows(x, n, K, scratch, &xq, &e, &es, threads);
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     if (N % 16 == 0) {
-        columns16_q4(xq, e, es, w, d, z, y, n, K, N, threads);
+        columns16_q4(xq, e, es, w, d, z, chunk_values(group), y, n, K, N, threads);
         return;
     }
 #endif
-    columns8_q4(xq, e, es, w, d, z, y, n, K, N, threads);
+    columns8_q4(xq, e, es, w, d, z, chunk_values(group), y, n, K, N, threads);
 }

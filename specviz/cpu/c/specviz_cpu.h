@@ -38,18 +38,20 @@ void attend_rows(const float *q, const float *k, const float *v, const uint8_t *
 void rms_norm_rows(const float *x, const float *w, float *y, int n, int K, float eps);
 
 /* rows_kernel.c (x86 with AVX2 only: builds with SPECVIZ_ROWS_KERNEL defined): float32, int8 and specviz's 4-bit
- * weights. 4-bit weights come in tiles of Q4_TILE output rows, groups of Q4_GROUP inputs, their scales read Q4_CHUNK
- * groups at a time (specviz/cpu/int4.py's tiled()). */
+ * weights. 4-bit weights come in tiles of Q4_TILE output rows, blocks of Q4_GROUP inputs, one scale and offset per
+ * block (group 32) or per two (Q4_WIDE_GROUP, a draft's), their scales read Q4_CHUNK blocks at a time (specviz/cpu/int4.py's
+ * tiled()). */
 #define Q4_TILE 4
 #define Q4_GROUP 32
+#define Q4_WIDE_GROUP 64
 #define Q4_CHUNK 8
 #define Q4_COLUMNS -4                /* layer_loop.c: a product of 4-bit tiles summed by rows_matmul_q4_columns */
 void rows_matmul_f32(const float *x, const void *w, const float *scale, float *y, int n, int K, int N, int threads);
 void rows_matmul_q8(const float *x, const void *w, const float *scale, float *y, int n, int K, int N, int threads);
-void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
+void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
                     int n, int K, int N, int threads, void *scratch);
 /* the same weights summed in another order, for many rows of a draft's prompt read (N a multiple of 8) */
-void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, float *y,
+void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
                             int n, int K, int N, int threads, void *scratch);
 
 /* layer_loop.c's decode_layers: its answer where its scratch could not be allocated */
