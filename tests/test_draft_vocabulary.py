@@ -15,6 +15,7 @@ from specviz.cpu.int8 import Int8Linear
 from specviz.models import LoadedModel, _quantized
 from specviz.sampling import Sampling
 from specviz.strategies import STRATEGIES, default_tree
+from specviz.tree_builder import Proposal
 from tiny import TinyTokenizer, tiny_model, tiny_stack
 
 SPECIAL = 63
@@ -94,3 +95,29 @@ def test_every_strategy_writes_baseline_tokens_with_the_cut_draft():
         assert tokens == runs["baseline"][0], strategy
         assert drafted <= allowed, strategy                 # the draft never proposes another token
     assert runs["staged"][1]
+
+
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, top_p=0.9)])
+def test_a_proposal_over_the_draft_vocabulary_is_the_whole_rows_distribution(sampling):
+    """The tree builder takes a cut draft's probabilities over its vocabulary alone (tree_builder.Proposal): the same
+    distribution as over every token, whose other tokens have none."""
+    torch.manual_seed(3)
+    support = torch.tensor([0, 2, 3, 7, 11, 40, 41, 60])
+    row = torch.full((64,), float("-inf"))
+    row[support] = torch.randn(len(support)) * 3
+    cut, whole = Proposal(row, support, sampling), Proposal(row, None, sampling)
+    assert torch.allclose(cut.whole(), whole.probs, atol=1e-6) and cut.whole().shape == (64,)
+    assert cut.top(3) == whole.top(3) and set(cut.top(3)) <= set(support.tolist())
+    assert all(abs(cut.prob(t) - whole.prob(t)) < 1e-6 for t in range(64))     # 0 off the vocabulary
+    drawn = cut.draw(4, torch.Generator().manual_seed(0))
+    assert len(set(drawn)) == len(drawn) and set(drawn) <= {t for t in support.tolist() if whole.prob(t) > 0}
+
+
+def test_a_sampled_run_with_the_cut_draft_verifies_against_its_whole_distributions():
+    stack, _ = int8_draft_stack()
+    stack.restrict_draft_vocabulary()
+    decoder = stack.decoder(PROMPT, "staged", default_tree("staged", min_score=0.0), Sampling(temperature=1.0, seed=5),
+                            max_new_tokens=16, stop_at_eos=False)
+    decoder.generate()
+    drafted = {n.token for step in decoder.steps for n in step.nodes[1:] if n.stage == 1}
+    assert drafted and drafted <= set(range(40)) | {44, 50, SPECIAL}

@@ -49,6 +49,11 @@ class Drafter(ABC):
         `context` is the committed sequence, ending with the tree's root token.
         """
 
+    def support(self) -> torch.Tensor | None:
+        """The tokens expand's rows can score above -inf (ascending), where that is known to be a part of the
+        vocabulary (a draft model's output vocabulary); None: any token."""
+        return None
+
     def proposer_stage(self, tree: Tree, parent: int, token: int) -> int:
         """The stage to credit for proposing `token` under `parent` (for display)."""
         return self.stage

@@ -46,6 +46,8 @@ class ModelDrafter(Drafter):
         (`models.compile_model`): used once `fit_static` gives this drafter a static cache."""
         super().__init__()
         self.kv = KVModel(model, name, output_vocab)
+        vocab = None if output_vocab is None else output_vocab.cpu()
+        self._support = vocab if vocab is not None and bool((vocab[1:] > vocab[:-1]).all()) else None
         self.compiled = compiled
         self.name = name
         self.lower = lower
@@ -129,6 +131,9 @@ class ModelDrafter(Drafter):
                 self.guessed.update(key + tuple(guess[:i + 1]) for i in range(len(guess)))
             self._feed(chains, len(context) - 1)
         return [self.fed[k][1] for k in keys]
+
+    def support(self):
+        return self._support
 
     def _guess_after(self, sequence: list[int]) -> list[int]:
         if self.lower is None or self.lookahead <= 0:
