@@ -1,7 +1,7 @@
 """Staged with the draft's int4 groups 32 or 64 wide (specviz/cpu/int4.py, WIDE_GROUP), greedy 64 tokens on the given
 prompts, twice per process: rounds, draft forwards, and the seconds of drafting and verifying, summed over the prompts
 (docs/BENCHMARKS.md, "A draft's groups 64 wide"). Run the widths alternately, in separate processes:
-    for g in 32 64 32 64; do .venv/bin/python scripts/draft_groups.py /tmp/val_57_65.jsonl $g; done
+    for g in 32 64 32 64; do .venv/bin/python scripts/draft_groups.py /tmp/val_57_65.jsonl $g [PRESET]; done
 """
 import sys
 import time
@@ -12,7 +12,7 @@ from specviz.presets import load_preset
 from specviz.prompts import load_prompts
 
 models.WIDE_GROUP = int(sys.argv[2])        # what quantize_in_place gives a draft's 4-bit layers
-stack = load_preset("qwen-coder", "auto")
+stack = load_preset(sys.argv[3] if len(sys.argv) > 3 else "qwen-coder", "auto")
 prompts = load_prompts(sys.argv[1])
 draft = stack.drafter_for("staged").kv_models()[0].name
 for _ in range(2):
