@@ -4,7 +4,8 @@ that machine noise hits both alike), best of REPS. Prints ms and G multiply-adds
 rows fed, whether the builds' outputs are the same bits, and writes JSON.
     mkdir -p /tmp/old && git archive HEAD~1 specviz/cpu/c | tar -x -C /tmp/old
     python scripts/blocks_ab.py /tmp/old/specviz/cpu/c,specviz/cpu/c avx2 out.json 1 4 8 16 32 64
-ISA: avx2, vnni (AVX512-VNNI) or amx. GGUF=path picks another file (default: the 1.5B coder's); its groups are layer
+ISA: avx2, vnni (AVX512-VNNI) or amx; a source given as DIR@ISA takes its own (two instruction sets of one source side by
+side: specviz/cpu/c@avx2,specviz/cpu/c@vnni). GGUF=path picks another file (default: the 1.5B coder's); its groups are layer
 0's Q4_K products, a Q6_K ffn_down and the output layer (docs/BENCHMARKS.md, "AVX2: the file's blocks 8 outputs at a
 time").
 """
@@ -62,7 +63,8 @@ def main(argv: list[str]) -> None:
     reps = int(os.environ.get("REPS", 7))
     path = Path(os.environ.get("GGUF", cache_dir() / "gguf" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
     with tempfile.TemporaryDirectory() as scratch_dir:
-        libs = [library(Path(s), FLAGS[isa], Path(scratch_dir) / f"ab{i}.so") for i, s in enumerate(sources)]
+        libs = [library(Path(s.split("@")[0]), FLAGS[s.split("@")[1] if "@" in s else isa], Path(scratch_dir) / f"ab{i}.so")
+                for i, s in enumerate(sources)]
         scratch = torch.empty(libs[0].block_scratch_bytes(8960, max(rows)) + 2**22, dtype=torch.uint8)
         report = {"isa": isa, "sources": sources, "file": path.name, "groups": {}}
         for group, products in groups(path).items():
