@@ -63,8 +63,9 @@ def main(argv: list[str]) -> None:
     reps = int(os.environ.get("REPS", 7))
     path = Path(os.environ.get("GGUF", cache_dir() / "gguf" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
     with tempfile.TemporaryDirectory() as scratch_dir:
-        libs = [library(Path(s.split("@")[0]), FLAGS[s.split("@")[1] if "@" in s else isa], Path(scratch_dir) / f"ab{i}.so")
-                for i, s in enumerate(sources)]
+        builds = [s.partition("@")[::2] for s in sources]          # (folder, its own ISA or "")
+        libs = [library(Path(folder), FLAGS[own or isa], Path(scratch_dir) / f"ab{i}.so")
+                for i, (folder, own) in enumerate(builds)]
         scratch = torch.empty(libs[0].block_scratch_bytes(8960, max(rows)) + 2**22, dtype=torch.uint8)
         report = {"isa": isa, "sources": sources, "file": path.name, "groups": {}}
         for group, products in groups(path).items():
