@@ -1,7 +1,8 @@
 """Two builds of specviz's kernels side by side on a GGUF file's own tensors: each source directory (a copy of
 specviz/cpu/c, e.g. from `git archive`) built with one instruction set, their calls interleaved in one process (so
 that machine noise hits both alike), best of REPS. Prints ms and G multiply-adds a second per group of products and
-rows fed, whether the builds' outputs are the same bits, and writes JSON.
+rows fed, whether the builds' outputs are the same bits, and writes JSON. FLUSH=1 writes 64 MB before each call, so that
+its weights come from memory, as in a model's forward (else a group that fits the last-level cache may come from there).
     mkdir -p /tmp/old && git archive HEAD~1 specviz/cpu/c | tar -x -C /tmp/old
     python scripts/blocks_ab.py /tmp/old/specviz/cpu/c,specviz/cpu/c avx2 out.json 1 4 8 16 32 64
 ISA: avx2, vnni (AVX512-VNNI) or amx; a source given as DIR@ISA takes its own (two instruction sets of one source side by
@@ -34,12 +35,30 @@ def library(source: Path, flags, out: Path) -> ctypes.CDLL:
     subprocess.run(["cc", *common, f"-I{source}", *flags, "-fopenmp", *(str(source / s) for s in build.X86_SOURCES),
                     "-o", str(out), "-lm"], check=True)
     lib = ctypes.CDLL(str(out))
-    lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.packs = hasattr(lib, "block_pack")          # sources from before 2026-11-27 read no packed copy
+    lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, *[ctypes.c_void_p] * lib.packs, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_void_p]
+    if lib.packs:
+        lib.block_packed_bytes.restype = ctypes.c_size_t
+        lib.block_packed_bytes.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.block_scratch_bytes.restype = ctypes.c_size_t
     lib.block_scratch_bytes.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.block_amx()
     return lib
+
+
+def packed(lib, qtype: int, blocks: torch.Tensor, K: int, N: int) -> list:
+    """The argument a library's block_product takes for the blocks' packed copy: none, or its pointer (or NULL)."""
+    if not lib.packs:
+        return []
+    size = lib.block_packed_bytes(qtype, K, N)
+    if not size:
+        return [None]
+    copy = torch.empty(size, dtype=torch.uint8)
+    lib.block_pack(qtype, ctypes.c_void_p(blocks.data_ptr()), K, N, ctypes.c_void_p(copy.data_ptr()), 2)
+    lib.kept.append(copy)
+    return [copy.data_ptr()]
 
 
 def groups(path: Path) -> dict[str, list]:
@@ -61,6 +80,7 @@ def groups(path: Path) -> dict[str, list]:
 def main(argv: list[str]) -> None:
     sources, isa, out_json, rows = argv[0].split(","), argv[1], argv[2], [int(a) for a in argv[3:]]
     reps = int(os.environ.get("REPS", 7))
+    flush = torch.zeros(2**24) if os.environ.get("FLUSH") else None    # 64 MB, more than a CPU's last-level cache
     path = Path(os.environ.get("GGUF", cache_dir() / "gguf" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
     with tempfile.TemporaryDirectory() as scratch_dir:
         builds = [s.partition("@")[::2] for s in sources]          # (folder, its own ISA or "")
@@ -70,14 +90,19 @@ def main(argv: list[str]) -> None:
         report = {"isa": isa, "sources": sources, "file": path.name, "groups": {}}
         for group, products in groups(path).items():
             xs = {n: {K: torch.randn(n, K) for _, _, K, _ in products} for n in rows}
+            for lib in libs:
+                lib.kept = []
+            copies = {(i, N): packed(lib, qtype, blocks, K, N) for i, lib in enumerate(libs) for qtype, blocks, K, N in products}
             outs = {(i, n): {N: torch.empty(n, N) for *_, N in products} for i in range(len(libs)) for n in rows}
             best = {(i, n): float("inf") for i in range(len(libs)) for n in rows}
             for _ in range(reps):
                 for n in rows:
                     for i, lib in enumerate(libs):
+                        if flush is not None:
+                            flush.add_(1)               # the caches filled with other bytes, as a model's forward leaves them
                         started = time.perf_counter()
                         for qtype, blocks, K, N in products:
-                            lib.block_product(qtype, blocks.data_ptr(), K, N, xs[n][K].data_ptr(), n,
+                            lib.block_product(qtype, blocks.data_ptr(), *copies[(i, N)], K, N, xs[n][K].data_ptr(), n,
                                               outs[(i, n)][N].data_ptr(), N, 2, scratch.data_ptr())
                         best[(i, n)] = min(best[(i, n)], time.perf_counter() - started)
             macs = {n: n * sum(K * N for _, _, K, N in products) for n in rows}

@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
     float *x = malloc(sizeof(float) * (size_t)K * n), *y = malloc(sizeof(float) * (size_t)N * n);
     if (fread(w, 1, rb * N, in) != rb * N || fread(x, 4, (size_t)K * n, in) != (size_t)K * n) return 1;
     void *scratch = malloc(block_scratch_bytes(K, n));
-    const int rc = block_product(type, w, K, N, x, n, y, N, 1, scratch);
+    const int rc = block_product(type, w, NULL, K, N, x, n, y, N, 1, scratch);
     FILE *out = fopen(argv[2], "wb");
     fwrite(y, 4, (size_t)N * n, out);
     fclose(out);

@@ -38,21 +38,27 @@ def build(tmp_path, flags, source: str | None = None) -> ctypes.CDLL:
     subprocess.run(["cc", "-O2", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off", f"-I{BLOCKS}", *flags, str(c_file),
                     "-o", str(library)], check=True, capture_output=True)
     lib = ctypes.CDLL(str(library))
-    lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                                  ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     lib.block_scratch_bytes.restype = ctypes.c_size_t
+    lib.block_packed_bytes.restype = ctypes.c_size_t
+    lib.block_pack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     if "-mamx-int8" in flags:
         assert lib.block_amx() == 1, "the CPU has AMX but the OS did not allow its tiles to this process"
     return lib
 
 
-def run(lib, qtype, w, x, threads=2):
+def run(lib, qtype, w, x, threads=2, packed=True):
+    """The product by this library, many rows taking the packed blocks where its build has them (packed=False: never)."""
     n, K = x.shape
     y = np.full((n, len(w)), np.nan, np.float32)
     scratch = np.zeros(lib.block_scratch_bytes(K, n), np.uint8)
     x = np.ascontiguousarray(x, np.float32)
-    assert lib.block_product(qtype, w.ctypes.data, K, len(w), x.ctypes.data, n, y.ctypes.data, len(w), threads,
-                             scratch.ctypes.data) == 0
+    copy = np.zeros(lib.block_packed_bytes(qtype, K, len(w)) if packed else 0, np.uint8)
+    if copy.size:
+        assert lib.block_pack(qtype, w.ctypes.data, K, len(w), copy.ctypes.data, threads) == 0
+    assert lib.block_product(qtype, w.ctypes.data, copy.ctypes.data if copy.size else None, K, len(w), x.ctypes.data,
+                             n, y.ctypes.data, len(w), threads, scratch.ctypes.data) == 0
     return y
 
 
@@ -82,13 +88,15 @@ def test_every_build_computes_the_definition_bit_for_bit(libraries, qtype):
         w, x = case(qtype, rows, outputs, seed, blocks_per_row)
         expected = reference.product(qtype, w, x)
         for name, lib in libraries.items():
-            assert np.array_equal(run(lib, qtype, w, x), expected), (name, rows, outputs)
+            for packed in (True, False):
+                assert np.array_equal(run(lib, qtype, w, x, packed=packed), expected), (name, rows, outputs, packed)
 
 
 @given(qtype=st.sampled_from(TYPES), rows=st.integers(1, 32), outputs=st.integers(1, 24), seed=st.integers(0, 2**16))
 def test_a_row_gets_the_same_bits_alone_or_with_up_to_31_others(qtype, rows, outputs, seed):
     w, x = case(qtype, rows, outputs, seed)
-    together = blocks.product(qtype, torch.from_numpy(w), torch.from_numpy(x))
+    w_ = torch.from_numpy(w)
+    together = blocks.product(qtype, w_, torch.from_numpy(x), blocks.packed(qtype, w_, x.shape[1]))
     for r in {0, rows // 2, rows - 1}:
         alone = blocks.product(qtype, torch.from_numpy(w), torch.from_numpy(x[r:r + 1]))
         assert torch.equal(alone[0], together[r])
@@ -110,9 +118,10 @@ def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp
 
 @pytest.mark.parametrize("name, vector, blocks_per_row", [("avx2", "_mm256", 4), ("avx512-vnni", "_mm512", 17)])
 def test_a_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path, name, vector, blocks_per_row):
-    """The same for the columns of K-quant blocks (columns.h): the AVX2 build's 8 outputs at a time (Q4_K from 3 rows,
-    Q6_K from 5), the AVX512-VNNI build's 16 (Q4_K from 6 rows, Q6_K from 8 in rows of more than 16 blocks). One float
-    product regrouped there gives a row in a batch other bits than alone (alone, a row takes the tile path)."""
+    """The same for the columns of K-quant blocks (columns.h, on their packed copy): the AVX2 build's 8 outputs at a
+    time (Q4_K from 2 rows, Q6_K from 5), the AVX512-VNNI build's 16 (Q4_K from one row, Q6_K from 5). One float product
+    regrouped there gives a batch's rows other bits than the definition, while the tiles (no packed copy) still give
+    them."""
     if not RUNS_HERE[name]:
         pytest.skip(f"an x86 build: this CPU does not run {name}")
     source = (BLOCKS / "blocks.c").read_text().replace('#include "columns.h"', (BLOCKS / "columns.h").read_text())
@@ -122,7 +131,7 @@ def test_a_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path
     lib = build(tmp_path, BUILDS[name], mutated)
     for qtype in (reference.Q4_K, reference.Q6_K):
         w, x = case(qtype, 12, 8, seed=1, blocks_per_row=blocks_per_row)
-        assert np.array_equal(run(lib, qtype, w, x[:1])[0], reference.product(qtype, w, x[:1])[0])
+        assert np.array_equal(run(lib, qtype, w, x, packed=False), reference.product(qtype, w, x))
         assert not np.array_equal(run(lib, qtype, w, x)[0], reference.product(qtype, w, x)[0])
 
 
@@ -159,6 +168,20 @@ def test_the_codes_are_the_files_weights_and_the_product_is_theirs_within_the_ro
     bound = np.abs(x).max(1, keepdims=True) / 127 * np.abs(weights).sum(1)[None, :]
     assert np.all(np.abs(got - exact) <= bound)
     assert np.abs(got - exact).mean() < 0.1 * bound.mean()
+
+
+def test_a_layer_of_the_files_blocks_gives_the_c_layer_loop_its_packed_copy():
+    """Builds whose many-row products read a packed copy (AVX2, and AVX512-VNNI without AMX) get one for each K-quant
+    layer, made once, and the layer loop's products point to it; the layer's products stay the definition's."""
+    from specviz.cpu.layer_loop import _product
+    w, x = case(reference.Q4_K, 8, 40, seed=5)
+    layer = blocks.BlockLinear(reference.Q4_K, torch.from_numpy(w), x.shape[1])
+    size = blocks._kernel().block_packed_bytes(reference.Q4_K, x.shape[1], 40)
+    assert (size > 0) == (blocks.simd() in ("AVX2", "AVX2 + AVX512-VNNI"))
+    copy = layer.packed_blocks()
+    assert layer.packed_blocks() is copy and (copy is None if not size else copy.numel() == size)
+    assert _product(layer).packed == (None if copy is None else copy.data_ptr())
+    assert torch.equal(layer(torch.from_numpy(x)), torch.from_numpy(reference.product(reference.Q4_K, w, x)))
 
 
 def test_bad_inputs_stop_with_one_line():

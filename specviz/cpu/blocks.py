@@ -28,9 +28,14 @@ ERRORS = {build.CONSTANTS["BLOCKS_BAD_TYPE"]: "a block type the kernel does not 
 @functools.cache
 def _kernel():
     library = kernels.library()
-    library.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                      ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    library.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                      ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                      ctypes.c_void_p]
     library.block_product.restype = ctypes.c_int
+    library.block_packed_bytes.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    library.block_packed_bytes.restype = ctypes.c_size_t
+    library.block_pack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    library.block_pack.restype = ctypes.c_int
     library.block_scratch_bytes.argtypes = [ctypes.c_int, ctypes.c_int]
     library.block_scratch_bytes.restype = ctypes.c_size_t
     library.block_simd.restype = ctypes.c_char_p
@@ -47,8 +52,20 @@ def row_bytes(qtype: int, K: int) -> int:
     return K // weights * size
 
 
-def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """rows [n, K] float32 @ W.T -> [n, N], W the file's blocks [N, row bytes] of type `qtype`."""
+def packed(qtype: int, blocks: torch.Tensor, K: int) -> torch.Tensor | None:
+    """The blocks [N, row bytes] packed for products of many rows (specviz/cpu/c/columns.h: each 16 outputs' quads of
+    weights side by side, once instead of at every forward), or None where this build's products read no such copy."""
+    size = _kernel().block_packed_bytes(qtype, K, blocks.shape[0])
+    if not size:
+        return None
+    out = torch.empty(size, dtype=torch.uint8)
+    _kernel().block_pack(qtype, blocks.data_ptr(), K, blocks.shape[0], out.data_ptr(), torch.get_num_threads())
+    return out
+
+
+def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor, packed_blocks: torch.Tensor | None = None) -> torch.Tensor:
+    """rows [n, K] float32 @ W.T -> [n, N], W the file's blocks [N, row bytes] of type `qtype` (and their packed copy,
+    packed(), for many rows: the same bits, sooner)."""
     require = kernels.require
     require(qtype in TYPES, f"GGUF block type {qtype} is not one the kernel reads ({', '.join(TYPES.values())})")
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
@@ -60,8 +77,9 @@ def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor) -> torch.Tenso
     kernels.require_tensor("blocks", blocks, torch.uint8, (None, row_bytes(qtype, K)))
     out = torch.empty(n, blocks.shape[0])
     scratch = torch.empty(_kernel().block_scratch_bytes(K, n), dtype=torch.uint8)
-    failed = _kernel().block_product(qtype, blocks.data_ptr(), K, blocks.shape[0], rows.data_ptr(), n, out.data_ptr(),
-                                     blocks.shape[0], torch.get_num_threads(), scratch.data_ptr())
+    failed = _kernel().block_product(qtype, blocks.data_ptr(), None if packed_blocks is None else packed_blocks.data_ptr(),
+                                     K, blocks.shape[0], rows.data_ptr(), n, out.data_ptr(), blocks.shape[0],
+                                     torch.get_num_threads(), scratch.data_ptr())
     require(not failed, f"the {TYPES[qtype]} product was given {ERRORS.get(failed, failed)}")
     return out
 
@@ -79,9 +97,18 @@ class BlockLinear(torch.nn.Module):
         self.qtype, self.in_features, self.out_features = qtype, in_features, blocks.shape[0]
         self.weight = blocks if isinstance(blocks, torch.nn.Parameter) else _frozen(blocks)
         self.bias = None if bias is None else _frozen(bias)
+        self._packed: torch.Tensor | None | bool = False          # False: not made yet
+
+    def packed_blocks(self) -> torch.Tensor | None:
+        """The blocks packed for many rows (packed()), made at the first call: a layer never fed (a draft's whole
+        output layer, replaced by its cut one) takes no memory for them."""
+        if self._packed is False:
+            self._packed = packed(self.qtype, self.weight, self.in_features)
+        return self._packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = product(self.qtype, self.weight, x.reshape(-1, self.in_features).float())
+        x2 = x.reshape(-1, self.in_features).float()
+        y = product(self.qtype, self.weight, x2, self.packed_blocks() if x2.shape[0] > 1 else None)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 

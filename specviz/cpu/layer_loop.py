@@ -21,7 +21,7 @@ COLUMNS = build.CONSTANTS["Q4_COLUMNS"]             # a Product's type: 4-bit ti
 
 class _Product(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("N", ctypes.c_int), ("w", ctypes.c_void_p), ("d", ctypes.c_void_p),
-                ("z", ctypes.c_void_p), ("group", ctypes.c_int), ("bias", ctypes.c_void_p)]
+                ("z", ctypes.c_void_p), ("group", ctypes.c_int), ("bias", ctypes.c_void_p), ("packed", ctypes.c_void_p)]
 
 
 class _Layer(ctypes.Structure):
@@ -53,7 +53,9 @@ def _product(layer) -> _Product:
         return product
     bias = None if layer.bias is None else layer.bias.data_ptr()
     if isinstance(layer, BlockLinear):
-        return _Product(layer.qtype, layer.out_features, layer.weight.data_ptr(), None, None, 0, bias)
+        packed = layer.packed_blocks()
+        return _Product(layer.qtype, layer.out_features, layer.weight.data_ptr(), None, None, 0, bias,
+                        None if packed is None else packed.data_ptr())
     return _Product(0, layer.out_features, layer.packed.data_ptr(), layer.scales.data_ptr(), layer.zeros.data_ptr(),
                     layer.group, bias)
 

@@ -716,8 +716,25 @@ int block_amx(void) {
 #endif
 }
 
-int block_product(int type, const uint8_t *w, int K, int N, const float *x, int n, float *y, int ldy, int threads,
-                  void *scratch) {
+size_t block_packed_bytes(int type, int K, int N) {
+#if defined(COLUMNS_PATH) || defined(COLUMNS16_PATH)
+    if (k_quant(type) && K > 0 && K % QK_K == 0 && N > 0) return packed_bytes(type, K, N);
+#endif
+    (void)type, (void)K, (void)N;
+    return 0;
+}
+
+int block_pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int threads) {
+    if (!block_packed_bytes(type, K, N)) return BLOCKS_BAD_TYPE;
+#if defined(COLUMNS_PATH) || defined(COLUMNS16_PATH)
+    pack(type, w, K, N, out, threads);
+#endif
+    (void)w, (void)out, (void)threads;
+    return 0;
+}
+
+int block_product(int type, const uint8_t *w, const uint8_t *packed, int K, int N, const float *x, int n, float *y,
+                  int ldy, int threads, void *scratch) {
     if (!block_bytes(type)) return BLOCKS_BAD_TYPE;
     if (K <= 0 || K % block_weights(type) || N <= 0 || n < 0 || ldy < N) return BLOCKS_BAD_SHAPE;
     Rows rows;
@@ -730,15 +747,17 @@ int block_product(int type, const uint8_t *w, int K, int N, const float *x, int 
     }
 #endif
 #if defined(COLUMNS_PATH)
-    if (k_quant(type) && n >= COLUMN_MIN_ROWS(type)) {
-        columns_product(type, w, row_bytes, &rows, n, y, ldy, N, threads);
+    if (packed && k_quant(type) && n >= COLUMN_MIN_ROWS(type)) {
+        columns_product(type, packed, &rows, n, y, ldy, N, threads);
         return 0;
     }
 #elif defined(COLUMNS16_PATH)
-    if (k_quant(type) && n >= COLUMN16_MIN_ROWS(type, rows.blocks)) {
-        columns16_product(type, w, row_bytes, &rows, n, y, ldy, N, threads);
+    if (packed && k_quant(type) && n >= COLUMN16_MIN_ROWS(type)) {
+        columns16_product(type, packed, &rows, n, y, ldy, N, threads);
         return 0;
     }
+#else
+    (void)packed;
 #endif
     switch (type) {
     case GGUF_Q4_0: product_q4_0(w, row_bytes, &rows, n, y, ldy, N, threads); break;

@@ -1,110 +1,154 @@
-/* blocks.c's product of many rows with K-quant blocks (Q4_K, Q6_K): on AVX2 without VNNI 8 outputs at a time, their
- * blocks transposed in registers; on AVX-512 with VNNI (and no AMX) 16 at a time, the same way (the second part).
+/* blocks.c's product of many rows with K-quant blocks (Q4_K, Q6_K), from a copy of the file's blocks packed at load
+ * (block_pack): on AVX2 without VNNI 8 outputs at a time, on AVX-512 with VNNI (and no AMX) 16 at a time.
  *
  * Why. The tile path multiplies 32 weights of one output into a row with one multiply-add of bytes (maddubs) and one
  * of its int16 pairs by the sub-block's scale (madd), and at each block's end sums the 8 lanes of each output's
- * accumulator across. Here a vector holds 4 consecutive weights of each of 8 outputs (a "quad"), and a row's 4
- * activations at those places are broadcast to every lane. A sub-block's maddubs add up in int16 (Q4_K: 8 quads, 16
- * products of at most 15 * 127 a lane; Q6_K: 2 quads, 4 products of at most 63 * 127), one madd applies the 8
- * outputs' scales, and the 8 int32 lanes are the 8 outputs' sums: nothing to add across. Q4_K takes 9 multiplying
- * instructions per 256 products instead of 16, Q6_K 12. Measured on the Qwen2.5-Coder-1.5B's products, AVX2, one
- * process, the builds' calls interleaved (scripts/blocks_ab.py, 2026-11-26): a layer's Q4_K products 1.2x at 3 rows,
- * 1.6x at 8, 1.9x at 32-64; Q6_K 1.1x at 5 rows, 1.3x at 8, 1.6x at 16-64. With VNNI (one instruction per 4 products
- * and sum) the tiles measured faster.
+ * accumulator across. Here a vector holds 4 consecutive weights of each of 8 (16) outputs (a "quad"), and a row's 4
+ * activations at those places are broadcast to every lane: a sub-block's products of a row sum in each output's own
+ * lane, one multiply applies the outputs' scales, and nothing is added across lanes. Q4_K takes 9 multiplying
+ * instructions per 256 products on AVX2 (instead of 16), Q6_K 12; with VNNI one dot-product instruction per quad.
+ *
+ * The packed copy. Putting 16 outputs' quads side by side from the file's layout took 8 x 8 transposes and stores for
+ * every block, again for every forward: at 16 rows a third of a Q4_K product's time, at 8 rows more than half
+ * (AVX-512, Zen 4, 2026-11-27). So block_pack does it once, when a model loads: per 16 outputs (past the last output,
+ * the last again) and per block, a record of 64-byte lines, each line one quad of the 16 outputs (4 bytes each); the
+ * 16 outputs' scales, mins and d side by side after them. A thread then reads one stream of records, and a line is a
+ * vector: the 8-output path reads each line's half. Q4_K keeps its nibbles packed (low: sub-block 2p, high: 2p + 1),
+ * Q6_K's 6-bit weights (stored + 32, as the file's) are a byte each:
+ *
+ *   Q4_K (2368 bytes): qs line 8p + t: bytes 32p + 4t .. + 3 of each output     2048
+ *                      scales: [sub-block j][output] bytes                         128
+ *                      mins as q4_k_scales pairs them: [k][output][2] bytes         128
+ *                      d, dmin: [output] halves each                                64
+ *   Q6_K (4416 bytes): weights line 8j + t: weights 32j + 4t .. + 3 of each output  4096
+ *                      scales in pairs: [k][output][2] int8 (s_2k, s_2k+1)          256
+ *                      d: [output] halves                                           32    (+ 32 unused: 64-byte records)
  *
  * Bits. The integer sums are the tile path's (exact whatever adds them), and the float work per block, output and row
  * is the same formula in the same order (blocks.c's header), lane by lane: a row gets the same bits as alone. */
-#define COLUMNS 8                   /* outputs at a time: the 8 int32 lanes */
-#define COLUMN_ROWS 4               /* rows per pass over a transposed block: their accumulators stay in registers */
-/* fewer rows take the tile path (the transposing costs more than it saves) */
-#define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 3 : 5)
+#define PACKED_OUTPUTS 16
+#define Q4_K_RECORD 2368
+#define Q6_K_RECORD 4416
+#define Q4_K_SCALES 2048
+#define Q4_K_MINS 2176
+#define Q4_K_D 2304
+#define Q4_K_DMIN 2336
+#define Q6_K_SCALES 4096
+#define Q6_K_D 4352
 
-/* 8 outputs' block, transposed: weights 32j + 4t .. 32j + 4t + 3 of output o in q[j][t]'s lane o; the scales of its
- * sub-blocks (Q4_K: 8 of 32 values; Q6_K: 16 of 16) per lane as an int16 pair (s, s); what multiplies the rows' sums
- * (Q4_K: the mins as q4_k_scales pairs them; Q6_K: -32 times the scales, in pairs); d; Q4_K's dmin */
+static inline int record_bytes(int type) { return type == GGUF_Q4_K ? Q4_K_RECORD : Q6_K_RECORD; }
+
+static size_t packed_bytes(int type, int K, int N) {
+    return (size_t)((N + PACKED_OUTPUTS - 1) / PACKED_OUTPUTS) * (size_t)(K / QK_K) * (size_t)record_bytes(type);
+}
+
+static void pack_q4_k(const uint8_t *const blk[PACKED_OUTPUTS], uint8_t *rec) {
+    static const int paired[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+    for (int o = 0; o < PACKED_OUTPUTS; o++) {
+        for (int line = 0; line < 32; line++) memcpy(rec + 64 * line + 4 * o, blk[o] + 16 + 4 * line, 4);
+        const uint8_t *q = blk[o] + 4;                               /* 12 bytes: 6-bit scales and mins (ggml's order) */
+        uint8_t scale[8], min[8];
+        for (int j = 0; j < 8; j++) {
+            scale[j] = j < 4 ? q[j] & 63 : (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
+            min[j] = j < 4 ? q[j + 4] & 63 : q[j + 4] >> 4 | (q[j] >> 6) << 4;
+        }
+        for (int j = 0; j < 8; j++) rec[Q4_K_SCALES + 16 * j + o] = scale[j];
+        for (int k = 0; k < 4; k++)
+            for (int i = 0; i < 2; i++) rec[Q4_K_MINS + 32 * k + 2 * o + i] = min[paired[k][i]];
+        memcpy(rec + Q4_K_D + 2 * o, blk[o], 2);
+        memcpy(rec + Q4_K_DMIN + 2 * o, blk[o] + 2, 2);
+    }
+}
+
+static void pack_q6_k(const uint8_t *const blk[PACKED_OUTPUTS], uint8_t *rec) {
+    memset(rec, 0, Q6_K_RECORD);
+    for (int o = 0; o < PACKED_OUTPUTS; o++) {
+        uint8_t q[QK_K];            /* weight 128h + 32k + l: 4 bits of ql[64h + 32 (k & 1) + l], 2 of qh[32h + l] */
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 4; k++)
+                for (int l = 0; l < 32; l++) {
+                    const uint8_t low = blk[o][64 * h + 32 * (k & 1) + l], high = blk[o][128 + 32 * h + l];
+                    q[128 * h + 32 * k + l] = (uint8_t)((k < 2 ? low & 15 : low >> 4) | ((high >> 2 * k) & 3) << 4);
+                }
+        for (int line = 0; line < 64; line++) memcpy(rec + 64 * line + 4 * o, q + 4 * line, 4);
+        for (int k = 0; k < 8; k++) memcpy(rec + Q6_K_SCALES + 32 * k + 2 * o, blk[o] + 192 + 2 * k, 2);
+        memcpy(rec + Q6_K_D + 2 * o, blk[o] + 208, 2);
+    }
+}
+
+static void pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int threads) {
+    const int blocks = K / QK_K, groups = (N + PACKED_OUTPUTS - 1) / PACKED_OUTPUTS, bytes = bytes_of(type);
+    const size_t row_bytes = (size_t)blocks * bytes;
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int g = 0; g < groups; g++)
+        for (int b = 0; b < blocks; b++) {
+            const uint8_t *blk[PACKED_OUTPUTS];
+            for (int o = 0; o < PACKED_OUTPUTS; o++) {
+                const int output = g * PACKED_OUTPUTS + o < N ? g * PACKED_OUTPUTS + o : N - 1;
+                blk[o] = w + (size_t)output * row_bytes + (size_t)b * bytes;
+            }
+            uint8_t *rec = out + ((size_t)g * blocks + b) * record_bytes(type);
+            if (type == GGUF_Q4_K) pack_q4_k(blk, rec);
+            else pack_q6_k(blk, rec);
+        }
+}
+
+/* Every line of the record PACKED_AHEAD records further along the thread's stream asked for (past its group's end: the
+ * next group's, which the same thread takes next) */
+#define PACKED_AHEAD 4
+ALWAYS void prefetch_record(const int type, const uint8_t *rec) {
+    const uint8_t *ahead = rec + PACKED_AHEAD * record_bytes(type);
+    for (int line = 0; line < record_bytes(type); line += 64) prefetch(ahead + line);
+}
+
+/* the 64-byte line of quad t of sub-block j (32 weights: Q4_K's of 32, Q6_K's two scales' 16 each) */
+ALWAYS const uint8_t *quad_line(const int type, const uint8_t *rec, int j, int t) {
+    return rec + 64 * (type == GGUF_Q4_K ? 8 * (j >> 1) + t : 8 * j + t);
+}
+
+#if !defined(__AVX512VNNI__)
+#define COLUMNS_PATH
+#define COLUMNS 8                   /* outputs at a time: the 8 int32 lanes, half of a packed record */
+#define COLUMN_ROWS 4               /* rows per pass over a block: their accumulators stay in registers */
+/* fewer rows take the tile path (the broadcasts cost more than they save; packed Q6_K is 30% more bytes to read) */
+#define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 2 : 5)
+
+/* A block's per-output numbers for the float work, half `half` of a record: what multiplies the rows' sums (Q4_K: the
+ * mins as q4_k_scales pairs them; Q6_K: -32 times the scales, in pairs); d; Q4_K's dmin */
 typedef struct {
-    __m256i q[8][8];
-    __m256i scale[16];
     __m256i sums[8];
     __m256 d, m;
-} Columns;
+} Finish8;
 
-/* 32 bytes at blk[o] + offset (o = 0..7), transposed */
-ALWAYS void load_transposed(const uint8_t *const blk[COLUMNS], int offset, __m256i v[8]) {
-    for (int o = 0; o < COLUMNS; o++) v[o] = _mm256_loadu_si256((const __m256i *)(blk[o] + offset));
-    transpose8(v);
-}
-
-/* in[o]: output o's scales as int16, in order -> pairs[k] lane o: (s_2k, s_2k+1); scale[g] lane o: (s_g, s_g) */
-ALWAYS void scale_lanes(__m256i in[8], const int pairs_used, __m256i *pairs, __m256i *scale) {
-    const __m256i low = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
-    const __m256i high = _mm256_add_epi8(low, _mm256_set1_epi8(2));
-    transpose8(in);
-    for (int k = 0; k < pairs_used; k++) {
-        pairs[k] = in[k];
-        scale[2 * k] = _mm256_shuffle_epi8(in[k], low);
-        scale[2 * k + 1] = _mm256_shuffle_epi8(in[k], high);
+ALWAYS void finish8(const int type, const uint8_t *rec, int half, Finish8 *f) {
+    if (type == GGUF_Q4_K) {
+        for (int k = 0; k < 4; k++) f->sums[k] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(rec + Q4_K_MINS + 32 * k + 16 * half)));
+        f->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + Q4_K_D + 16 * half)));
+        f->m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + Q4_K_DMIN + 16 * half)));
+    } else {
+        for (int k = 0; k < 8; k++) {
+            const __m256i s = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(rec + Q6_K_SCALES + 32 * k + 16 * half)));
+            f->sums[k] = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s, 5));
+        }
+        f->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(rec + Q6_K_D + 16 * half)));
     }
 }
 
-/* 8 halves (at blk[o] + offset) as floats */
-ALWAYS __m256 halves_at(const uint8_t *const blk[COLUMNS], int offset) {
-    return _mm256_cvtph_ps(_mm_setr_epi16(read16(blk[0] + offset), read16(blk[1] + offset), read16(blk[2] + offset),
-                                          read16(blk[3] + offset), read16(blk[4] + offset), read16(blk[5] + offset),
-                                          read16(blk[6] + offset), read16(blk[7] + offset)));
-}
-
-ALWAYS void columns_q4_k(const uint8_t *const blk[COLUMNS], Columns *u) {
+/* quad t of sub-block j as bytes, 8 outputs */
+ALWAYS __m256i quads8(const int type, const uint8_t *rec, int half, int j, int t) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(quad_line(type, rec, j, t) + 32 * half));
+    if (type == GGUF_Q6_K) return v;
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    for (int p = 0; p < 4; p++) {                       /* qs byte 32p + l: weight 64p + l (low), 64p + 32 + l (high) */
-        __m256i v[8];
-        load_transposed(blk, 16 + 32 * p, v);
-        for (int t = 0; t < 8; t++) {
-            u->q[2 * p][t] = _mm256_and_si256(v[t], low4);
-            u->q[2 * p + 1][t] = _mm256_and_si256(_mm256_srli_epi16(v[t], 4), low4);
-        }
-    }
-    uint8_t scales[COLUMNS][8];
-    I4 mins[2][4];
-    F4 d[2], m[2];
-    for (int h = 0; h < 2; h++) q4_k_scales(blk + 4 * h, scales + 4 * h, mins[h], &d[h], &m[h]);
-    for (int k = 0; k < 4; k++) u->sums[k] = _mm256_set_m128i(mins[1][k], mins[0][k]);
-    u->d = _mm256_set_m128(d[1], d[0]);
-    u->m = _mm256_set_m128(m[1], m[0]);
-    __m256i in[8], pairs[4];
-    for (int o = 0; o < COLUMNS; o++) in[o] = _mm256_castsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)scales[o])));
-    scale_lanes(in, 4, pairs, u->scale);
+    return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, low4);
 }
 
-ALWAYS void columns_q6_k(const uint8_t *const blk[COLUMNS], Columns *u) {
-    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; h++) {   /* weights 128h + 32k + l: 4 bits of ql[64h + 32 (k & 1) + l], 2 of qh[32h + l] */
-        __m256i a[8], b[8], bits[8];
-        load_transposed(blk, 64 * h, a);
-        load_transposed(blk, 64 * h + 32, b);
-        load_transposed(blk, 128 + 32 * h, bits);
-        for (int t = 0; t < 8; t++) {
-            const __m256i nibbles[4] = {_mm256_and_si256(a[t], low4), _mm256_and_si256(b[t], low4),
-                                        _mm256_and_si256(_mm256_srli_epi16(a[t], 4), low4),
-                                        _mm256_and_si256(_mm256_srli_epi16(b[t], 4), low4)};
-            for (int k = 0; k < 4; k++)
-                u->q[4 * h + k][t] = _mm256_or_si256(nibbles[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits[t], 2 * k), two), 4));
-        }
-    }
-    __m256i in[8];
-    for (int o = 0; o < COLUMNS; o++) in[o] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk[o] + 192)));
-    scale_lanes(in, 8, u->sums, u->scale);
-    for (int k = 0; k < 8; k++) u->sums[k] = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(u->sums[k], 5));
-    u->d = halves_at(blk, 208);
-}
-
-/* sum[r] (+)= SCALE times the int16 sums of quads T0 .. T0 + N - 1 of q[j] times row r's activations there. A macro,
- * so that s16 stays in registers (passed to a function, GCC keeps it in memory for the asm below). */
+/* sum[r] (+)= SCALE times the int16 sums of quads T0 .. T0 + N - 1 of sub-block j times row r's activations there. A
+ * macro, so that s16 stays in registers (passed to a function, GCC keeps it in memory for the asm below). */
 #define SCALED_QUADS(T0, N, SCALE, FIRST)                                                                             \
     do {                                                                                                             \
         __m256i s16[COLUMN_ROWS];                                                                                    \
         UNROLL for (int t = (T0); t < (T0) + (N); t++) {                                                              \
-            const __m256i w = u->q[j][t];                                                                            \
+            const __m256i w = quads8(type, rec, half, j, t);                                                         \
             for (int r = 0; r < R; r++) {                                                                            \
                 int32_t four;                                                                                        \
                 memcpy(&four, xb[r] + 32 * j + 4 * t, 4);                                                            \
@@ -119,20 +163,27 @@ ALWAYS void columns_q6_k(const uint8_t *const blk[COLUMNS], Columns *u) {
         }                                                                                                            \
     } while (0)
 
-/* A transposed block into rows r0 .. r0 + R - 1 (R <= COLUMN_ROWS; arrays of that size, not R: variable-length ones
- * measured 1.5x slower): each sub-block's int16 sums scaled into sum (Q4_K: 32 values, 8 quads; Q6_K: 16 values, in
- * halves of 2 quads, whose 4 products a lane stay within int16), then the block's float work */
-ALWAYS void columns_rows(const int type, const Columns *u, const Rows *x, int b, int r0, const int R, __m256 *acc) {
+/* A block (half `half` of its record) into rows r0 .. r0 + R - 1 (R <= COLUMN_ROWS; arrays of that size, not R:
+ * variable-length ones measured 1.5x slower): each sub-block's int16 sums scaled into sum (Q4_K: 32 values, 8 quads;
+ * Q6_K: 16 values, in halves of 2 quads, whose 4 products a lane stay within int16), then the block's float work */
+ALWAYS void columns_rows(const int type, const uint8_t *rec, int half, const Finish8 *f, const Rows *x, int b, int r0,
+                         const int R, __m256 *acc) {
     const int8_t *xb[COLUMN_ROWS];
     for (int r = 0; r < R; r++) xb[r] = x->q + (size_t)(r0 + r) * x->K + (size_t)b * QK_K;
     __m256i sum[COLUMN_ROWS];
     _Pragma("GCC unroll 1") for (int j = 0; j < 8; j++) {
-        if (type == GGUF_Q4_K) SCALED_QUADS(0, 8, u->scale[j], j == 0);
-        else {
-            SCALED_QUADS(0, 2, u->scale[2 * j], j == 0);
-            SCALED_QUADS(2, 2, u->scale[2 * j], 0);
-            SCALED_QUADS(4, 2, u->scale[2 * j + 1], 0);
-            SCALED_QUADS(6, 2, u->scale[2 * j + 1], 0);
+        if (type == GGUF_Q4_K) {            /* each lane's scale as an int16 pair (s, s) */
+            const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + Q4_K_SCALES + 16 * j + 8 * half)));
+            const __m256i scale = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+            SCALED_QUADS(0, 8, scale, j == 0);
+        } else {
+            const __m256i low = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+            const __m256i pairs = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(rec + Q6_K_SCALES + 32 * j + 16 * half)));
+            const __m256i first = _mm256_shuffle_epi8(pairs, low), second = _mm256_shuffle_epi8(pairs, _mm256_add_epi8(low, _mm256_set1_epi8(2)));
+            SCALED_QUADS(0, 2, first, j == 0);
+            SCALED_QUADS(2, 2, first, 0);
+            SCALED_QUADS(4, 2, second, 0);
+            SCALED_QUADS(6, 2, second, 0);
         }
     }
     for (int r = 0; r < R; r++) {
@@ -143,29 +194,27 @@ ALWAYS void columns_rows(const int type, const Columns *u, const Rows *x, int b,
         for (int k = 0; k < (type == GGUF_Q6_K ? 8 : 4); k++) {
             int32_t pair;
             memcpy(&pair, s + 2 * k, 4);
-            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(u->sums[k], _mm256_set1_epi32(pair)));
+            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(f->sums[k], _mm256_set1_epi32(pair)));
         }
-        if (type == GGUF_Q6_K) acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(u->d, dx), _mm256_cvtepi32_ps(sums)));
-        else acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(u->d, dx), _mm256_cvtepi32_ps(sum[r])),
-                                                          _mm256_mul_ps(_mm256_mul_ps(u->m, dx), _mm256_cvtepi32_ps(sums))));
+        if (type == GGUF_Q6_K) acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(f->d, dx), _mm256_cvtepi32_ps(sums)));
+        else acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(f->d, dx), _mm256_cvtepi32_ps(sum[r])),
+                                                          _mm256_mul_ps(_mm256_mul_ps(f->m, dx), _mm256_cvtepi32_ps(sums))));
     }
 }
 
-/* 8 outputs (w[o]: their rows; past the last output, the last again) into every row */
-ALWAYS void columns_tile(const int type, const uint8_t *const w[COLUMNS], const Rows *x, int n, float *y, int ldy, int o0,
+/* 8 outputs (half `half` of a group's records) into every row */
+ALWAYS void columns_tile(const int type, const uint8_t *group, int half, const Rows *x, int n, float *y, int ldy, int o0,
                          int outputs) {
     for (int r0 = 0; r0 < n; r0 += ROWS_AT_ONCE) {
         const int count = n - r0 < ROWS_AT_ONCE ? n - r0 : ROWS_AT_ONCE;
         __m256 acc[ROWS_AT_ONCE];
         for (int r = 0; r < count; r++) acc[r] = _mm256_setzero_ps();
         for (int b = 0; b < x->blocks; b++) {
-            if (r0 == 0) prefetch_ahead(type, w, COLUMNS, x->blocks, b);
-            const uint8_t *blk[COLUMNS];
-            for (int o = 0; o < COLUMNS; o++) blk[o] = w[o] + (size_t)b * bytes_of(type);
-            Columns u;
-            if (type == GGUF_Q4_K) columns_q4_k(blk, &u);
-            else columns_q6_k(blk, &u);
-#define ROWS8(R) columns_rows(type, &u, x, b, r0 + r, R, acc + r)
+            const uint8_t *rec = group + (size_t)b * record_bytes(type);
+            if (r0 == 0 && half == 0) prefetch_record(type, rec);
+            Finish8 f;
+            finish8(type, rec, half, &f);
+#define ROWS8(R) columns_rows(type, rec, half, &f, x, b, r0 + r, R, acc + r)
             EVERY_ROW(count, COLUMN_ROWS, ROWS8);
         }
         for (int r = 0; r < count; r++) {
@@ -176,18 +225,16 @@ ALWAYS void columns_tile(const int type, const uint8_t *const w[COLUMNS], const 
     }
 }
 
-#if !defined(__AVX512VNNI__)
-#define COLUMNS_PATH
-static void columns_product(const int type, const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy,
-                            int N, int threads) {
+static void columns_product(const int type, const uint8_t *packed, const Rows *x, int n, float *y, int ldy, int N,
+                            int threads) {
     const int tiles = (N + COLUMNS - 1) / COLUMNS;
+    const size_t group_bytes = (size_t)x->blocks * record_bytes(type);
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (int t = 0; t < tiles; t++) {
         const int o0 = t * COLUMNS, outputs = N - o0 < COLUMNS ? N - o0 : COLUMNS;
-        const uint8_t *rows[COLUMNS];
-        for (int o = 0; o < COLUMNS; o++) rows[o] = w + (size_t)(o0 + (o < outputs ? o : outputs - 1)) * row_bytes;
-        if (type == GGUF_Q4_K) columns_tile(GGUF_Q4_K, rows, x, n, y, ldy, o0, outputs);
-        else columns_tile(GGUF_Q6_K, rows, x, n, y, ldy, o0, outputs);
+        const uint8_t *group = packed + (size_t)(t / 2) * group_bytes;
+        if (type == GGUF_Q4_K) columns_tile(GGUF_Q4_K, group, t % 2, x, n, y, ldy, o0, outputs);
+        else columns_tile(GGUF_Q6_K, group, t % 2, x, n, y, ldy, o0, outputs);
     }
 }
 
@@ -195,46 +242,48 @@ static void columns_product(const int type, const uint8_t *w, size_t row_bytes, 
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define COLUMNS16_PATH
-/* The same with AVX-512's VNNI: 16 outputs at a time (two 8-output Columns side by side), and a sub-block's products
- * of a row summed in int32 by one dot-product instruction per quad (vpdpbusd: 4 products and their sum a lane), its
- * scale then applied by an int32 multiply. The integers are the tile path's, and the float work per block the same
- * formula lane by lane, as above. */
+/* The same with AVX-512's VNNI: 16 outputs at a time (a whole record), and a sub-block's products of a row summed in
+ * int32 by one dot-product instruction per quad (vpdpbusd: 4 products and their sum a lane), its scale then applied by
+ * an int32 multiply. The integers are the tile path's, and the float work per block the same formula lane by lane. */
 #define COLUMNS16 16
 #define COLUMN16_ROWS 8
-/* fewer rows take the tiles, as measured (scripts/blocks_ab.py): Q4_K below 6; Q6_K below 8, or below 32 in rows of few
- * blocks (the output layer's: 6), where these measured slower up to 16 rows and faster from 32 */
-#define COLUMN16_MIN_ROWS(type, blocks) ((type) == GGUF_Q4_K ? 6 : (blocks) > 16 ? 8 : 32)
+/* fewer rows take the tiles, as measured with the weights coming from memory (FLUSH=1 scripts/blocks_ab.py, Zen 4,
+ * 2026-11-27): none of Q4_K (one row 1.5x sooner here); Q6_K below 5 (its packed copy is 30% more bytes to read) */
+#define COLUMN16_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 5)
 
 typedef struct {
-    __m512i q[8][8];                /* as Columns' q, 16 lanes */
-    __m512i scale[16];              /* the sub-blocks' scales as int32 (Q4_K: 8, Q6_K: 16) */
-    __m512i sums[8];                /* as Columns' sums */
+    __m512i sums[8];                /* as Finish8's, 16 lanes */
     __m512 d, m;
-} Columns16;
+} Finish16;
 
-ALWAYS void columns16(const int type, const uint8_t *const blk[COLUMNS16], Columns16 *u) {
-    Columns half[2];
-    for (int h = 0; h < 2; h++) {
-        if (type == GGUF_Q4_K) columns_q4_k(blk + COLUMNS * h, &half[h]);
-        else columns_q6_k(blk + COLUMNS * h, &half[h]);
+ALWAYS void finish16(const int type, const uint8_t *rec, Finish16 *f) {
+    if (type == GGUF_Q4_K) {
+        for (int k = 0; k < 4; k++) f->sums[k] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(rec + Q4_K_MINS + 32 * k)));
+        f->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + Q4_K_D)));
+        f->m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + Q4_K_DMIN)));
+    } else {
+        for (int k = 0; k < 8; k++) {
+            const __m512i s = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(rec + Q6_K_SCALES + 32 * k)));
+            f->sums[k] = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(s, 5));
+        }
+        f->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rec + Q6_K_D)));
     }
-    for (int j = 0; j < 8; j++)
-        for (int t = 0; t < 8; t++) u->q[j][t] = join_halves(half[0].q[j][t], half[1].q[j][t]);
-    const int scales = type == GGUF_Q4_K ? 8 : 16, pairs = type == GGUF_Q4_K ? 4 : 8;
-    for (int g = 0; g < scales; g++)        /* (s, s) int16 pairs: the high one, sign-extended */
-        u->scale[g] = _mm512_srai_epi32(join_halves(half[0].scale[g], half[1].scale[g]), 16);
-    for (int k = 0; k < pairs; k++) u->sums[k] = join_halves(half[0].sums[k], half[1].sums[k]);
-    u->d = join_float_halves(half[0].d, half[1].d);
-    if (type == GGUF_Q4_K) u->m = join_float_halves(half[0].m, half[1].m);
 }
 
-/* sum[r] (+)= SCALE times the int32 sum of quads T0 .. T0 + N - 1 of q[j] times row r's activations there */
+ALWAYS __m512i quads16(const int type, const uint8_t *rec, int j, int t) {
+    const __m512i v = _mm512_loadu_si512((const void *)quad_line(type, rec, j, t));
+    if (type == GGUF_Q6_K) return v;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    return _mm512_and_si512(j & 1 ? _mm512_srli_epi16(v, 4) : v, low4);
+}
+
+/* sum[r] (+)= SCALE times the int32 sum of quads T0 .. T0 + N - 1 of sub-block j times row r's activations there */
 #define DOT_QUADS(T0, N, SCALE, FIRST)                                                                                \
     do {                                                                                                             \
         __m512i s32[COLUMN16_ROWS];                                                                                  \
         for (int r = 0; r < R; r++) s32[r] = _mm512_setzero_si512();                                                 \
         UNROLL for (int t = (T0); t < (T0) + (N); t++) {                                                              \
-            const __m512i w = u->q[j][t];                                                                            \
+            const __m512i w = quads16(type, rec, j, t);                                                              \
             for (int r = 0; r < R; r++) {                                                                            \
                 int32_t four;                                                                                        \
                 memcpy(&four, xb[r] + 32 * j + 4 * t, 4);                                                            \
@@ -247,15 +296,19 @@ ALWAYS void columns16(const int type, const uint8_t *const blk[COLUMNS16], Colum
         }                                                                                                            \
     } while (0)
 
-ALWAYS void columns16_rows(const int type, const Columns16 *u, const Rows *x, int b, int r0, const int R, __m512 *acc) {
+ALWAYS void columns16_rows(const int type, const uint8_t *rec, const Finish16 *f, const Rows *x, int b, int r0,
+                           const int R, __m512 *acc) {
     const int8_t *xb[COLUMN16_ROWS];
     for (int r = 0; r < R; r++) xb[r] = x->q + (size_t)(r0 + r) * x->K + (size_t)b * QK_K;
     __m512i sum[COLUMN16_ROWS];
     _Pragma("GCC unroll 1") for (int j = 0; j < 8; j++) {
-        if (type == GGUF_Q4_K) DOT_QUADS(0, 8, u->scale[j], j == 0);
-        else {
-            DOT_QUADS(0, 4, u->scale[2 * j], j == 0);
-            DOT_QUADS(4, 4, u->scale[2 * j + 1], 0);
+        if (type == GGUF_Q4_K) {
+            const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + Q4_K_SCALES + 16 * j)));
+            DOT_QUADS(0, 8, scale, j == 0);
+        } else {                            /* int16 pairs (s_2j, s_2j+1): each half sign-extended to int32 */
+            const __m512i pairs = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(rec + Q6_K_SCALES + 32 * j)));
+            DOT_QUADS(0, 4, _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16), j == 0);
+            DOT_QUADS(4, 4, _mm512_srai_epi32(pairs, 16), 0);
         }
     }
     for (int r = 0; r < R; r++) {
@@ -266,27 +319,26 @@ ALWAYS void columns16_rows(const int type, const Columns16 *u, const Rows *x, in
         for (int k = 0; k < (type == GGUF_Q6_K ? 8 : 4); k++) {
             int32_t pair;
             memcpy(&pair, s + 2 * k, 4);
-            sums = _mm512_add_epi32(sums, _mm512_madd_epi16(u->sums[k], _mm512_set1_epi32(pair)));
+            sums = _mm512_dpwssd_epi32(sums, f->sums[k], _mm512_set1_epi32(pair));
         }
-        if (type == GGUF_Q6_K) acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(sums)));
-        else acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(u->d, dx), _mm512_cvtepi32_ps(sum[r])),
-                                                          _mm512_mul_ps(_mm512_mul_ps(u->m, dx), _mm512_cvtepi32_ps(sums))));
+        if (type == GGUF_Q6_K) acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(f->d, dx), _mm512_cvtepi32_ps(sums)));
+        else acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(f->d, dx), _mm512_cvtepi32_ps(sum[r])),
+                                                          _mm512_mul_ps(_mm512_mul_ps(f->m, dx), _mm512_cvtepi32_ps(sums))));
     }
 }
 
-ALWAYS void columns16_tile(const int type, const uint8_t *const w[COLUMNS16], const Rows *x, int n, float *y, int ldy,
-                           int o0, int outputs) {
+ALWAYS void columns16_tile(const int type, const uint8_t *group, const Rows *x, int n, float *y, int ldy, int o0,
+                           int outputs) {
     for (int r0 = 0; r0 < n; r0 += ROWS_AT_ONCE) {
         const int count = n - r0 < ROWS_AT_ONCE ? n - r0 : ROWS_AT_ONCE;
         __m512 acc[ROWS_AT_ONCE];
         for (int r = 0; r < count; r++) acc[r] = _mm512_setzero_ps();
         for (int b = 0; b < x->blocks; b++) {
-            if (r0 == 0) prefetch_ahead(type, w, COLUMNS16, x->blocks, b);
-            const uint8_t *blk[COLUMNS16];
-            for (int o = 0; o < COLUMNS16; o++) blk[o] = w[o] + (size_t)b * bytes_of(type);
-            Columns16 u;
-            columns16(type, blk, &u);
-#define ROWS16(R) columns16_rows(type, &u, x, b, r0 + r, R, acc + r)
+            const uint8_t *rec = group + (size_t)b * record_bytes(type);
+            if (r0 == 0) prefetch_record(type, rec);
+            Finish16 f;
+            finish16(type, rec, &f);
+#define ROWS16(R) columns16_rows(type, rec, &f, x, b, r0 + r, R, acc + r)
             EVERY_ROW(count, COLUMN16_ROWS, ROWS16);
         }
         for (int r = 0; r < count; r++) {
@@ -297,16 +349,15 @@ ALWAYS void columns16_tile(const int type, const uint8_t *const w[COLUMNS16], co
     }
 }
 
-static void columns16_product(const int type, const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy,
-                              int N, int threads) {
+static void columns16_product(const int type, const uint8_t *packed, const Rows *x, int n, float *y, int ldy, int N,
+                              int threads) {
     const int tiles = (N + COLUMNS16 - 1) / COLUMNS16;
+    const size_t group_bytes = (size_t)x->blocks * record_bytes(type);
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (int t = 0; t < tiles; t++) {
         const int o0 = t * COLUMNS16, outputs = N - o0 < COLUMNS16 ? N - o0 : COLUMNS16;
-        const uint8_t *rows[COLUMNS16];
-        for (int o = 0; o < COLUMNS16; o++) rows[o] = w + (size_t)(o0 + (o < outputs ? o : outputs - 1)) * row_bytes;
-        if (type == GGUF_Q4_K) columns16_tile(GGUF_Q4_K, rows, x, n, y, ldy, o0, outputs);
-        else columns16_tile(GGUF_Q6_K, rows, x, n, y, ldy, o0, outputs);
+        if (type == GGUF_Q4_K) columns16_tile(GGUF_Q4_K, packed + (size_t)t * group_bytes, x, n, y, ldy, o0, outputs);
+        else columns16_tile(GGUF_Q6_K, packed + (size_t)t * group_bytes, x, n, y, ldy, o0, outputs);
     }
 }
 #endif

@@ -21,9 +21,14 @@
 #define BLOCKS_NOT_FINITE -3
 
 /* y[r * ldy + o] = x[r, :K] . W[o, :K] for o < N, r < n: W the file's blocks as it stores them, N rows of
- * K / block_weights(type) blocks each. scratch: block_scratch_bytes(K, n). Returns 0, or one of BLOCKS_* (y untouched). */
-int block_product(int type, const uint8_t *w, int K, int N, const float *x, int n, float *y, int ldy, int threads,
-                  void *scratch);
+ * K / block_weights(type) blocks each; packed: block_pack's copy of them, or NULL (many rows then take the slower
+ * tiles). scratch: block_scratch_bytes(K, n). Returns 0, or one of BLOCKS_* (y untouched). */
+int block_product(int type, const uint8_t *w, const uint8_t *packed, int K, int N, const float *x, int n, float *y,
+                  int ldy, int threads, void *scratch);
+/* The bytes of a packed copy of W (columns.h: what products of many rows read on AVX2 and AVX-512 without AMX), or 0
+ * where this build's products read none (then block_pack answers BLOCKS_BAD_TYPE). */
+size_t block_packed_bytes(int type, int K, int N);
+int block_pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int threads);
 size_t block_scratch_bytes(int K, int n);
 int block_weights(int type);
 int block_bytes(int type);
