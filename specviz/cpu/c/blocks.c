@@ -20,9 +20,9 @@
  * unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
  * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; but up to GROUPS_OF_FEW
  * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group.
- * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K and Q6_K blocks take columns.h's path instead: 8 outputs
- * at a time, their blocks transposed, the same integers and float formula; on AVX-512 with VNNI and no AMX, 16 at a time
- * from COLUMN16_MIN_ROWS rows. */
+ * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K and Q6_K blocks take columns.h's path instead, on a copy of
+ * the blocks packed at load (block_pack): 8 outputs at a time, the same integers and float formula; on AVX-512 with
+ * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one). */
 #include "simd.h"
 #include "specviz_cpu.h"
 #include <float.h>
