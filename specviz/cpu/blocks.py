@@ -107,8 +107,7 @@ class BlockLinear(torch.nn.Module):
         return self._packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, self.in_features).float()
-        y = product(self.qtype, self.weight, x2, self.packed_blocks() if x2.shape[0] > 1 else None)
+        y = product(self.qtype, self.weight, x.reshape(-1, self.in_features).float(), self.packed_blocks())
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 

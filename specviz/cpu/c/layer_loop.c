@@ -14,9 +14,10 @@
 #include "simd.h"
 #include "specviz_cpu.h"
 
-/* One product: a GGUF file's blocks of ggml type `type` (blocks.c; packed: their copy for many rows, or NULL), or (type 0) specviz's 4-bit tiles (int4.py's
- * tiled(): w, d, z, their group), or (Q4_COLUMNS) the same tiles summed many outputs at a time (a draft's prompt read); its N outputs
- * and bias or NULL. N = 0: no product (its sibling's stacked product made its outputs). */
+/* One product: a GGUF file's blocks of ggml type `type` (blocks.c; packed: their copy for many rows, or NULL), or
+ * (type 0) specviz's 4-bit tiles (int4.py's tiled(): w, d, z, their group), or (Q4_COLUMNS) the same tiles summed many
+ * outputs at a time (a draft's prompt read); its N outputs and bias or NULL. N = 0: no product (its sibling's stacked
+ * product made its outputs). */
 typedef struct { int type, N; const uint8_t *w; const uint16_t *d, *z; int group; const float *bias; const uint8_t *packed; } Product;
 /* One layer, as decoder.py's Layer: pointers into the model's own tensors. q, k, v write side by side, as gate, up do. */
 typedef struct { const float *input_norm; Product q, k, v, output; const float *post_norm; Product gate, up, down; } Layer;
