@@ -116,8 +116,12 @@ ALWAYS void prefetch_record(const int type, const uint8_t *rec) {
 #define COLUMNS_PATH
 #define COLUMNS 8                   /* outputs at a time: the 8 int32 lanes, half of a packed record */
 #define COLUMN_ROWS 4               /* rows per pass over a block: their accumulators stay in registers */
-/* fewer rows take the tile path (the broadcasts cost more than they save; packed Q6_K is 30% more bytes to read) */
-#define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 2 : 5)
+/* Fewer rows take the tile path; up to COLUMN_REGISTER_ROWS a block is unpacked in registers for each group of rows
+ * (COLUMN_ROWS), more unpack it once into a buffer. As measured with the weights coming from memory (FLUSH=1
+ * scripts/blocks_ab.py, Zen 4 held to AVX2, 2026-11-27): Q4_K's registers took 12-26% less time than the tiles at 1-2
+ * rows and 6-9% less than the buffer at 3-8; Q6_K, whose unpacking costs more, pays from 4 rows, and only once a block */
+#define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 4)
+#define COLUMN_REGISTER_ROWS(type) ((type) == GGUF_Q4_K ? 2 * COLUMN_ROWS : COLUMN_ROWS)
 
 /* A block's per-output numbers for the float work, half `half` of a record: what multiplies the rows' sums (Q4_K: the
  * mins as q4_k_scales pairs them; Q6_K: -32 times the scales, in pairs); d; Q4_K's dmin */
@@ -154,7 +158,7 @@ ALWAYS __m256i quads8(const int type, const uint8_t *rec, int half, int j, int t
     do {                                                                                                             \
         __m256i s16[COLUMN_ROWS];                                                                                    \
         UNROLL for (int t = (T0); t < (T0) + (N); t++) {                                                              \
-            const __m256i w = q[j][t];                                                                               \
+            const __m256i w = q ? q[j][t] : quads8(type, rec, half, j, t);                                          \
             for (int r = 0; r < R; r++) {                                                                            \
                 int32_t four;                                                                                        \
                 memcpy(&four, xb[r] + 32 * j + 4 * t, 4);                                                            \
@@ -169,14 +173,16 @@ ALWAYS __m256i quads8(const int type, const uint8_t *rec, int half, int j, int t
         }                                                                                                            \
     } while (0)
 
-/* A block (half `half` of its record) into rows r0 .. r0 + R - 1 (R <= COLUMN_ROWS; arrays of that size, not R:
- * variable-length ones measured 1.5x slower): each sub-block's int16 sums scaled into sum (Q4_K: 32 values, 8 quads;
- * Q6_K: 16 values, in halves of 2 quads, whose 4 products a lane stay within int16), then the block's float work */
+/* A block (half `half` of its record; q: its quads unpacked, or NULL: unpacked here as used) into rows r0 .. r0 + R - 1
+ * (R <= COLUMN_ROWS; arrays of that size, not R: variable-length ones measured 1.5x slower): each sub-block's int16
+ * sums scaled into sum (Q4_K: 32 values, 8 quads; Q6_K: 16 values, in halves of 2 quads, whose 4 products a lane stay
+ * within int16), then the block's float work */
 ALWAYS void columns_rows(const int type, const uint8_t *rec, int half, const __m256i q[8][8], const Finish8 *f,
                          const Rows *x, int b, int r0, const int R, __m256 *acc) {
     const int8_t *xb[COLUMN_ROWS];
     for (int r = 0; r < R; r++) xb[r] = x->q + (size_t)(r0 + r) * x->K + (size_t)b * QK_K;
     __m256i sum[COLUMN_ROWS];
+    for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();      /* (sub-block 0 sets them: for the compiler) */
     _Pragma("GCC unroll 1") for (int j = 0; j < 8; j++) {
         if (type == GGUF_Q4_K) {            /* each lane's scale as an int16 pair (s, s) */
             const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + Q4_K_SCALES + 16 * j + 8 * half)));
@@ -220,6 +226,11 @@ ALWAYS void columns_tile(const int type, const uint8_t *group, int half, const R
             if (r0 == 0 && half == 0) prefetch_record(type, rec);
             Finish8 f;
             finish8(type, rec, half, &f);
+            if (count <= COLUMN_REGISTER_ROWS(type)) {      /* unpacked in registers for each group of rows, as used */
+#define FEW8(R) columns_rows(type, rec, half, NULL, &f, x, b, r0 + r, R, acc + r)
+                EVERY_ROW(count, COLUMN_ROWS, FEW8);
+                continue;
+            }
             __m256i q[8][8];            /* unpacked once for every group of rows: AVX2 has no cycles to spare */
             for (int j = 0; j < 8; j++)
                 UNROLL for (int t = 0; t < 8; t++) q[j][t] = quads8(type, rec, half, j, t);
