@@ -119,7 +119,7 @@ def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp
 @pytest.mark.parametrize("name, vector, blocks_per_row", [("avx2", "_mm256", 4), ("avx512-vnni", "_mm512", 17)])
 def test_a_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path, name, vector, blocks_per_row):
     """The same for the columns of K-quant blocks (columns.h, on their packed copy): the AVX2 build's 8 outputs at a
-    time (Q4_K from 2 rows, Q6_K from 5), the AVX512-VNNI build's 16 (Q4_K from one row, Q6_K from 5). One float product
+    time (Q4_K from one row, Q6_K from 4), the AVX512-VNNI build's 16 (Q4_K from one row, Q6_K from 5). One float product
     regrouped there gives a batch's rows other bits than the definition, while the tiles (no packed copy) still give
     them."""
     if not RUNS_HERE[name]:
