@@ -134,6 +134,10 @@ def test_each_speculative_strategy_gets_its_round_analysis(report):
         verify = sum(x["phase_s"]["verify"] for x in mine) / rounds
         assert r["rounds"]["verify_s"] == pytest.approx(verify)
         assert r["rounds"]["analysis"].startswith(f"Analysis of {r['strategy']}'s rounds")
+        whole = sum(x["wall_s"] for x in plain)          # plain decoding's prompt reads, as a share of its whole time
+        share = (whole - sum(x["decode_wall_s"] for x in plain)) / whole
+        assert 0 < r["rounds"]["read_share"] == pytest.approx(share)
+        assert f"took {share:.0%} of plain decoding's whole time" in r["rounds"]["analysis"]
 
 
 def test_rendering_an_older_report_draws_the_round_analysis_from_its_rows(report, tmp_path, capsys):

@@ -58,3 +58,29 @@ def test_a_draft_reading_the_prompt_is_named_apart_from_the_rounds_drafting():
     assert cost.draft_factor(1.25) == pytest.approx(0.125 / (0.125 - (0.3 - 0.208)))   # the read is no draft forward
     assert "the draft reading the prompt 40 ms (once, spread over the rounds)" in analysis("staged", cost)
     assert "reading the prompt" not in analysis("staged", RoundCost.of(**AVX2))
+
+
+def test_the_targets_prompt_read_raises_the_speed_up_decoding_needs():
+    """Tokens/s that count the target's prompt read (the bench's, the race's) need more in decoding: with a share p of
+    plain decoding's whole time, G over the whole is (1 - p) / (1 / G - p) in decoding."""
+    cost = RoundCost.of(**AVX2, read_share=0.3)
+    assert cost.decode_goal(1.25) == pytest.approx(0.7 / (0.8 - 0.3))          # 1.40
+    assert cost.round_needed_s(1.25) == pytest.approx(5 * 0.052 / 1.4)
+    assert cost.tokens_needed(1.25) == pytest.approx(1.4 * 0.26 / 0.052)
+    assert cost.draft_factor(1.25) == pytest.approx(0.125 / (0.125 - (0.26 - 5 * 0.052 / 1.4)))
+    text = analysis("staged", cost)
+    for words_ in ("took 30% of plain decoding's whole time", "1.25× there needs 1.40× in decoding",
+                   f"at most {5 * 0.052 / 1.4 * 1e3:.0f} ms"):
+        assert words_ in text, words_
+    assert RoundCost.of(**AVX2).decode_goal(1.25) == 1.25                       # no share given: the goal as it is
+    hopeless = RoundCost.of(**AVX2, read_share=0.85)                             # 1 / 1.25 = 0.8 < 0.85
+    assert math.isinf(hopeless.decode_goal(1.25))
+    assert analysis("staged", hopeless).endswith("more than any decoding can give.")
+
+
+def test_the_race_verdict_counts_the_baseline_lanes_prompt_read():
+    base = {"new_tokens": 50, "steps": 50, "wall_s": 2.6, "phase_s": {"verify": 2.58}}
+    staged = {"new_tokens": 50, "steps": 10, "wall_s": 2.6, "phase_s": AVX2["phase_s"]}
+    note = words.round_note({"baseline": base, "staged": staged}, baseline_whole_s=3.25)
+    assert note == analysis("staged", RoundCost.of(**{**AVX2, "plain_token_s": 2.6 / 50}, read_share=0.2))
+    assert "took 20% of plain decoding's whole time" in note

@@ -270,7 +270,7 @@ def _race_loop(session: Session, settings, run_id: int):
     outcome = (f"Race finished. {words.reference_note(race.table_stats())} "
                f"{words.sameness_note(race.differing(), settings.sampling.greedy)} {timed_how}")
     outcome += f" Not in the race: {skipped}" if skipped else ""
-    analysis = words.round_note(race.stats())
+    analysis = words.round_note(race.stats(), baseline_whole_s=race.own_times().get("baseline", 0.0))
     outcome += f"\n\n{analysis}" if analysis else ""
     yield render_race(session, outcome)
 

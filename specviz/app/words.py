@@ -232,14 +232,16 @@ def reference_note(stats: dict[str, dict]) -> str:
             "curves and the analysis drawn from them.")
 
 
-def round_note(stats: dict[str, dict], lane: str = "staged") -> str:
+def round_note(stats: dict[str, dict], lane: str = "staged", baseline_whole_s: float = 0.0) -> str:
     """The analysis of a lane's rounds against baseline's plain decoding in the same race (specviz/round_cost.py):
-    what a round cost, the speed-up that makes, and what would reach the goal. Empty where either lane is missing."""
+    what a round cost, the speed-up that makes, and what would reach the goal. Empty where either lane is missing.
+    baseline_whole_s: the baseline lane's whole time, its prompt read included (the race's tokens/s count it)."""
     run, base = stats.get(lane) or {}, stats.get("baseline") or {}
     if not run.get("steps") or not base.get("new_tokens"):
         return ""
+    share = max(0.0, 1.0 - base["wall_s"] / baseline_whole_s) if baseline_whole_s > 0 else 0.0
     cost = RoundCost.of(run["steps"], run["new_tokens"], run["wall_s"], run.get("phase_s", {}),
-                        base["wall_s"] / base["new_tokens"])
+                        base["wall_s"] / base["new_tokens"], share)
     return analysis(lane, cost) if cost else ""
 
 

@@ -73,6 +73,7 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
         groups[(row["sampling"], row["strategy"])].append(row)
     results = []
     plain = {sampling: _decode_token_s(rows) for (sampling, strategy), rows in groups.items() if strategy == "baseline"}
+    shares = {sampling: _read_share(rows) for (sampling, strategy), rows in groups.items() if strategy == "baseline"}
     for (sampling, strategy), rows in groups.items():
         rates = [r["tokens_per_s"] for r in rows]
         tokens = sum(r["new_tokens"] for r in rows)
@@ -97,7 +98,8 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
                               if all(r["forward_s"] is not None for r in rows) else None),
             "exact_match": sum(bool(r["exact"]) for r in rows) if rows[0]["exact"] is not None else None,
             "prompts": len(rows),
-            "rounds": _round_cost(rows, plain.get(sampling)) if engine and strategy != "baseline" else None,
+            "rounds": (_round_cost(rows, plain.get(sampling), shares.get(sampling, 0.0))
+                       if engine and strategy != "baseline" else None),
         })
     order = {s: i for i, s in enumerate(ALL_STRATEGIES)}
     return sorted(results, key=lambda r: (r["sampling"] != "greedy", r["sampling"], order[r["strategy"]]))
@@ -109,15 +111,25 @@ def _decode_token_s(rows: list[dict]) -> float | None:
     return sum(r["decode_wall_s"] for r in rows) / tokens if tokens and all(r["decode_wall_s"] for r in rows) else None
 
 
-def _round_cost(rows: list[dict], plain_token_s: float | None) -> dict | None:
+def _read_share(rows: list[dict]) -> float:
+    """Plain decoding's whole time spent reading the prompt, as a share (0 where a row does not say)."""
+    whole = sum(r["wall_s"] for r in rows)
+    if not whole or not all(r["decode_wall_s"] for r in rows):
+        return 0.0
+    return max(0.0, whole - sum(r["decode_wall_s"] for r in rows)) / whole
+
+
+def _round_cost(rows: list[dict], plain_token_s: float | None, read_share: float = 0.0) -> dict | None:
     """specviz/round_cost.py's analysis over all prompts' rounds: the round's parts per round, and its words."""
     cost = plain_token_s and RoundCost.of(sum(r["steps"] for r in rows), sum(r["new_tokens"] for r in rows),
-                                          sum(r["decode_wall_s"] for r in rows), _phase_totals(rows), plain_token_s)
+                                          sum(r["decode_wall_s"] for r in rows), _phase_totals(rows), plain_token_s,
+                                          read_share)
     if not cost:
         return None
     return {"round_s": cost.round_s, "tokens": cost.tokens, "draft_s": cost.draft_s, "read_s": cost.read_s,
             "verify_s": cost.verify_s, "other_s": cost.other_s, "plain_token_s": plain_token_s,
-            "decode_speedup": cost.speedup, "analysis": analysis(rows[0]["strategy"], cost)}
+            "read_share": cost.read_share, "decode_speedup": cost.speedup, "decode_goal": cost.decode_goal(),
+            "analysis": analysis(rows[0]["strategy"], cost)}
 
 
 def _phase_totals(rows: list[dict]) -> dict[str, float]:
