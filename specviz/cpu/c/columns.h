@@ -118,8 +118,9 @@ ALWAYS void prefetch_record(const int type, const uint8_t *rec) {
 #define COLUMN_ROWS 4               /* rows per pass over a block: their accumulators stay in registers */
 /* Fewer rows take the tile path; up to COLUMN_REGISTER_ROWS a block is unpacked in registers for each group of rows
  * (COLUMN_ROWS), more unpack it once into a buffer. As measured with the weights coming from memory (FLUSH=1
- * scripts/blocks_ab.py, Zen 4 held to AVX2, 2026-11-27): Q4_K's registers took 12-26% less time than the tiles at 1-2
- * rows and 6-9% less than the buffer at 3-8; Q6_K, whose unpacking costs more, pays from 4 rows, and only once a block */
+ * scripts/blocks_ab.py, Zen 4 held to AVX2, 2026-11-27): Q4_K's registers took 10-26% less time than the tiles at one
+ * row, 3-12% at 2, and 0-9% less than the buffer at 3-8; Q6_K, whose unpacking costs more, 12-13% less at 4 rows only
+ * (slower than the tiles at 2-3, than the buffer at 5-8, where a record would be unpacked twice) */
 #define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 4)
 #define COLUMN_REGISTER_ROWS(type) ((type) == GGUF_Q4_K ? 2 * COLUMN_ROWS : COLUMN_ROWS)
 
