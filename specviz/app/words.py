@@ -239,7 +239,7 @@ def round_note(stats: dict[str, dict], lane: str = "staged", baseline_whole_s: f
     run, base = stats.get(lane) or {}, stats.get("baseline") or {}
     if not run.get("steps") or not base.get("new_tokens"):
         return ""
-    share = max(0.0, 1.0 - base["wall_s"] / baseline_whole_s) if baseline_whole_s > 0 else 0.0
+    share = 1.0 - base["wall_s"] / baseline_whole_s if baseline_whole_s > 0 else 0.0      # RoundCost keeps it in [0, 1]
     cost = RoundCost.of(run["steps"], run["new_tokens"], run["wall_s"], run.get("phase_s", {}),
                         base["wall_s"] / base["new_tokens"], share)
     return analysis(lane, cost) if cost else ""

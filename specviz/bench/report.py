@@ -116,7 +116,7 @@ def _read_share(rows: list[dict]) -> float:
     whole = sum(r["wall_s"] for r in rows)
     if not whole or not all(r["decode_wall_s"] for r in rows):
         return 0.0
-    return max(0.0, whole - sum(r["decode_wall_s"] for r in rows)) / whole
+    return (whole - sum(r["decode_wall_s"] for r in rows)) / whole      # RoundCost keeps it in [0, 1]
 
 
 def _round_cost(rows: list[dict], plain_token_s: float | None, read_share: float = 0.0) -> dict | None:
