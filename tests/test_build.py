@@ -45,23 +45,31 @@ RUN = ("import sys, json, torch, numpy as np; from specviz.cpu import blocks, ke
        "torch.save(out, sys.argv[1]); print(kernels.status())")
 
 
-def forced(tmp_path, builds) -> tuple[str, tuple]:
-    """The status and results of a fresh process whose build candidates are `builds` (a fresh cache)."""
+def forced(tmp_path, builds, cache: Path) -> tuple[str, tuple]:
+    """The status and results of a fresh process whose build candidates are `builds`, its user cache `cache`: this
+    module's, fresh when it starts (a build's library is named by its sources and flags, so each build compiles once
+    here, and each test's process loads its own build's)."""
     import torch
     code = ("import specviz.cpu.build as b; import pickle, sys; b.candidates = lambda *a: pickle.loads(bytes.fromhex(sys.argv[2])); "
             + RUN)
     import pickle
     out = tmp_path / "out.pt"
     done = subprocess.run([sys.executable, "-c", code, str(out), pickle.dumps(builds).hex()], cwd=REPO,
-                          env={**os.environ, "SPECVIZ_CACHE": str(tmp_path / "cache")}, capture_output=True, text=True,
+                          env={**os.environ, "SPECVIZ_CACHE": str(cache)}, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip(), torch.load(out)
 
 
 @pytest.fixture(scope="module")
-def best(tmp_path_factory):
-    return forced(tmp_path_factory.mktemp("best"), build.candidates()[:1])
+def built(tmp_path_factory) -> Path:
+    """A user cache for this module's builds, empty when its first test starts."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def best(tmp_path_factory, built):
+    return forced(tmp_path_factory.mktemp("best"), build.candidates()[:1], built)
 
 
 def paths_to_force() -> list[int]:
@@ -71,16 +79,16 @@ def paths_to_force() -> list[int]:
 
 
 @pytest.mark.parametrize("which", paths_to_force())
-def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, best, which):
+def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, best, built, which):
     import torch
     chosen = build.candidates()[which]
-    status, results = forced(tmp_path, [chosen])
+    status, results = forced(tmp_path, [chosen], built)
     assert status == f"{build.PREFIX}: {names([chosen])[0]}"
     assert all(torch.equal(a, b) for a, b in zip(results, best[1])), (status, best[0])
 
 
-def test_a_build_that_fails_hands_over_and_the_status_says_why(tmp_path):
+def test_a_build_that_fails_hands_over_and_the_status_says_why(tmp_path, built):
     broken = build.Build("AVX9", ("-mno-such-flag",), build.PORTABLE_SOURCES)
-    status, _ = forced(tmp_path, [broken, build.Build("portable C", ("-DSPECVIZ_PORTABLE",), build.PORTABLE_SOURCES)])
+    status, _ = forced(tmp_path, [broken, build.Build("portable C", ("-DSPECVIZ_PORTABLE",), build.PORTABLE_SOURCES)], built)
     assert status.startswith(f"{build.PREFIX}: portable C (AVX9: ") and "no-such-flag" in status
     assert "\n" not in status
