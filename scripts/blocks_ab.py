@@ -5,7 +5,7 @@ rows fed, whether the builds' outputs are the same bits, and writes JSON. FLUSH=
 its weights come from memory, as in a model's forward (else a group that fits the last-level cache may come from there).
     mkdir -p /tmp/old && git archive HEAD~1 specviz/cpu/c | tar -x -C /tmp/old
     python scripts/blocks_ab.py /tmp/old/specviz/cpu/c,specviz/cpu/c avx2 out.json 1 4 8 16 32 64
-ISA: avx2, vnni (AVX512-VNNI) or amx; a source given as DIR@ISA takes its own (two instruction sets of one source side by
+ISA: avx2, vnni (AVX512-VNNI), amx or portable (C, no intrinsics); a source given as DIR@ISA takes its own (two instruction sets of one source side by
 side: specviz/cpu/c@avx2,specviz/cpu/c@vnni). GGUF=path picks another file (default: the 1.5B coder's); its groups are layer
 0's Q4_K products, a Q6_K ffn_down and the output layer (docs/BENCHMARKS.md, "AVX2: the file's blocks 8 outputs at a
 time").
@@ -27,12 +27,13 @@ from specviz.cpu import build
 from specviz.paths import cache_dir
 
 FLAGS = {"avx2": build.X86, "vnni": build.X86 + build.VNNI["avx512_vnni"],
-         "amx": build.X86 + build.VNNI["avx512_vnni"] + build.AMX}
+         "amx": build.X86 + build.VNNI["avx512_vnni"] + build.AMX, "portable": ("-DSPECVIZ_PORTABLE",)}
 
 
 def library(source: Path, flags, out: Path) -> ctypes.CDLL:
     common = [f for f in build.COMMON if not f.startswith("-I")]
-    subprocess.run(["cc", *common, f"-I{source}", *flags, "-fopenmp", *(str(source / s) for s in build.X86_SOURCES),
+    sources = build.PORTABLE_SOURCES if "-DSPECVIZ_PORTABLE" in flags else build.X86_SOURCES
+    subprocess.run(["cc", *common, f"-I{source}", *flags, "-fopenmp", *(str(source / s) for s in sources),
                     "-o", str(out), "-lm"], check=True)
     lib = ctypes.CDLL(str(out))
     lib.packs = hasattr(lib, "block_pack")          # sources from before 2026-11-27 read no packed copy
