@@ -47,6 +47,18 @@ def _alone_when_timing(request):
 
 
 @pytest.fixture(scope="session")
+def kernel_builds(request, tmp_path_factory) -> Path:
+    """A user cache (SPECVIZ_CACHE) for tests that build specviz's kernels in a fresh process: empty when this run
+    starts, and shared by its workers (in the directory pytest gives the run, above each worker's own, which it cleans
+    up as it does theirs). A build's library is named by its sources and flags and written whole, so each build
+    compiles once a run (twice where two workers meet it at once), and each process loads the build it asked for."""
+    under_xdist = hasattr(request.config, "workerinput")
+    path = (tmp_path_factory.getbasetemp().parent if under_xdist else tmp_path_factory.getbasetemp()) / "kernel-builds"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
 def tokenizer():
     from tiny import TinyTokenizer
     return TinyTokenizer()

@@ -46,9 +46,8 @@ RUN = ("import sys, json, torch, numpy as np; from specviz.cpu import blocks, ke
 
 
 def forced(tmp_path, builds, cache: Path) -> tuple[str, tuple]:
-    """The status and results of a fresh process whose build candidates are `builds`, its user cache `cache`: this
-    module's, fresh when it starts (a build's library is named by its sources and flags, so each build compiles once
-    here, and each test's process loads its own build's)."""
+    """The status and results of a fresh process whose build candidates are `builds`, its user cache `cache`
+    (conftest's kernel_builds: fresh when the run starts)."""
     import torch
     code = ("import specviz.cpu.build as b; import pickle, sys; b.candidates = lambda *a: pickle.loads(bytes.fromhex(sys.argv[2])); "
             + RUN)
@@ -62,14 +61,8 @@ def forced(tmp_path, builds, cache: Path) -> tuple[str, tuple]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    """A user cache for this module's builds, empty when its first test starts."""
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
-def best(tmp_path_factory, built):
-    return forced(tmp_path_factory.mktemp("best"), build.candidates()[:1], built)
+def best(tmp_path_factory, kernel_builds):
+    return forced(tmp_path_factory.mktemp("best"), build.candidates()[:1], kernel_builds)
 
 
 def paths_to_force() -> list[int]:
@@ -79,16 +72,16 @@ def paths_to_force() -> list[int]:
 
 
 @pytest.mark.parametrize("which", paths_to_force())
-def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, best, built, which):
+def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, best, kernel_builds, which):
     import torch
     chosen = build.candidates()[which]
-    status, results = forced(tmp_path, [chosen], built)
+    status, results = forced(tmp_path, [chosen], kernel_builds)
     assert status == f"{build.PREFIX}: {names([chosen])[0]}"
     assert all(torch.equal(a, b) for a, b in zip(results, best[1])), (status, best[0])
 
 
-def test_a_build_that_fails_hands_over_and_the_status_says_why(tmp_path, built):
+def test_a_build_that_fails_hands_over_and_the_status_says_why(tmp_path, kernel_builds):
     broken = build.Build("AVX9", ("-mno-such-flag",), build.PORTABLE_SOURCES)
-    status, _ = forced(tmp_path, [broken, build.Build("portable C", ("-DSPECVIZ_PORTABLE",), build.PORTABLE_SOURCES)], built)
+    status, _ = forced(tmp_path, [broken, build.Build("portable C", ("-DSPECVIZ_PORTABLE",), build.PORTABLE_SOURCES)], kernel_builds)
     assert status.startswith(f"{build.PREFIX}: portable C (AVX9: ") and "no-such-flag" in status
     assert "\n" not in status

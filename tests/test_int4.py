@@ -117,7 +117,7 @@ def test_each_row_is_computed_alone(inputs, group):
         assert torch.equal(q(x[n - 1:n]), together[n - 1:n])
 
 
-def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path):
+def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path, kernel_builds):
     """The integer dot products are exact either way, and the float operations are the same: a machine
     with VNNI computes what one without it does (in groups of 32 and of 64)."""
     if not kernels.rows_available():
@@ -128,7 +128,7 @@ def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path):
     results = []
     for switch in ("1", "avx2"):
         path = tmp_path / f"{switch}.pt"
-        env = {**os.environ, kernels.SWITCH: switch, "SPECVIZ_CACHE": str(tmp_path / switch)}
+        env = {**os.environ, kernels.SWITCH: switch, "SPECVIZ_CACHE": str(kernel_builds)}
         done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         results.append(torch.load(path))
