@@ -382,7 +382,8 @@ ALWAYS float f8_sum(F8 v) {
 }
 #define ROW_GROUP 2
 /* one row straight from the unpacked block, more through many_rows: with 4 (each count compiled on its own) blocks.c took
- * 58 s to compile here, and its products were no faster, 1-50% slower (scripts/blocks_ab.py ... portable; 15 s now) */
+ * 58 s to compile here (15 s now), and its products were nowhere faster, up to 58% slower (scripts/blocks_ab.py ...
+ * portable, 1-8 rows; docs/benchmarks/blocks_ab_zen4_portable_few_rows.json) */
 #define FEW_ROWS 1
 #define GROUPS_OF_FEW 1
 typedef union { int8_t b[32]; uint8_t u[32]; int16_t h[16]; int32_t i[8]; } V;
