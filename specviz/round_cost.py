@@ -72,6 +72,12 @@ class RoundCost:
         return self.decode_goal(goal) * self.round_s / self.plain_token_s
 
 
+def read_share(whole_s: float, decode_s: float) -> float:
+    """The target's prompt read's share of plain decoding's whole time, from its whole and its decoding seconds (0 where
+    the whole is unknown; RoundCost keeps it in [0, 1])."""
+    return (whole_s - decode_s) / whole_s if whole_s > 0 else 0.0
+
+
 def analysis(name: str, cost: RoundCost, goal: float = GOAL) -> str:
     """One paragraph: the round, its parts, the speed-up it makes, and what would reach the goal."""
     ms = lambda s: f"{s * 1e3:.0f} ms"     # noqa: E731

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..markdown import md_table
-from ..round_cost import RoundCost, analysis
+from ..round_cost import RoundCost, analysis, read_share
 from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
 from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
 from ..strategies import STRATEGIES
@@ -239,9 +239,8 @@ def round_note(stats: dict[str, dict], lane: str = "staged", baseline_whole_s: f
     run, base = stats.get(lane) or {}, stats.get("baseline") or {}
     if not run.get("steps") or not base.get("new_tokens"):
         return ""
-    share = 1.0 - base["wall_s"] / baseline_whole_s if baseline_whole_s > 0 else 0.0      # RoundCost keeps it in [0, 1]
     cost = RoundCost.of(run["steps"], run["new_tokens"], run["wall_s"], run.get("phase_s", {}),
-                        base["wall_s"] / base["new_tokens"], share)
+                        base["wall_s"] / base["new_tokens"], read_share(baseline_whole_s, base["wall_s"]))
     return analysis(lane, cost) if cost else ""
 
 

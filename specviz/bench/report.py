@@ -14,7 +14,7 @@ from .. import llama_cpp
 from ..strategies import STRATEGIES
 from ..markdown import md_table
 from ..metrics import PROMPT_READ, time_split
-from ..round_cost import RoundCost, analysis
+from ..round_cost import RoundCost, analysis, read_share
 from .settings import ALL_STRATEGIES
 
 
@@ -113,17 +113,16 @@ def _decode_token_s(rows: list[dict]) -> float | None:
 
 def _read_share(rows: list[dict]) -> float:
     """Plain decoding's whole time spent reading the prompt, as a share (0 where a row does not say)."""
-    whole = sum(r["wall_s"] for r in rows)
-    if not whole or not all(r["decode_wall_s"] for r in rows):
+    if not all(r["decode_wall_s"] for r in rows):
         return 0.0
-    return (whole - sum(r["decode_wall_s"] for r in rows)) / whole      # RoundCost keeps it in [0, 1]
+    return read_share(sum(r["wall_s"] for r in rows), sum(r["decode_wall_s"] for r in rows))
 
 
-def _round_cost(rows: list[dict], plain_token_s: float | None, read_share: float = 0.0) -> dict | None:
+def _round_cost(rows: list[dict], plain_token_s: float | None, share: float = 0.0) -> dict | None:
     """specviz/round_cost.py's analysis over all prompts' rounds: the round's parts per round, and its words."""
     cost = plain_token_s and RoundCost.of(sum(r["steps"] for r in rows), sum(r["new_tokens"] for r in rows),
                                           sum(r["decode_wall_s"] for r in rows), _phase_totals(rows), plain_token_s,
-                                          read_share)
+                                          share)
     if not cost:
         return None
     return {"round_s": cost.round_s, "tokens": cost.tokens, "draft_s": cost.draft_s, "read_s": cost.read_s,
