@@ -8,6 +8,12 @@ comes first. Ratios are per-prompt medians against the first setting, of the who
     python scripts/tree_settings_sweep.py qwen-coder docs/benchmarks/heldout_humaneval_132_135.jsonl out.json \
         base=baseline spec=speculative tree=tree tree8=tree:budget=8 staged=staged staged8=staged:budget=8
 The first setting is the reference of the ratios (docs/BENCHMARKS.md, "Tree budget").
+
+`--modelled` (before the preset) adds a ratio without the clock's noise: each run's forwards (its trace's, the same
+on every run of one CPU) priced by the target's and the top draft's cost curves, measured in this process before
+anything else, plus its other phases' own clocks (the draft's prompt read, building trees, lower stages). "modelled"
+is the first setting's priced seconds over each one's (per-prompt median); "vs plain" is new tokens times one
+one-token forward over them (docs/BENCHMARKS.md, "A model of the rounds").
 """
 import json
 import statistics
@@ -16,10 +22,34 @@ import sys
 from specviz.bench.run import run_strategy
 from specviz.bench.settings import parse_sampling
 from specviz.presets import load_preset
+from specviz.stack import drafter_name
 from specviz.prompts import load_prompts
+from specviz.tree_plan import interpolate, measure
 
 NEW_TOKENS = 64
 NUMBERS = {"budget": int, "max_depth": int, "min_score": float, "lookup": int}
+CLOCKED = ("prompt_read", "tree", "bookkeeping")      # phases priced by their own clocks, with every lower stage's
+
+
+def curves_of(stack) -> dict[str, dict[int, float]]:
+    """The target's and the top draft model's cost curves, by their names in traces, as staged's plan measures them."""
+    draft = stack.loaded[stack.drafts[0]]
+    measured = measure(stack.target.model, draft.model, stack._output_vocab(draft, []))
+    return {name: {int(n): s for n, s in measured[part].items()}
+            for name, part in ((stack.target_name, "target"), (drafter_name(stack.drafts[0]), "draft"))}
+
+
+def priced_seconds(run: dict, curves: dict[str, dict[int, float]], draft_name: str) -> float:
+    """A run's forwards priced by the curves (a model without a curve of its own by the draft's); the draft's read of
+    the prompt (its first feed) and the phases without a model's forward by their own clocks."""
+    seconds = sum(s for phase, s in run["phase_s"].items()
+                  if phase in CLOCKED or (phase.endswith("_draft") and phase != "stage1_draft"))
+    for index, step in enumerate(run["_decisions"]["steps"]):
+        for name, feeds in step["forwards"].items():
+            if index == 0 and name == draft_name and "prompt_read" in run["phase_s"]:
+                feeds = feeds[1:]
+            seconds += sum(interpolate(curves.get(name, curves[draft_name]), n) for n in feeds)
+    return seconds
 
 
 def parse_setting(text: str) -> tuple[str, str, dict, bool]:
@@ -31,9 +61,12 @@ def parse_setting(text: str) -> tuple[str, str, dict, bool]:
     return name, strategy, tree, full_vocab
 
 
-def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: int = NEW_TOKENS) -> None:
+def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: int = NEW_TOKENS,
+         modelled: bool = False) -> None:
     settings = [parse_setting(s) for s in settings]
     stack = load_preset(preset)
+    curves = curves_of(stack) if modelled else None
+    draft_name = drafter_name(stack.drafts[0]) if modelled else None
     greedy = parse_sampling("greedy", 0)
     prompts = [(p.id, stack.encode(p.text)) for p in load_prompts(prompt_file)]
     vocabulary = stack.draft_vocabulary
@@ -50,11 +83,14 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
             run = run_setting(strategy, ids, new_tokens, tree, full_vocab)
             runs[name].append({key: run[key] for key in ("tokens", "wall_s", "decode_wall_s", "target_forwards",
                                                                   "draft_forwards")})
+            if curves:
+                runs[name][-1]["priced_s"] = priced_seconds(run, curves, draft_name)
             print(prompt_id, name, f"{len(run['tokens']) / run['wall_s']:.2f} tok/s", flush=True)
     reference = runs[settings[0][0]]
     summary = {}
-    print("| setting | tok/s | vs " + settings[0][0] + " | in decoding | tok/fwd | draft forwards | same tokens |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    extra = " modelled | vs plain |" if curves else ""
+    print("| setting | tok/s | vs " + settings[0][0] + " | in decoding |" + extra + " tok/fwd | draft forwards | same tokens |")
+    print("| --- | ---: | ---: | ---: |" + " ---: | ---: |" * bool(curves) + " ---: | ---: | ---: |")
     for name, rows in runs.items():
         summary[name] = {
             "tok_s": statistics.median(len(r["tokens"]) / r["wall_s"] for r in rows),
@@ -64,19 +100,26 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
             "draft_forwards": sum(r["draft_forwards"] for r in rows),
             "same_tokens": sum(r["tokens"] == ref["tokens"] for ref, r in zip(reference, rows))}
         s = summary[name]
-        print(f"| {name} | {s['tok_s']:.2f} | {s['ratio']:.2f}x | {s['decode_ratio']:.2f}x | {s['tok_per_fwd']:.2f} "
+        if curves:
+            one = curves[stack.target_name][1]
+            s["modelled"] = statistics.median(ref["priced_s"] / r["priced_s"] for ref, r in zip(reference, rows))
+            s["vs_plain"] = statistics.median(len(r["tokens"]) * one / r["priced_s"] for r in rows)
+        priced = f"{s['modelled']:.3f}x | {s['vs_plain']:.3f}x | " if curves else ""
+        print(f"| {name} | {s['tok_s']:.2f} | {s['ratio']:.2f}x | {s['decode_ratio']:.2f}x | {priced}{s['tok_per_fwd']:.2f} "
               f"| {s['draft_forwards']} "
               f"| {s['same_tokens']}/{len(rows)} |")
     with open(out, "w") as f:
         json.dump({"preset": preset, "prompts": [p for p, _ in prompts], "new_tokens": new_tokens,
-                   "settings": [s[0] for s in settings], "summary": summary,
+                   "settings": [s[0] for s in settings], "summary": summary, "curves": curves,
                    "runs": {name: [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
                             for name, rows in runs.items()}}, f, indent=1)
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args[:1] == ["--new-tokens"]:
-        main(*args[2:], new_tokens=int(args[1]))
-    else:
-        main(*args)
+    args, options = sys.argv[1:], {}
+    while args and args[0].startswith("--"):
+        if args[0] == "--modelled":
+            options["modelled"], args = True, args[1:]
+        else:
+            options["new_tokens"], args = int(args[1]), args[2:]
+    main(*args, **options)

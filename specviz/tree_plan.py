@@ -40,6 +40,16 @@ REPS = 3
 DRAFT_FEED = LEVEL_FEED               # a staged level's draft forward: the node and the lower stage's guess after it
 
 
+def interpolate(curve: dict[int, float], fed: float) -> float:
+    """A cost curve's seconds for `fed` tokens: linear between the measured sizes, and past the last two."""
+    sizes = sorted(curve)
+    low = max([n for n in sizes if n <= fed], default=sizes[0])
+    high = min([n for n in sizes if n > low], default=None)
+    if high is None:
+        low, high = sizes[-2], sizes[-1]
+    return curve[low] + (curve[high] - curve[low]) / (high - low) * (fed - low)
+
+
 @dataclass(frozen=True)
 class TreePlan:
     target: dict[int, float]        # seconds per target forward by tokens fed
@@ -47,14 +57,8 @@ class TreePlan:
     source: str = ""                # where the curves came from, in a few words
 
     def cost(self, fed: float) -> float:
-        """The target's seconds for `fed` tokens, linear between the measured sizes and past the last two."""
-        sizes = sorted(self.target)
-        low = max([n for n in sizes if n <= fed], default=sizes[0])
-        high = min([n for n in sizes if n > low], default=None)
-        if high is None:
-            low, high = sizes[-2], sizes[-1]
-        slope = (self.target[high] - self.target[low]) / (high - low)
-        return self.target[low] + slope * (fed - low)
+        """The target's seconds for `fed` tokens."""
+        return interpolate(self.target, fed)
 
     def min_scores(self) -> tuple[float, ...]:
         """Per node drafted so far, the least path score the next guess needs (never decreasing); they stop where

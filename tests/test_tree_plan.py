@@ -135,3 +135,38 @@ def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_store
     timings = iter([0.267, 0.0093, 0.0095])                # the last two agree: the faster kept
     stack = tiny_stack(("draft", "lookup"), plan=None)
     assert stack.tree_plan(measure_now=True).target[1] == 0.0093
+
+
+def test_interpolate_is_linear_between_sizes_and_past_the_last_two():
+    curve = {1: 10.0, 2: 12.0, 4: 20.0}
+    assert [tree_plan.interpolate(curve, n) for n in (1, 2, 3, 4, 6)] == [10.0, 12.0, 16.0, 20.0, 28.0]
+    assert TreePlan(curve, curve).cost(3) == 16.0
+
+
+def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_at_one_token_each(tmp_path):
+    """scripts/tree_settings_sweep.py --modelled on the offline stack: plain decoding priced at one one-token forward
+    a token (its other phases' clocks aside), every setting's tokens baseline's, and priced times that follow the
+    forwards each run made."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    prompts = tmp_path / "one.jsonl"
+    prompts.write_text((repo / "docs/benchmarks/tuning_humaneval_20_25.jsonl").read_text().splitlines()[0] + "\n")
+    out = tmp_path / "sweep.json"
+    run = subprocess.run([sys.executable, "scripts/tree_settings_sweep.py", "--modelled", "--new-tokens", "12",
+                          "offline", str(prompts), str(out), "base=baseline", "staged=staged",
+                          "wide=staged:budget=12:min_score=0.01"],
+                         cwd=repo, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())
+    summary, curves = result["summary"], result["curves"]
+    assert len(curves) == 2 and all({int(n) for n in c} == set(tree_plan.SIZES) for c in curves.values())
+    assert 0.9 < summary["base"]["vs_plain"] <= 1.0 and summary["base"]["modelled"] == 1.0
+    assert all(s["same_tokens"] == 1 for s in summary.values())
+    # a tree of up to 12 guesses at any score costs more forwards than staged's own: priced, it cannot come out equal
+    assert summary["wide"]["draft_forwards"] >= summary["staged"]["draft_forwards"]
+    assert summary["wide"]["modelled"] != summary["staged"]["modelled"]
+    assert "| modelled | vs plain |" in run.stdout
