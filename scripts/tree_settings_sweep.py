@@ -19,12 +19,15 @@ import json
 import statistics
 import sys
 
+import torch
+
 from specviz.bench.run import run_strategy
 from specviz.bench.settings import parse_sampling
+from specviz.cost_curve import cost_curves
 from specviz.presets import load_preset
-from specviz.stack import drafter_name
 from specviz.prompts import load_prompts
-from specviz.tree_plan import interpolate, measure
+from specviz.stack import drafter_name
+from specviz.tree_plan import CONTEXT, REPS, SIZES, interpolate
 
 NEW_TOKENS = 64
 NUMBERS = {"budget": int, "max_depth": int, "min_score": float, "lookup": int}
@@ -32,11 +35,15 @@ CLOCKED = ("prompt_read", "tree", "bookkeeping")      # phases priced by their o
 
 
 def curves_of(stack) -> dict[str, dict[int, float]]:
-    """The target's and the top draft model's cost curves, by their names in traces, as staged's plan measures them."""
+    """The target's and the top draft model's cost curves, by their names in traces: staged's plan's sizes and
+    context, the draft over its vocabulary, the faster of two interleaved measurements at each size (a busy machine
+    gives a worse model, not no model)."""
     draft = stack.loaded[stack.drafts[0]]
-    measured = measure(stack.target.model, draft.model, stack._output_vocab(draft, []))
-    return {name: {int(n): s for n, s in measured[part].items()}
-            for name, part in ((stack.target_name, "target"), (drafter_name(stack.drafts[0]), "draft"))}
+    models, vocabs = [stack.target.model, draft.model], [None, stack._output_vocab(draft, [])]
+    with torch.inference_mode():
+        first, second = (cost_curves(models, SIZES, CONTEXT, REPS, vocabs) for _ in range(2))
+    return {name: {n: min(a[n], b[n]) for n in SIZES}
+            for name, a, b in zip((stack.target_name, drafter_name(stack.drafts[0])), first, second)}
 
 
 def priced_seconds(run: dict, curves: dict[str, dict[int, float]], draft_name: str) -> float:
