@@ -11,7 +11,7 @@ import pytest
 from specviz import llama_cpp
 from specviz.app import settings as app_settings
 from specviz.app import stacks, words
-from specviz.app.race import COMPARED, Race, time_lanes
+from specviz.app.race import COMPARED, ENGINE_LANES, Race, time_lanes
 from specviz.app.sessions import Session
 from specviz.strategies import default_tree
 from specviz.trace import RunRecord
@@ -202,7 +202,7 @@ def test_example_prompts_include_humaneval_and_plain_language():
 
 # -- sessions and the race on tiny random models -------------------------------------------------------
 
-def test_the_race_times_each_lane_alone_then_replays_them_at_their_own_times(tiny_default):
+def test_the_race_times_each_step_alone_ours_in_turn_then_replays_them_at_their_own_times(tiny_default):
     tiny_default()
     settings = app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 10})
     timing, reports = time_lanes(settings), []
@@ -215,10 +215,22 @@ def test_the_race_times_each_lane_alone_then_replays_them_at_their_own_times(tin
     ours = [lane for lane in COMPARED if lane not in llama_cpp.PEERS]
     assert list(timed.lanes()) == ours and set(timed.skipped) == set(llama_cpp.PEERS)   # tiny models are no GGUF files
     assert all("GGUF" in why for why in timed.skipped.values())
-    runs = [lane for i, lane in enumerate(r.lane for r in reports) if i == 0 or reports[i - 1].lane != lane]
-    assert runs == list(COMPARED)                   # one lane at a time, each to its end: never interleaved
-    assert [r.tokens for r in reports if r.lane == "baseline"] == list(range(11))      # its progress, step by step
-    assert reports[-1].done == tuple(COMPARED[:-1]) and timed.finished
+    # the peers one after another, each to its end; ours a step each in turn, always the one whose own clock
+    # (its set-up, then its steps' times) shows the least time so far
+    assert [r.lane for r in reports if not r.together] == [lane for lane in COMPARED if lane not in ENGINE_LANES]
+    turns = [r.lane for r in reports if r.together][1:]
+    taken = {lane: 0 for lane in ENGINE_LANES}
+    def clock(lane):
+        decoder = timed.decoders[lane]
+        return timed.setup_s[lane] + sum(s.wall_s for s in decoder.steps[: taken[lane] - 1]) if taken[lane] else 0.0
+    for lane in turns:
+        pending = [other for other in ENGINE_LANES if taken[other] <= len(timed.decoders[other].steps)]
+        assert lane == min(pending, key=clock), (lane, {other: clock(other) for other in pending})
+        taken[lane] += 1
+    assert all(taken[lane] == len(timed.decoders[lane].steps) + 1 for lane in ENGINE_LANES)
+    assert sum(a != b for a, b in zip(turns, turns[1:])) > len(ENGINE_LANES)          # interleaved, not one by one
+    assert [r.tokens for r in reports if r.lane == "baseline"] == [0, 0, *range(1, 11)]   # its progress, step by step
+    assert set(reports[-1].done) == set(COMPARED[:-1]) and timed.finished
     assert timed.same_text() and not timed.differing()        # greedy: HF assisted writes the same text too
     race = timed.replay()
     peer = race.peers["hf_assisted"]

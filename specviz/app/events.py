@@ -247,7 +247,7 @@ def _race_loop(session: Session, settings, run_id: int):
                 sleep(SETTLE_S)
                 shown = perf_counter()
         race, timing_s = timed.replay(), perf_counter() - started
-        how = f"All lanes timed alone, one after another, in {timing_s:.0f} s. Racing them at their own times"
+        how = f"All lanes timed alone in {timing_s:.0f} s. Racing them at their own times"
     session.race = race
     skipped = " ".join(race.skipped.values())
     lanes_s = sum(race.own_times().values())

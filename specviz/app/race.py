@@ -1,8 +1,9 @@
 """The Compare race: the same prompt and settings with several strategies, each timed alone, then replayed together.
 
-Every lane is timed the same way: alone, one after another, with nothing else of the app computing while it
-runs (`time_lanes`). Our strategies are decoders stepped one round at a time to the end (each step's time is in
-its trace record); what a user would run instead runs once to the end, noting when each chunk of tokens arrived:
+Every lane is timed alone, with nothing else of the app computing while it runs (`time_lanes`). Our strategies
+are decoders stepped one round at a time (each step's time is in its trace record), taking steps in turn so that
+they share the machine's slow and fast minutes; what a user would run instead runs once to the end, one after
+another, noting when each chunk of tokens arrived:
 HF assisted generation (transformers' `generate(assistant_model=...)` with the same draft, in the same dtype), and
 llama.cpp on the same GGUF files, plain (the reference: the fastest plain decoder on the machine) and with its own
 speculation. Only then does the page race them: every lane is replayed at its own recorded times on one clock
@@ -189,39 +190,68 @@ class Progress:
     tokens: int
     max_new_tokens: int
     done: tuple[str, ...] = ()       # lanes already timed
+    together: dict[str, int] = field(default_factory=dict)     # our lanes taking steps in turn: their tokens so far
 
 
 def time_lanes(settings: Settings, lanes=COMPARED) -> Iterator[Progress]:
-    """Time every lane alone, one after another, each to its end: a generator that reports its progress between
-    steps (the caller may update a page there: that is outside every timed section) and returns the Race."""
+    """Time every lane alone: a generator that reports its progress between steps (the caller may update a page
+    there: that is outside every timed section) and returns the Race. The peers run one after another, each to its
+    end; our lanes take one step each in turn (_step_in_turn)."""
     stack = get_stack(settings.stack_key())
     race = Race({}, {}, precision=stack.precision())
     done: list[str] = []
+    ours = [lane for lane in lanes if lane in ENGINE_LANES]
     for lane in lanes:
+        if lane in ours:
+            if lane == ours[0]:
+                yield from _step_in_turn(race, stack, settings, ours, done)
+            continue
         yield Progress(lane, 0, settings.max_new_tokens, tuple(done))
-        started = perf_counter()
         try:
             if lane == PEER_LANE:
                 race.peers[lane] = PeerLane.run(stack, settings, stack.encode(settings.prompt))
-            elif lane in llama_cpp.PEERS:
-                race.peers[lane] = PeerLane.llama(stack, settings, stack.encode(settings.prompt), lane)
             else:
-                decoder = race.decoders[lane] = new_decoder(stack, settings, lane)    # reads the prompt
-                race.setup_s[lane] = perf_counter() - started
-                while not decoder.finished:
-                    decoder.step()
-                    yield Progress(lane, len(decoder.new_tokens), decoder.max_new_tokens, tuple(done))
-        except UserError as exc:
-            if lane == "baseline":
-                raise
-            race.skipped[lane] = str(exc)
-            if lane == "staged":
-                race.skipped[lane] = ("staged needs a draft model with a cheaper drafter below it; this model "
-                                      f"stack has: {', '.join(stack.drafts) or 'no drafters'}.")
-        if lane in race.peers:
+                race.peers[lane] = PeerLane.llama(stack, settings, stack.encode(settings.prompt), lane)
             race.peers[lane].shown = len(race.peers[lane].chunks)
+        except UserError as exc:
+            race.skipped[lane] = str(exc)
         done.append(lane)
     return race
+
+
+def _step_in_turn(race: "Race", stack, settings: Settings, lanes: list[str], done: list[str]) -> Iterator[Progress]:
+    """Our lanes, each step timed alone: next is always the unfinished lane whose own clock shows the least time
+    (its set-up, reading the prompt, is its first step). So all of them run through the same minutes of the
+    machine, and a slow spell of a shared CPU slows them alike instead of deciding the winner; one lane timed to its
+    end after another named another winner than the bench where the machine's speed drifted."""
+    pending = list(lanes)
+    together = {lane: 0 for lane in lanes}
+    yield Progress(lanes[0], 0, settings.max_new_tokens, tuple(done), dict(together))
+    while pending:
+        lane = min(pending, key=lambda name: race.elapsed(name) if name in race.decoders else 0.0)
+        decoder = race.decoders.get(lane)
+        if decoder is None:
+            started = perf_counter()
+            try:
+                decoder = race.decoders[lane] = new_decoder(stack, settings, lane)    # reads the prompt
+            except UserError as exc:
+                if lane == "baseline":
+                    raise
+                race.skipped[lane] = str(exc)
+                if lane == "staged":
+                    race.skipped[lane] = ("staged needs a draft model with a cheaper drafter below it; this model "
+                                          f"stack has: {', '.join(stack.drafts) or 'no drafters'}.")
+                pending.remove(lane)
+                del together[lane]
+                continue
+            race.setup_s[lane] = perf_counter() - started
+        else:
+            decoder.step()
+        together[lane] = len(decoder.new_tokens)
+        if decoder.finished:
+            pending.remove(lane)
+            done.append(lane)
+        yield Progress(lane, together[lane], decoder.max_new_tokens, tuple(done), dict(together))
 
 
 def _total(lane, setup_s: float) -> float:

@@ -60,7 +60,8 @@ def recorded_meta(stack) -> dict:
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else ""
     return {"machine": gpu or describe().split(", torch")[0], "device": device, "details": describe(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "precision": stack.precision(),
-            "timing": "each lane alone, one after another, to its end (specviz/app/race.py, time_lanes)",
+            "timing": ("each step alone; our lanes a step each in turn, the peers one after another to their end "
+                       "(specviz/app/race.py, time_lanes)"),
             "models": {k: str(v) for k, v in models.items()}, "specviz": __version__}
 
 

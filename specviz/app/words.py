@@ -137,9 +137,11 @@ def race_column_html(strategy: str, lane, stats: dict, body: str | None = None) 
     return f'<div class="race-col" data-strategy="{html.escape(strategy)}">{head}{body}</div>'
 
 
-TIMED_ALONE = ("How it was timed: each lane ran alone, one after another, to its end, with nothing else of the app "
-               "computing (the page heard of its progress only between its steps, every few seconds); the race then "
-               "replayed every lane at its own times.")
+TIMED_ALONE = ("How it was timed: each step of each lane ran alone, with nothing else of the app computing (the page "
+               "heard of its progress only between steps, every few seconds). Our lanes took a step each in turn, the "
+               "one whose own clock showed the least time next, so that a change in the machine's speed touched them "
+               "alike; llama.cpp and HF ran one after another, each to its end. The race then replayed every lane at "
+               "its own times.")
 LANE_WORDS = {"llama_cpp": "llama.cpp's plain decoding", "llama_cpp_speculative": "llama.cpp's own speculation",
               "hf_assisted": "HF assisted generation"}
 
@@ -161,10 +163,13 @@ def timing_status(progress, elapsed_s: float) -> str:
     done = f" Done: {', '.join(progress.done)}." if progress.done else ""
     if progress.lane in LANE_WORDS:
         now = f"running {LANE_WORDS[progress.lane]} ({progress.lane}) to its end"
+    elif progress.together:
+        lanes = ", ".join(f"{lane} {tokens}/{progress.max_new_tokens}" for lane, tokens in progress.together.items())
+        now = f"our lanes a step each in turn, tokens so far: {lanes}"
     else:
         now = f"{progress.lane} {progress.tokens}/{progress.max_new_tokens} tokens"
-    return (f"Timing each lane alone, one after another (nothing else computes meanwhile; the race replays them "
-            f"together after): {now}.{done} {elapsed_s:.0f} s so far.")
+    return (f"Timing each lane alone (nothing else computes meanwhile; the race replays them together after): "
+            f"{now}.{done} {elapsed_s:.0f} s so far.")
 
 
 def sameness_note(differing: list[str], greedy: bool) -> str:
