@@ -202,6 +202,28 @@ def test_example_prompts_include_humaneval_and_plain_language():
 
 # -- sessions and the race on tiny random models -------------------------------------------------------
 
+def test_a_stacks_first_race_is_timed_after_its_lanes_ran_once_untimed(tiny_default, monkeypatch):
+    """A process's first forwards pack blocks and fault pages in: untimed, once per loaded stack, each of our lanes
+    decodes 2 tokens before the first race (else the first lane timed pays for every lane)."""
+    from specviz.app import race as race_module
+    made = []
+    def counting(stack, settings, strategy=None, prefilled=None):
+        made.append((strategy, settings.max_new_tokens))
+        return new_decoder(stack, settings, strategy, prefilled)
+    new_decoder = race_module.new_decoder
+    monkeypatch.setattr(race_module, "new_decoder", counting)
+    tiny_default()
+    settings = app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 5})
+    Race.start(settings, ENGINE_LANES)
+    assert made == [(lane, 2) for lane in ENGINE_LANES] + [(lane, 5) for lane in ENGINE_LANES]
+    made.clear()
+    Race.start(settings, ENGINE_LANES)
+    assert made == [(lane, 5) for lane in ENGINE_LANES]          # warm once per stack
+    tiny_default()                                               # another stack loaded: warmed again
+    Race.start(settings, ENGINE_LANES)
+    assert [n for _, n in made[3:]] == [2, 2, 2, 5, 5, 5]
+
+
 def test_the_race_times_each_step_alone_ours_in_turn_then_replays_them_at_their_own_times(tiny_default):
     tiny_default()
     settings = app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 10})
