@@ -150,7 +150,7 @@ def race_time_note(total_s: float, lanes_s: float, timing_s: float, replay_s: fl
     """Where the time from Compare to the verdict went."""
     return (f"From Compare to this verdict {total_s:.1f} s: the lanes' own clocks add up to {lanes_s:.1f} s; timing "
             f"them took {timing_s:.1f} s (the rest: llama.cpp starting and loading its model, HF's set-up, progress "
-            f"notes); the replay {replay_s:.1f} s.")
+            f"notes, and on a stack's first race our lanes' 2 untimed tokens each); the replay {replay_s:.1f} s.")
 
 
 def recorded_timing(recorded: dict) -> str:
