@@ -235,8 +235,7 @@ def _warm_up(stack, settings: Settings, lanes: list[str]) -> None:
             decoder = new_decoder(stack, replace(settings, max_new_tokens=2), lane)
         except UserError:
             continue
-        while not decoder.finished:
-            decoder.step()
+        decoder.generate()
     _WARM[id(stack)] = weakref.ref(stack)
 
 
@@ -245,9 +244,12 @@ def _step_in_turn(race: "Race", stack, settings: Settings, lanes: list[str], don
     (its set-up, reading the prompt, is its first step). So all of them run through the same minutes of the
     machine, and a slow spell of a shared CPU slows them alike instead of deciding the winner; one lane timed to its
     end after another named another winner than the bench where the machine's speed drifted."""
+    def tokens_so_far() -> dict[str, int]:
+        return {lane: len(race.decoders[lane].new_tokens) if lane in race.decoders else 0
+                for lane in lanes if lane not in race.skipped}
+
     pending = list(lanes)
-    together = {lane: 0 for lane in lanes}
-    yield Progress(lanes[0], 0, settings.max_new_tokens, tuple(done), dict(together))
+    yield Progress(lanes[0], 0, settings.max_new_tokens, tuple(done), tokens_so_far())
     while pending:
         lane = min(pending, key=lambda name: race.elapsed(name) if name in race.decoders else 0.0)
         decoder = race.decoders.get(lane)
@@ -263,16 +265,14 @@ def _step_in_turn(race: "Race", stack, settings: Settings, lanes: list[str], don
                     race.skipped[lane] = ("staged needs a draft model with a cheaper drafter below it; this model "
                                           f"stack has: {', '.join(stack.drafts) or 'no drafters'}.")
                 pending.remove(lane)
-                del together[lane]
                 continue
             race.setup_s[lane] = perf_counter() - started
         else:
             decoder.step()
-        together[lane] = len(decoder.new_tokens)
         if decoder.finished:
             pending.remove(lane)
             done.append(lane)
-        yield Progress(lane, together[lane], decoder.max_new_tokens, tuple(done), dict(together))
+        yield Progress(lane, len(decoder.new_tokens), decoder.max_new_tokens, tuple(done), tokens_so_far())
 
 
 def _total(lane, setup_s: float) -> float:

@@ -72,8 +72,7 @@ def record(settings) -> Recording:
     step_decoder = None
     if settings.strategy not in race.decoders:
         step_decoder = new_decoder(get_stack(settings.stack_key()), settings)
-        while not step_decoder.finished:
-            step_decoder.step()
+        step_decoder.generate()
     return of_session(settings, race, get_stack(settings.stack_key()), step_decoder)
 
 
