@@ -3,12 +3,11 @@ specviz/cpu/c, e.g. from `git archive`) built with one instruction set, their ca
 that machine noise hits both alike), best of REPS. Prints ms and G multiply-adds a second per group of products and
 rows fed, whether the builds' outputs are the same bits, and writes JSON. FLUSH=1 writes 64 MB before each call, so that
 its weights come from memory, as in a model's forward (else a group that fits the last-level cache may come from there).
-    mkdir -p /tmp/old && git archive HEAD~1 specviz/cpu/c | tar -x -C /tmp/old
-    python scripts/blocks_ab.py /tmp/old/specviz/cpu/c,specviz/cpu/c avx2 out.json 1 4 8 16 32 64
-ISA: avx2, vnni (AVX512-VNNI), amx or portable (C, no intrinsics); a source given as DIR@ISA takes its own (two instruction sets of one source side by
-side: specviz/cpu/c@avx2,specviz/cpu/c@vnni). GGUF=path picks another file (default: the 1.5B coder's); its groups are layer
-0's Q4_K products, a Q6_K ffn_down and the output layer (docs/BENCHMARKS.md, "AVX2: the file's blocks 8 outputs at a
-time").
+    mkdir -p out/old && git archive HEAD~1 specviz/cpu/c | tar -x -C out/old
+    python scripts/blocks_ab.py out/old/specviz/cpu/c,specviz/cpu/c avx2 out.json 1 4 8 16 32 64
+ISA: avx2, vnni (AVX512-VNNI), amx or portable (C, no intrinsics); a source given as DIR@ISA takes its own (two
+instruction sets of one source side by side: specviz/cpu/c@avx2,specviz/cpu/c@vnni). GGUF=path picks another file
+(default: the 1.5B coder's); its groups are layer 0's Q4_K products, a Q6_K ffn_down and the output layer.
 """
 import ctypes
 import json
@@ -36,10 +35,10 @@ def library(source: Path, flags, out: Path) -> ctypes.CDLL:
     subprocess.run(["cc", *common, f"-I{source}", *flags, "-fopenmp", *(str(source / s) for s in sources),
                     "-o", str(out), "-lm"], check=True)
     lib = ctypes.CDLL(str(out))
-    lib.packs = hasattr(lib, "block_pack")          # sources from before 2026-11-27 read no packed copy
+    lib.packs = hasattr(lib, "block_pack")          # an older commit's sources may have no packed copy
     lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, *[ctypes.c_void_p] * lib.packs, ctypes.c_int,
-                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                                  ctypes.c_void_p]
+                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                  ctypes.c_int, ctypes.c_void_p]
     if lib.packs:
         lib.block_packed_bytes.restype = ctypes.c_size_t
         lib.block_packed_bytes.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
@@ -93,14 +92,16 @@ def main(argv: list[str]) -> None:
             xs = {n: {K: torch.randn(n, K) for _, _, K, _ in products} for n in rows}
             for lib in libs:
                 lib.kept = []
-            copies = {(i, N): packed(lib, qtype, blocks, K, N) for i, lib in enumerate(libs) for qtype, blocks, K, N in products}
+            copies = {(i, N): packed(lib, qtype, blocks, K, N)
+                      for i, lib in enumerate(libs) for qtype, blocks, K, N in products}
             outs = {(i, n): {N: torch.empty(n, N) for *_, N in products} for i in range(len(libs)) for n in rows}
             best = {(i, n): float("inf") for i in range(len(libs)) for n in rows}
             for _ in range(reps):
                 for n in rows:
                     for i, lib in enumerate(libs):
                         if flush is not None:
-                            flush.add_(1)               # the caches filled with other bytes, as a model's forward leaves them
+                            # the caches filled with other bytes, as a model's forward leaves them
+                            flush.add_(1)
                         started = time.perf_counter()
                         for qtype, blocks, K, N in products:
                             lib.block_product(qtype, blocks.data_ptr(), *copies[(i, N)], K, N, xs[n][K].data_ptr(), n,
@@ -111,8 +112,8 @@ def main(argv: list[str]) -> None:
                        for n in rows for i in range(1, len(libs)) for *_, N in products)
             print(f"{group} ({isa}): ms (G multiply-adds/s); the same bits: {same}")
             for i, source in enumerate(sources):
-                print(f"  {source:40s}", " ".join(f"{n}: {best[(i, n)] * 1e3:7.2f} ({macs[n] / best[(i, n)] / 1e9:3.0f})"
-                                                   for n in rows))
+                speeds = (f"{n}: {best[(i, n)] * 1e3:7.2f} ({macs[n] / best[(i, n)] / 1e9:3.0f})" for n in rows)
+                print(f"  {source:40s}", " ".join(speeds))
             report["groups"][group] = {"same_bits": same, "ms": {s: {n: best[(i, n)] * 1e3 for n in rows}
                                                                    for i, s in enumerate(sources)}}
     Path(out_json).write_text(json.dumps(report, indent=1))

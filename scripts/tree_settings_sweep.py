@@ -96,13 +96,15 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
     reference = runs[settings[0][0]]
     summary = {}
     extra = " modelled | vs plain |" if curves else ""
-    print("| setting | tok/s | vs " + settings[0][0] + " | in decoding |" + extra + " tok/fwd | draft forwards | same tokens |")
+    print("| setting | tok/s | vs " + settings[0][0] + " | in decoding |" + extra
+          + " tok/fwd | draft forwards | same tokens |")
     print("| --- | ---: | ---: | ---: |" + " ---: | ---: |" * bool(curves) + " ---: | ---: | ---: |")
     for name, rows in runs.items():
         summary[name] = {
             "tok_s": statistics.median(len(r["tokens"]) / r["wall_s"] for r in rows),
             "ratio": statistics.median(ref["wall_s"] / r["wall_s"] for ref, r in zip(reference, rows)),
-            "decode_ratio": statistics.median(ref["decode_wall_s"] / r["decode_wall_s"] for ref, r in zip(reference, rows)),
+            "decode_ratio": statistics.median(ref["decode_wall_s"] / r["decode_wall_s"]
+                                              for ref, r in zip(reference, rows)),
             "tok_per_fwd": statistics.median(len(r["tokens"]) / r["target_forwards"] for r in rows),
             "draft_forwards": sum(r["draft_forwards"] for r in rows),
             "same_tokens": sum(r["tokens"] == ref["tokens"] for ref, r in zip(reference, rows))}
@@ -112,7 +114,8 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
             s["modelled"] = statistics.median(ref["priced_s"] / r["priced_s"] for ref, r in zip(reference, rows))
             s["vs_plain"] = statistics.median(len(r["tokens"]) * one / r["priced_s"] for r in rows)
         priced = f"{s['modelled']:.3f}x | {s['vs_plain']:.3f}x | " if curves else ""
-        print(f"| {name} | {s['tok_s']:.2f} | {s['ratio']:.2f}x | {s['decode_ratio']:.2f}x | {priced}{s['tok_per_fwd']:.2f} "
+        print(f"| {name} | {s['tok_s']:.2f} | {s['ratio']:.2f}x | {s['decode_ratio']:.2f}x | "
+              f"{priced}{s['tok_per_fwd']:.2f} "
               f"| {s['draft_forwards']} "
               f"| {s['same_tokens']}/{len(rows)} |")
     with open(out, "w") as f:

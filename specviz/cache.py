@@ -27,7 +27,8 @@ from .cpu.blocks import BlockLinear
 from .cpu.int4 import Int4Linear, is_quantized
 from .cpu.int8 import Int8Linear
 
-QUANTIZED_HEADS = (Int8Linear, Int4Linear, BlockLinear)     # output layers whose rows for a vocabulary are a layer of their own
+# output layers whose rows for a vocabulary are a layer of their own
+QUANTIZED_HEADS = (Int8Linear, Int4Linear, BlockLinear)
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)     # static mode: feeds are padded to one of these sizes
 
@@ -166,7 +167,8 @@ class KVModel:
         finally:
             self.seconds += perf_counter() - started
 
-    def _forward(self, tokens: list[int], positions: list[int], visible: torch.Tensor, keep: int | None) -> torch.Tensor:
+    def _forward(self, tokens: list[int], positions: list[int], visible: torch.Tensor,
+                 keep: int | None) -> torch.Tensor:
         n = len(tokens)
         keep = n if keep is None else keep
         if not 1 <= keep <= n:
@@ -325,9 +327,13 @@ class KVModel:
         """Cut the tensors to the kept entries (a view when the slots are a chain from the start)."""
         if slots == list(range(len(slots))):
             keep = slice(0, self.committed + len(slots))
-            select = lambda t: t[:, :, keep]
+
+            def select(t: torch.Tensor) -> torch.Tensor:
+                return t[:, :, keep]
         else:
             index = torch.tensor(list(range(self.committed)) + [self.committed + s for s in slots], device=self.device)
-            select = lambda t: t.index_select(-2, index)
+
+            def select(t: torch.Tensor) -> torch.Tensor:
+                return t.index_select(-2, index)
         for layer in cache_layers(self.cache):
             layer.keys, layer.values = select(layer.keys), select(layer.values)

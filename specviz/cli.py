@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--preset", default=None, help=f"a named model stack: {', '.join(PRESETS)} (default: $SPECVIZ_PRESET, else "
+    gen.add_argument("--preset", default=None,
+                     help=f"a named model stack: {', '.join(PRESETS)} (default: $SPECVIZ_PRESET, else "
                           "qwen-coder where this machine runs it fast, else offline)")
     gen.add_argument("--target", default=None, help=f"hub id, local directory or GGUF file (default: {DEFAULT_TARGET})")
     gen.add_argument("--draft", action="append", default=None, metavar="MODEL",
@@ -43,15 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--tree-budget", type=int, default=None, help="drafted nodes per round")
     gen.add_argument("--tree-shape", choices=SHAPES, default=None)
     gen.add_argument("--lookup", type=int, default=None, metavar="N",
-                     help=f"also verify up to N tokens copied from the context (default: {STAGED_LOOKUP} for staged, else 0)")
+                     help=f"also verify up to N tokens copied from the context "
+                          f"(default: {STAGED_LOOKUP} for staged, else 0)")
     gen.add_argument("--min-score", type=float, default=None, metavar="P",
-                     help="dynamic trees: grow only paths the draft gives at least this probability (default: staged plans per guess from this machine's cost curves, tree 0.2)")
+                     help="dynamic trees: grow only paths the draft gives at least this probability (default: "
+                          "staged plans per guess from this machine's cost curves, tree 0.2)")
     gen.add_argument("--device", default="cpu", help="cpu or cuda")
     gen.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
                      help=PRECISION_HELP)
     gen.add_argument("--compile", action="store_true",
-                     help="torch.compile the target and draft models over static KV caches (CUDA graphs on a GPU); the first "
-                          "rounds compile, for minutes on a CPU")
+                     help="torch.compile the target and draft models over static KV caches (CUDA graphs on a GPU); "
+                          "the first rounds compile, for minutes on a CPU")
     gen.add_argument("--no-reference", action="store_true",
                      help="skip measuring the reference: llama.cpp's plain decoding of the same prompt, which the "
                           "speed is also given against (a few seconds)")
@@ -113,8 +116,8 @@ def generate(args) -> int:
         if decoder.spec.planned:
             plan = stack.tree_plan()
             print(f"staged's tree: {describe(plan)}" if plan else f"staged's tree: the fixed rule (one path while the "
-                  f"draft gives at least {STAGED_MIN_SCORE}): no plan is stored for this pair here yet (python -m specviz.prepare "
-                  "stores the presets', the bench and the app any pair's)", file=sys.stderr)
+                  f"draft gives at least {STAGED_MIN_SCORE}): no plan is stored for this pair here yet "
+                  "(python -m specviz.prepare stores the presets', the bench and the app any pair's)", file=sys.stderr)
         if decoder.drafter is not None:
             for spec, choice in stack.prompt_reads.items():
                 print(f"{spec}: {prompt_reader.describe(choice)}", file=sys.stderr)

@@ -47,6 +47,7 @@ def cost_curves(models: list[torch.nn.Module], sizes=SIZES, context: int = 256, 
 
 def format_curve(curve: dict[int, float]) -> str:
     one = curve[min(curve)]
-    lines = ["tokens fed  ms per forward  x one token  ms per token", "----------  --------------  -----------  ------------"]
+    lines = ["tokens fed  ms per forward  x one token  ms per token",
+             "----------  --------------  -----------  ------------"]
     lines += [f"{n:<10}  {s * 1e3:<14.1f}  {s / one:<11.2f}  {s * 1e3 / n:.1f}" for n, s in sorted(curve.items())]
     return "\n".join(lines)

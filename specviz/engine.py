@@ -66,7 +66,8 @@ class Decoder:
             raise ValueError("the prompt is empty")
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
             raise ValueError(f"max new tokens must be in [1, {MAX_NEW_TOKENS}], got {max_new_tokens}")
-        context_limit = getattr(target.config, "max_position_embeddings", None) or getattr(target.config, "n_positions", None)
+        config = target.config
+        context_limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         if context_limit and len(prompt_ids) + max_new_tokens + max(tree.max_depth, tree.lookup) + 1 > context_limit:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({max_new_tokens}) "
                              f"exceeds the model's context of {context_limit} tokens")
@@ -209,7 +210,8 @@ class Decoder:
 
     def record(self) -> RunRecord:
         return RunRecord(strategy=self.strategy, prompt_tokens=len(self.prompt), tokens=self.new_tokens,
-                         text=self.text(), steps=self.steps, stats=summarise(self.steps, self.model_costs(), len(self.prompt)),
+                         text=self.text(), steps=self.steps,
+                         stats=summarise(self.steps, self.model_costs(), len(self.prompt)),
                          settings={"tree": self.spec.to_dict(), "sampling": vars(self.sampling),
                                    "max_new_tokens": self.max_new_tokens})
 

@@ -133,7 +133,8 @@ def _number(pattern: str, log: str) -> float:
 def _parse(peer: str, raw: list[tuple[float, bytes]], log: str, prompt: str) -> LlamaRun:
     """The new text (the prompt's echo and the program's closing newlines removed), placed on llama.cpp's clock."""
     if peer == PLAIN:
-        seconds = (_number(r"prompt eval time =\s*([\d.]+) ms", log) + _number(r"(?<!prompt )eval time =\s*([\d.]+) ms", log)) / 1e3
+        seconds = (_number(r"prompt eval time =\s*([\d.]+) ms", log)
+                   + _number(r"(?<!prompt )eval time =\s*([\d.]+) ms", log)) / 1e3
         runs = int(_number(r"(?<!prompt )eval time =\s*[\d.]+ ms /\s*(\d+) runs", log))
         new_tokens, forwards, drafted, accepted = runs + 1, runs + 1, None, None
         echo, closing = prompt, b"\n\n"

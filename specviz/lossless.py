@@ -121,7 +121,8 @@ def greedy_diff(lanes: dict[str, list[int]], reference: str = "baseline") -> dic
         if first is None and len(tokens) == len(base):
             out[name] = f"all {len(base)} tokens identical"
         elif first is None:
-            out[name] = f"identical for {min(len(tokens), len(base))} tokens, then one lane stopped ({len(tokens)} vs {len(base)})"
+            out[name] = (f"identical for {min(len(tokens), len(base))} tokens, then one lane stopped "
+                         f"({len(tokens)} vs {len(base)})")
         else:
             out[name] = f"{same} of {len(base)} tokens equal; first difference at token {first + 1}"
     return out

@@ -37,11 +37,11 @@ BFLOAT16 = "bfloat16"
 QUANTIZED = {INT4: Int4Linear, INT8: Int8Linear}   # CPU precisions: their linear layers (specviz/cpu/int4.py, int8.py)
 PRECISIONS = [AUTO_DTYPE, GGUF, *DTYPES, *QUANTIZED]     # what --dtype accepts
 NAMES = {GGUF: "gguf (the file's own blocks)", INT4: "int4 (re-quantised)", INT8: "int8 (re-quantised)"}
-PRECISION_HELP = ("auto (default): a GGUF file's own blocks (gguf) on a CPU where specviz's kernels build; other models "
-                  "in the precision a probe measured fastest here (float32, bfloat16, int4 or int8), bfloat16 on a GPU. "
-                  "gguf: the file's own quantized blocks, computed as llama.cpp computes them; float32: the file "
-                  "de-quantised (its exact weights; the copy is made on first use); int4/int8: re-quantised in 4 or 8 "
-                  "bits (lossier; CPU)")
+PRECISION_HELP = ("auto (default): a GGUF file's own blocks (gguf) on a CPU where specviz's kernels build; "
+                  "other models in the precision a probe measured fastest here (float32, bfloat16, int4 or int8), "
+                  "bfloat16 on a GPU. gguf: the file's own quantized blocks, computed as llama.cpp computes them; "
+                  "float32: the file de-quantised (its exact weights; the copy is made on first use); int4/int8: "
+                  "re-quantised in 4 or 8 bits (lossier; CPU)")
 
 
 def precision_name(dtype: str) -> str:
@@ -124,7 +124,8 @@ def auto_reason(device: str = "cpu", spec: str | None = None) -> str:
     if spec is not None and auto_precision(spec, device) == GGUF:
         return ("auto picked gguf: the GGUF file's own blocks, multiplied by specviz's kernels as llama.cpp rounds "
                 "them (the file's model, and the fastest exact one here)")
-    timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(auto_probe().items(), key=lambda x: x[1]))
+    timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms"
+                        for name, seconds in sorted(auto_probe().items(), key=lambda x: x[1]))
     return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer read one token "
             f"in {timings} ({auto_choice.source(_probe_key(resolve_dtype(AUTO_DTYPE)))})")
 
@@ -200,7 +201,8 @@ def converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
     if not (converted / "config.json").is_file():
         size = Path(location, gguf_file).stat().st_size
         print(f"[specviz] de-quantising {gguf_file} to {dtype} (first use of this precision; about "
-              f"{size * 7 / 2**30 * DTYPES[dtype].itemsize / 4:.1f} GB into {converted.parent})", file=sys.stderr, flush=True)
+              f"{size * 7 / 2**30 * DTYPES[dtype].itemsize / 4:.1f} GB into {converted.parent})",
+              file=sys.stderr, flush=True)
         tokenizer = AutoTokenizer.from_pretrained(location, gguf_file=gguf_file)
         model = AutoModelForCausalLM.from_pretrained(location, gguf_file=gguf_file, dtype=torch.float32)
         _save_atomically(model.to(DTYPES[dtype]), tokenizer, converted)
@@ -232,7 +234,8 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bo
         if gguf_file is not None:
             location = str(converted_copy(location, gguf_file, dtype))
         local = Path(location).is_dir() or not hub_reachable()
-        tokenizer = None if lacks_tokenizer(location) else AutoTokenizer.from_pretrained(location, local_files_only=local)
+        tokenizer = (None if lacks_tokenizer(location)
+                     else AutoTokenizer.from_pretrained(location, local_files_only=local))
         model = AutoModelForCausalLM.from_pretrained(location, dtype=DTYPES[dtype], local_files_only=local)
     except ModelLoadError:
         raise

@@ -32,5 +32,7 @@ def stage_colours(kinds: list[str]) -> list[str]:
 def blend(colour: str, amount: float) -> str:
     """`colour` mixed with white: amount 1 keeps it, 0 gives white."""
     r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
-    mix = lambda c: round(255 - (255 - c) * amount)
+    def mix(c: int) -> int:
+        return round(255 - (255 - c) * amount)
+
     return f"#{mix(r):02X}{mix(g):02X}{mix(b):02X}"

@@ -22,12 +22,15 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "offline": Preset(DEFAULT_TARGET, None, "SmolLM2-135M target, the shipped draft and trigram (no network)", hub=False),
+    "offline": Preset(DEFAULT_TARGET, None, "SmolLM2-135M target, the shipped draft and trigram (no network)",
+                      hub=False),
     "qwen-coder": Preset("qwen2.5-coder-1.5b", ("qwen2.5-coder-0.5b", "trigram:auto"),
-                         "Qwen2.5-Coder-1.5B target, Qwen2.5-Coder-0.5B draft, trigram (offline after setup)", hub=False),
+                         "Qwen2.5-Coder-1.5B target, Qwen2.5-Coder-0.5B draft, trigram (offline after setup)",
+                         hub=False),
     "paper-gpt2": Preset("gpt2-large", ("gpt2", "trigram:auto"),
                          "the paper's family: GPT-2-L target, GPT-2 draft, trigram for that tokenizer"),
-    "smollm2-1.7b": Preset("HuggingFaceTB/SmolLM2-1.7B-Instruct", ("HuggingFaceTB/SmolLM2-135M-Instruct", "trigram:auto"),
+    "smollm2-1.7b": Preset("HuggingFaceTB/SmolLM2-1.7B-Instruct",
+                           ("HuggingFaceTB/SmolLM2-135M-Instruct", "trigram:auto"),
                            "SmolLM2-1.7B target, SmolLM2-135M draft, trigram"),
     "pythia-cascade": Preset("EleutherAI/pythia-1.4b", ("EleutherAI/pythia-160m", "EleutherAI/pythia-70m", "lookup"),
                              "Pythia-1.4B target, a three-model cascade: Pythia-160M, Pythia-70M, context lookup"),
@@ -53,13 +56,15 @@ def default_preset(device: str = "cpu") -> str:
         if chosen not in PRESETS:
             raise ValueError(f"{PRESET_ENV}={chosen!r} is not a preset; choose one of {', '.join(PRESETS)}")
         return chosen
-    installed = all(available(CHUNKED[key]) for key in (PRESETS["qwen-coder"].target, *PRESETS["qwen-coder"].drafts[:1]))
+    qwen_coder = PRESETS["qwen-coder"]
+    installed = all(available(CHUNKED[key]) for key in (qwen_coder.target, *qwen_coder.drafts[:1]))
     if not installed:
         return "offline"
     if device.startswith("cuda"):
         return "qwen-coder"
     memory = memory_bytes()
-    fits = memory is None or memory >= QWEN_CODER_MEMORY        # unknown (no sysconf, no psutil): not a reason to refuse
+    # unknown (no sysconf, no psutil): not a reason to refuse
+    fits = memory is None or memory >= QWEN_CODER_MEMORY
     return "qwen-coder" if fits and predicted_token_seconds() <= QWEN_CODER_TOKEN_S else "offline"
 
 

@@ -8,7 +8,8 @@ per round at today's cost. The target's prompt read is left out on both sides: i
 bench's and the race's tokens/s include it, so their ratios sit closer to 1 than this one). Where the run says how much
 of plain decoding's whole time that read took (`read_share`), the goal is taken as those tokens/s measure it: with a
 share p of the whole, G over the whole needs (1 - p) / (1 / G - p) in decoding (1.40x for 1.25x at p = 0.3). A draft
-model's own prompt read, in its first round, is a cost of speculation: counted, and named apart from the rounds' drafting.
+model's own prompt read, in its first round, is a cost of speculation: counted, and named apart from the rounds'
+drafting.
 """
 from __future__ import annotations
 

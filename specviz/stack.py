@@ -50,7 +50,8 @@ def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) 
 
 
 def draft_choice_key(spec: str, under_lower_stage: bool, target_dtype: str) -> str:
-    return f"draft {spec} {'under a lower stage' if under_lower_stage else 'as the top stage'} of a {target_dtype} target"
+    where = "under a lower stage" if under_lower_stage else "as the top stage"
+    return f"draft {spec} {where} of a {target_dtype} target"
 
 
 def default_drafts() -> list[str]:
@@ -138,7 +139,8 @@ class Stack:
         CPU). context: one static cache length for every decoder, compiled now for every bucket (else
         each decoder sizes its own and compiles what it meets)."""
         self.compiled = compile_model(self.target.model)
-        self.compiled_drafts = {spec: compile_model(self._draft_body(draft)) for spec, draft in self.draft_models().items()}
+        self.compiled_drafts = {spec: compile_model(self._draft_body(draft))
+                                for spec, draft in self.draft_models().items()}
         self.static_len = context
         if context is not None:
             warm = [(self.target.model, None, self.compiled)] + [
@@ -168,7 +170,8 @@ class Stack:
             lower = self.drafts.index(spec) < len(self.drafts) - 1
 
             def fastest() -> str:
-                loaded.update((name, load_model(spec, name, device, draft=True)) for name in draft_precisions(spec, dtype))
+                loaded.update((name, load_model(spec, name, device, draft=True))
+                              for name in draft_precisions(spec, dtype))
                 seconds = draft_probe_seconds([c.model for c in loaded.values()], lower)
                 seconds[0] *= 0.9
                 return list(loaded)[seconds.index(min(seconds))]
@@ -262,7 +265,8 @@ class Stack:
         return self.plans[name]
 
     def plan_name(self) -> str | None:
-        """The key staged's plan is stored under (specviz/tree_plan.py's key), None where this stack cannot run staged."""
+        """The key staged's plan is stored under (specviz/tree_plan.py's key), None where this stack cannot run
+        staged."""
         try:
             drafter_specs("staged", self.drafts)
         except ValueError:

@@ -25,16 +25,15 @@ MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
 CHAIN_LENGTH = 3               # speculative's chain: feeds of up to ~4 tokens cost what one does on a CPU
 DYNAMIC_BUDGET = 16            # tree: drafted nodes per round at most
 STAGED_LOOKUP = 3              # context-lookup tokens staged verifies by default: feeds of up to ~4-8 tokens cost
-                               # little more than one on a CPU (cost curve), longer ones do (docs/BENCHMARKS.md)
-DEFAULT_MIN_SCORE = 0.2        # measured on the 2-core CPU (docs/BENCHMARKS.md); 0.1 until 2026-11-22 (f113afa)
-# staged: one path a level, grown while the draft gives it at least STAGED_MIN_SCORE, up to STAGED_BUDGET tokens.
-# On the 2-core CPU each verified token past ~3 costs about a third of a one-token forward (bench --cost-curve)
-# and a drafted one another third, so only likely guesses pay: on ten tuning prompts (HumanEval/20-25, 120-123)
-# this took staged 35.3 -> 31.1 s against budget 16, width 4, min score 0.2 (docs/BENCHMARKS.md). Until 2026-11-24
-# staged drafted `tree`'s tree.
+                               # little more than one on a CPU (bench --cost-curve), longer ones do
+DEFAULT_MIN_SCORE = 0.2        # tree: a path joins while the draft gives it this much (tuned on a 2-core CPU)
+# staged's fixed rule: one path a level, grown while the draft gives it at least STAGED_MIN_SCORE, up to
+# STAGED_BUDGET tokens. On a 2-core CPU each verified token past ~3 costs about a third of a one-token forward and
+# a drafted one another third, so only likely guesses pay: on ten tuning prompts this narrow tree took 12% less
+# time than tree's wide one (budget 16, width 4, min score 0.2). Staged's default tree is planned from this
+# machine's cost curves (specviz/tree_plan.py); the fixed rule is for a stack that cannot plan, and for settings
+# given by hand.
 STAGED_BUDGET, STAGED_MIN_SCORE, STAGED_LEVEL_WIDTH = 6, 0.5, 1
-# Since 2026-11-26 staged's default tree is planned from this machine's cost curves (specviz/tree_plan.py): the
-# fixed rule above remains for a stack that cannot plan, and for settings given by hand (--min-score).
 AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
 
 

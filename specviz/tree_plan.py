@@ -78,7 +78,8 @@ class TreePlan:
         return replace(spec, min_scores=scores, budget=len(scores), max_depth=max(1, min(spec.max_depth, len(scores))))
 
     def to_dict(self) -> dict:
-        return {"target": {str(n): s for n, s in self.target.items()}, "draft": {str(n): s for n, s in self.draft.items()},
+        return {"target": {str(n): s for n, s in self.target.items()},
+                "draft": {str(n): s for n, s in self.draft.items()},
                 "source": self.source, "min_scores": list(self.min_scores())}
 
     @classmethod
@@ -107,7 +108,8 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.
     vocabulary it predicts in staged; measured until two measurements in a row agree, and the faster of them kept."""
     def curves():
         with torch.inference_mode():
-            return cost_curves([target, draft], sizes=SIZES, context=CONTEXT, reps=REPS, output_vocabs=[None, draft_vocab])
+            return cost_curves([target, draft], sizes=SIZES, context=CONTEXT, reps=REPS,
+                               output_vocabs=[None, draft_vocab])
     last = curves()
     for _ in range(tries):
         now = curves()

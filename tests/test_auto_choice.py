@@ -13,8 +13,10 @@ import specviz.auto_choice as auto_choice
 import specviz.models as models
 import specviz.presets as presets
 
-IDLE = {"float32": 0.040, "bfloat16": 0.030, "int4": 0.008, "int8": 0.0085, "gguf": 0.009}   # one probe layer's token, s
-BUSY = {"float32": 0.016, "bfloat16": 0.034, "int4": 0.019, "int8": 0.012, "gguf": 0.020}    # the same machine under load
+# one probe layer's token, s
+IDLE = {"float32": 0.040, "bfloat16": 0.030, "int4": 0.008, "int8": 0.0085, "gguf": 0.009}
+# the same machine under load
+BUSY = {"float32": 0.016, "bfloat16": 0.034, "int4": 0.019, "int8": 0.012, "gguf": 0.020}
 
 
 def new_process(monkeypatch, timings: dict) -> None:

@@ -35,11 +35,12 @@ def build(tmp_path, flags, source: str | None = None) -> ctypes.CDLL:
     c_file = tmp_path / "blocks.c"
     c_file.write_text(source if source is not None else (BLOCKS / "blocks.c").read_text())
     library = tmp_path / f"blocks-{abs(hash(flags))}.so"
-    subprocess.run(["cc", "-O2", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off", f"-I{BLOCKS}", *flags, str(c_file),
-                    "-o", str(library)], check=True, capture_output=True)
+    subprocess.run(["cc", "-O2", "-fopenmp", "-shared", "-fPIC", "-ffp-contract=off", f"-I{BLOCKS}", *flags,
+                    str(c_file), "-o", str(library)], check=True, capture_output=True)
     lib = ctypes.CDLL(str(library))
-    lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                                  ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.block_product.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_void_p]
     lib.block_scratch_bytes.restype = ctypes.c_size_t
     lib.block_packed_bytes.restype = ctypes.c_size_t
     lib.block_pack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
@@ -49,7 +50,8 @@ def build(tmp_path, flags, source: str | None = None) -> ctypes.CDLL:
 
 
 def run(lib, qtype, w, x, threads=2, packed=True):
-    """The product by this library, many rows taking the packed blocks where its build has them (packed=False: never)."""
+    """The product by this library, many rows taking the packed blocks where its build has them (packed=False:
+    never)."""
     n, K = x.shape
     y = np.full((n, len(w)), np.nan, np.float32)
     scratch = np.zeros(lib.block_scratch_bytes(K, n), np.uint8)
@@ -80,8 +82,9 @@ def libraries(tmp_path_factory):
 @pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())
 def test_every_build_computes_the_definition_bit_for_bit(libraries, qtype):
     assert "portable" in libraries and ("avx2" in libraries or "avx2" not in SIMD)
-    # ragged outputs too; each side of the AVX2 columns' 3 and 5 rows and of the AVX-512 columns' 6 and 8 (in rows of 17
-    # blocks; 32 in short ones); past one group of 16 rows for the AMX tiles, and past the 128 rows a tile of outputs keeps
+    # ragged outputs too; each side of the AVX2 columns' 3 and 5 rows and of the AVX-512 columns' 6 and 8 (in rows of
+    # 17 blocks; 32 in short ones); past one group of 16 rows for the AMX tiles, and past the 128 rows a tile of
+    # outputs keeps
     shapes = [(1, 4, 2), (2, 13, 2), (3, 8, 2), (4, 11, 2), (5, 6, 2), (6, 19, 2), (7, 9, 2), (7, 16, 17), (8, 21, 17),
               (16, 33, 2), (31, 5, 2), (32, 5, 2), (40, 17, 2), (130, 3, 2)]
     for seed, (rows, outputs, blocks_per_row) in enumerate(shapes):
@@ -119,15 +122,16 @@ def test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests(tmp
 @pytest.mark.parametrize("name, vector, blocks_per_row", [("avx2", "_mm256", 4), ("avx512-vnni", "_mm512", 17)])
 def test_a_columns_product_that_sums_in_another_order_fails_these_tests(tmp_path, name, vector, blocks_per_row):
     """The same for the columns of K-quant blocks (columns.h, on their packed copy): the AVX2 build's 8 outputs at a
-    time (Q4_K from one row, Q6_K from 4), the AVX512-VNNI build's 16 (Q4_K from one row, Q6_K from 5). One float product
-    regrouped there gives a batch's rows other bits than the definition, while the tiles (no packed copy) still give
-    them."""
+    time (Q4_K from one row, Q6_K from 4), the AVX512-VNNI build's 16 (Q4_K from one row, Q6_K from 5). One float
+    product regrouped there gives a batch's rows other bits than the definition, while the tiles (no packed copy)
+    still give them."""
     if not RUNS_HERE[name]:
         pytest.skip(f"an x86 build: this CPU does not run {name}")
     source = (BLOCKS / "blocks.c").read_text().replace('#include "columns.h"', (BLOCKS / "columns.h").read_text())
     marker = f"acc[r] = {vector}_add_ps(acc[r], "
     assert source.count(marker) == 2
-    mutated = source.replace(marker, f"acc[r] = {vector}_add_ps({vector}_mul_ps(acc[r], {vector}_set1_ps(1.0f + 1e-7f)), ")
+    regrouped = f"acc[r] = {vector}_add_ps({vector}_mul_ps(acc[r], {vector}_set1_ps(1.0f + 1e-7f)), "
+    mutated = source.replace(marker, regrouped)
     lib = build(tmp_path, BUILDS[name], mutated)
     for qtype in (reference.Q4_K, reference.Q6_K):
         w, x = case(qtype, 12, 8, seed=1, blocks_per_row=blocks_per_row)
@@ -208,7 +212,8 @@ def test_the_header_and_the_definition_agree_on_the_formats():
     for name, qtype in build.CONSTANTS.items():
         if name.startswith("GGUF_"):
             assert reference.NAMES[qtype] == name.removeprefix("GGUF_")
-            assert (blocks._kernel().block_weights(qtype), blocks._kernel().block_bytes(qtype)) == reference.BLOCK[qtype]
+            kernel = blocks._kernel()
+            assert (kernel.block_weights(qtype), kernel.block_bytes(qtype)) == reference.BLOCK[qtype]
     assert {build.CONSTANTS[f"GGUF_{n}"] for n in reference.NAMES.values()} == set(reference.BLOCK)
 
 
@@ -227,20 +232,22 @@ def test_arm64_builds_compute_the_definition_bit_for_bit_under_emulation(tmp_pat
     driver = Path(__file__).with_name("block_driver.c")
     sources = [str(BLOCKS / "blocks.c"), str(BLOCKS / "row_attention.c"), str(driver)]
     here = tmp_path / "here"
-    subprocess.run(["cc", "-O2", "-ffp-contract=off", "-Wno-unknown-pragmas", f"-I{BLOCKS}", *sources, "-o", str(here), "-lm"],
-                   check=True, capture_output=True)
+    subprocess.run(["cc", "-O2", "-ffp-contract=off", "-Wno-unknown-pragmas", f"-I{BLOCKS}", *sources, "-o", str(here),
+                    "-lm"], check=True, capture_output=True)
     attention = subprocess.run([str(here), "attend"], capture_output=True, text=True, check=True).stdout
     for name, arch in ARM_BUILDS.items():
         program = tmp_path / name
         subprocess.run([compiler, "-O2", *([] if native else ["-static"]), f"-march={arch}", "-ffp-contract=off",
                         "-Wno-unknown-pragmas", f"-I{BLOCKS}", *sources, "-o", str(program), "-lm"], check=True,
                        capture_output=True)
-        assert subprocess.run([*runner, str(program), "attend"], capture_output=True, text=True).stdout == attention, name
+        attended = subprocess.run([*runner, str(program), "attend"], capture_output=True, text=True).stdout
+        assert attended == attention, name
         for seed, qtype in enumerate(TYPES):
             w, x = case(qtype, rows=5, outputs=11, seed=seed)
             given, got = tmp_path / "in.bin", tmp_path / "out.bin"
-            given.write_bytes(np.array([qtype, x.shape[1], len(w), len(x)], np.int32).tobytes() + w.tobytes() + x.tobytes())
+            header = np.array([qtype, x.shape[1], len(w), len(x)], np.int32)
+            given.write_bytes(header.tobytes() + w.tobytes() + x.tobytes())
             run = subprocess.run([*runner, str(program), str(given), str(got)], capture_output=True, text=True)
             assert run.returncode == 0 and run.stderr.strip() == ("NEON + dot product" if "dotprod" in name else "NEON")
-            assert np.array_equal(np.fromfile(got, np.float32).reshape(len(x), len(w)), reference.product(qtype, w, x)), \
-                (name, reference.NAMES[qtype])
+            product = np.fromfile(got, np.float32).reshape(len(x), len(w))
+            assert np.array_equal(product, reference.product(qtype, w, x)), (name, reference.NAMES[qtype])

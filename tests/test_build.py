@@ -19,16 +19,19 @@ def names(builds) -> list[str]:
 
 def test_the_builds_tried_on_each_kind_of_machine():
     assert names(build.candidates("x86_64", X86_AVX512, "")) == [
-        "AVX2 + AVX512-VNNI", "AVX2", "portable C", "AVX2 + AVX512-VNNI, no OpenMP", "AVX2, no OpenMP", "portable C, no OpenMP"]
+        "AVX2 + AVX512-VNNI", "AVX2", "portable C", "AVX2 + AVX512-VNNI, no OpenMP", "AVX2, no OpenMP",
+        "portable C, no OpenMP"]
     assert names(build.candidates("x86_64", ["avx2", "fma", "avx_vnni"], ""))[:2] == ["AVX2 + AVX-VNNI", "AVX2"]
     assert names(build.candidates("x86_64", X86_AVX512 + ["amx_tile", "amx_int8"], ""))[:3] == [
         "AVX2 + AVX512-VNNI + AMX", "AVX2 + AVX512-VNNI", "AVX2"]                           # Sapphire Rapids on
-    assert names(build.candidates("x86_64", ["avx2", "fma", "avx_vnni", "amx_tile", "amx_int8"], ""))[0] == "AVX2 + AVX-VNNI"
+    avx_vnni_with_tiles = ["avx2", "fma", "avx_vnni", "amx_tile", "amx_int8"]
+    assert names(build.candidates("x86_64", avx_vnni_with_tiles, ""))[0] == "AVX2 + AVX-VNNI"
     assert names(build.candidates("x86_64", X86_AVX512, "avx2"))[0] == "AVX2"
     assert names(build.candidates("x86_64", X86_AVX512 + ["amx_tile", "amx_int8"], "vnni"))[0] == "AVX2 + AVX512-VNNI"
     assert names(build.candidates("x86_64", ["sse4_2"], "")) == ["portable C", "portable C, no OpenMP"]   # no AVX2
     assert names(build.candidates("aarch64", ["asimd", "asimddp"], "")) == [
-        "NEON + dot product", "NEON", "portable C", "NEON + dot product, no OpenMP", "NEON, no OpenMP", "portable C, no OpenMP"]
+        "NEON + dot product", "NEON", "portable C", "NEON + dot product, no OpenMP", "NEON, no OpenMP",
+        "portable C, no OpenMP"]
     assert names(build.candidates("arm64", ["asimd"], ""))[0] == "NEON"                   # a Raspberry Pi 4
     assert names(build.candidates("x86_64", X86_AVX512, "portable")) == ["portable C", "portable C, no OpenMP"]
     rows = {b.name: b.rows for b in build.candidates("x86_64", X86_AVX512, "")}
@@ -49,8 +52,8 @@ def forced(tmp_path, builds, cache: Path) -> tuple[str, tuple]:
     """The status and results of a fresh process whose build candidates are `builds`, its user cache `cache`
     (conftest's kernel_builds: fresh when the run starts)."""
     import torch
-    code = ("import specviz.cpu.build as b; import pickle, sys; b.candidates = lambda *a: pickle.loads(bytes.fromhex(sys.argv[2])); "
-            + RUN)
+    code = ("import specviz.cpu.build as b; import pickle, sys; "
+            "b.candidates = lambda *a: pickle.loads(bytes.fromhex(sys.argv[2])); " + RUN)
     import pickle
     out = tmp_path / "out.pt"
     done = subprocess.run([sys.executable, "-c", code, str(out), pickle.dumps(builds).hex()], cwd=REPO,
@@ -82,6 +85,7 @@ def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, best,
 
 def test_a_build_that_fails_hands_over_and_the_status_says_why(tmp_path, kernel_builds):
     broken = build.Build("AVX9", ("-mno-such-flag",), build.PORTABLE_SOURCES)
-    status, _ = forced(tmp_path, [broken, build.Build("portable C", ("-DSPECVIZ_PORTABLE",), build.PORTABLE_SOURCES)], kernel_builds)
+    portable = build.Build("portable C", ("-DSPECVIZ_PORTABLE",), build.PORTABLE_SOURCES)
+    status, _ = forced(tmp_path, [broken, portable], kernel_builds)
     assert status.startswith(f"{build.PREFIX}: portable C (AVX9: ") and "no-such-flag" in status
     assert "\n" not in status

@@ -122,6 +122,7 @@ def test_draft_with_another_tokenizer_is_refused(tmp_path):
     from transformers import PreTrainedTokenizerFast
 
     vocab = {f"w{i}": i for i in range(64)}
-    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w0"))).save_pretrained(tmp_path)
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(tmp_path)
     tiny_model("llama").save_pretrained(tmp_path)
     assert_one_line_error(cli("--prompt", "x", "--strategy", "tree", "--draft", str(tmp_path)), "different tokenizers")

@@ -65,7 +65,8 @@ def test_compiled_drafts_run_bucket_sized_feeds_over_the_targets_static_length_a
     target, prompt = tiny_model("llama"), [3, 4, 5, 6, 7, 3, 4, 5]
     expected = Decoder(target, TOK, prompt, max_new_tokens=20).generate().tokens
     compiled = ModelDrafter(draft, name="compiled", compiled=draft_run, lower=LookupDrafter(64))
-    drafter = compiled if lower == "lookup" else ModelDrafter(tiny_model("llama", noise=0.2), name="top", lower=compiled)
+    drafter = (compiled if lower == "lookup"
+               else ModelDrafter(tiny_model("llama", noise=0.2), name="top", lower=compiled))
     draft_calls.clear()
     decoder = Decoder(target, TOK, prompt, max_new_tokens=20, drafter=drafter, strategy="staged",
                       tree=TreeSpec(budget=6, lookup=4), compiled=target_run)

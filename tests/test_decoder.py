@@ -40,7 +40,8 @@ def test_it_runs_quantized_llama_family_models_only():
     assert KVModel(llama, "l").decoder is not None and KVModel(gpt2, "g").decoder is None
 
 
-# (query heads, kv heads, values a head): the 1.5B's and the 0.5B's, an odd group, one head alone of a size not a multiple of 32
+# (query heads, kv heads, values a head): the 1.5B's and the 0.5B's, an odd group, one head alone of a size not a
+# multiple of 32
 SHAPES = [(12, 2, 128), (14, 2, 64), (6, 2, 64), (4, 4, 24)]
 
 
@@ -123,7 +124,8 @@ def test_its_layers_in_one_c_call_compute_what_its_steps_in_python_compute(make)
     with torch.inference_mode():
         for decoder in (looped, stepped):
             entries = decoder.entries()
-            first = decoder.forward(prompt, list(range(40)), torch.ones(40, 40, dtype=torch.bool).tril(), 0, entries, 40)
+            causal = torch.ones(40, 40, dtype=torch.bool).tril()
+            first = decoder.forward(prompt, list(range(40)), causal, 0, entries, 40)
             tree = decoder.forward([3, 9, 4], [40, 41, 41], ancestor_matrix([-1, 0, 0]).bool(), 40, entries, 3)
             results.append((first, tree, entries.keys[:, :, :43], entries.values[:, :, :43]))
     for ours, theirs in zip(*results):

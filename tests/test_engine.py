@@ -135,7 +135,8 @@ def test_a_decoder_given_the_prompts_prefill_writes_what_one_reading_it_writes(s
     read_once = prefill(tiny_model("llama"), prompt)
     alone = staged_run(sampling=sampling)
     reads = []
-    hook = tiny_model("llama").base_model.register_forward_hook(lambda *args: reads.append(1))   # the body runs in every feed
+    # the body runs in every feed
+    hook = tiny_model("llama").base_model.register_forward_hook(lambda *args: reads.append(1))
     try:
         copied = staged_run(sampling=sampling, prefilled=read_once)
     finally:

@@ -54,7 +54,8 @@ def test_a_layer_multiplies_by_its_dequantized_weight_within_the_groups_rounding
     x = torch.randn(5, 320)
     expected = rows_as_the_kernel_reads_them(x, q).double() @ w4.double().T + layer.bias
     assert torch.allclose(q(x).double(), expected, atol=1e-5 if q.own else 1e-2)
-    assert not torch.allclose(q(x).double(), x.double() @ w4.double().T + layer.bias, atol=1e-5)   # its inputs are rounded
+    # its inputs are rounded
+    assert not torch.allclose(q(x).double(), x.double() @ w4.double().T + layer.bias, atol=1e-5)
     assert q(x[None]).shape == (1, 5, 96)                    # any leading dimensions
 
 
@@ -68,7 +69,8 @@ def test_the_columns_product_of_a_prompt_read_computes_the_layers_model_within_f
     y = kernels.product_q4(q.packed, q.scales, q.zeros, x, outputs, columns=True, group=group)
     expected = rows_as_the_kernel_reads_them(x, q).double() @ q.dequantized().double().T
     assert torch.allclose(y.double(), expected, atol=1e-5 * expected.abs().max().item())
-    assert not torch.allclose(y.double(), x.double() @ q.dequantized().double().T, atol=1e-5 * expected.abs().max().item())
+    unrounded = x.double() @ q.dequantized().double().T
+    assert not torch.allclose(y.double(), unrounded, atol=1e-5 * expected.abs().max().item())
 
 
 def test_specviz_kernel_and_pytorchs_hold_the_same_weights(monkeypatch):
@@ -122,14 +124,15 @@ def test_vnni_and_avx2_builds_of_the_kernel_give_the_same_bits(tmp_path, kernel_
     with VNNI computes what one without it does (in groups of 32 and of 64)."""
     if not kernels.rows_available():
         pytest.skip("no rows kernel here (no AVX2): the layer is PyTorch's (tested above)")
-    code = ("import sys, torch; from specviz.cpu import kernels; from specviz.cpu.int4 import Int4Linear; torch.manual_seed(0); "
-            "layer = torch.nn.Linear(896, 64); x = torch.randn(5, 896); "
+    code = ("import sys, torch; from specviz.cpu import kernels; from specviz.cpu.int4 import Int4Linear; "
+            "torch.manual_seed(0); layer = torch.nn.Linear(896, 64); x = torch.randn(5, 896); "
             "torch.save(([Int4Linear(layer, g)(x) for g in (32, 64)], kernels.status()), sys.argv[1])")
     results = []
     for switch in ("1", "avx2"):
         path = tmp_path / f"{switch}.pt"
         env = {**os.environ, kernels.SWITCH: switch, "SPECVIZ_CACHE": str(kernel_builds)}
-        done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         results.append(torch.load(path))
     (vnni, status), (avx2, plain) = results
@@ -238,8 +241,11 @@ def test_every_strategy_writes_baselines_tokens_with_a_quantized_target_and_draf
     stack = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype=precision)
     pin_plan(stack)                     # staged drafts as where verifying is cheap (tests/tiny.py)
     if precision == "int4" and kernels.rows_available():     # the draft's groups are 64 wide, the target's 32
-        groups = lambda model: {m.group for m in model.modules() if isinstance(m, Int4Linear)}
-        assert groups(stack.target.model) == {GROUP} and groups(stack.loaded[str(tmp_path / "draft")].model) == {WIDE_GROUP}
+        def groups(model) -> set[int]:
+            return {m.group for m in model.modules() if isinstance(m, Int4Linear)}
+
+        draft = stack.loaded[str(tmp_path / "draft")].model
+        assert groups(stack.target.model) == {GROUP} and groups(draft) == {WIDE_GROUP}
     assert stack.precision() == precision_name(precision) == f"{precision} (re-quantised)"
     prompt = [(7 * i) % 64 for i in range(40)]
     base = stack.decoder(prompt, "baseline", max_new_tokens=40, stop_at_eos=False).generate().tokens

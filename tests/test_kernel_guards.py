@@ -29,8 +29,10 @@ def test_the_4bit_product_refuses_what_its_tiles_cannot_hold():
     ok = kernels.product_q4(packed, scales, zeros, rows, 8)
     assert ok.shape == (3, 8) and torch.isfinite(ok).all()
     one_line_error(lambda: kernels.product_q4(packed, scales, zeros, rows, 6), "tiles of 4")     # a ragged N
-    one_line_error(lambda: kernels.product_q4(packed[:, :32].contiguous(), scales, zeros, rows, 8), "packed weights has shape")
-    one_line_error(lambda: kernels.product_q4(packed, scales, zeros, torch.randn(3, 96), 8), "multiple of 64")  # odd blocks
+    one_line_error(lambda: kernels.product_q4(packed[:, :32].contiguous(), scales, zeros, rows, 8),
+                   "packed weights has shape")
+    # odd blocks
+    one_line_error(lambda: kernels.product_q4(packed, scales, zeros, torch.randn(3, 96), 8), "multiple of 64")
     one_line_error(lambda: kernels.product_q4(packed, scales.float(), zeros, rows, 8), "bfloat16")
     one_line_error(lambda: kernels.product_q4(packed, scales, zeros, rows.double(), 8), "float32")
     wide = torch.empty(8, 128, dtype=torch.uint8)[:, :64]                      # right shape, wrong layout
@@ -72,4 +74,5 @@ def test_the_layer_loop_refuses_entries_past_its_cache():
                                             capacity - 1), "do not fit")
     one_line_error(lambda: decoder.loop.run(x.clone(), cos, sin, entries.keys[:, :1].contiguous(), entries.values, 0,
                                             visible, 0), "keys has shape")
-    one_line_error(lambda: decoder.loop.run(x.double(), cos, sin, entries.keys, entries.values, 0, visible, 0), "float32")
+    one_line_error(lambda: decoder.loop.run(x.double(), cos, sin, entries.keys, entries.values, 0, visible, 0),
+                   "float32")

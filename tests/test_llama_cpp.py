@@ -60,7 +60,8 @@ def test_bench_rows_and_the_reference(self_drafted):
     assert report["reference"]["tokens_per_s"] == rows["llama_cpp"]["tokens_per_s_median"]
     assert rows["llama_cpp"]["speedup_vs_reference"] == pytest.approx(1.0)
     base = rows["baseline"]
-    assert base["speedup_vs_reference"] == pytest.approx(base["tokens_per_s_median"] / rows["llama_cpp"]["tokens_per_s_median"])
+    reference = rows["llama_cpp"]["tokens_per_s_median"]
+    assert base["speedup_vs_reference"] == pytest.approx(base["tokens_per_s_median"] / reference)
     assert all(r["exact_match"] in (0, 1) for r in rows.values()) and base["exact_match"] == 1
     assert rows["llama_cpp_speculative"]["tokens_per_target_forward"] > 1.0
     assert all(row["new_tokens"] == 10 for row in report["per_prompt"])
@@ -102,7 +103,8 @@ def test_without_llama_cpp_the_rows_lanes_and_cli_say_so_in_one_line(tmp_path, m
     assert "not installed here" in report["settings"]["notes"][0] and report["reference"]["strategy"] == "baseline"
     result = subprocess.run([sys.executable, "-m", "specviz", "generate", "--preset", "offline", "--prompt", PROMPT,
                              "--strategy", "baseline", "--max-new-tokens", "4", "--dtype", "float32", "--json"],
-                            capture_output=True, text=True, env={**__import__("os").environ, llama_cpp.DIR_ENV: str(tmp_path)})
+                            capture_output=True, text=True,
+                            env={**__import__("os").environ, llama_cpp.DIR_ENV: str(tmp_path)})
     assert result.returncode == 0, result.stderr[-1000:]
     out = json.loads(result.stdout)
     assert out["reference"]["tokens_per_s"] is None and "not installed here" in out["reference"]["how"]

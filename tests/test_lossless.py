@@ -24,8 +24,10 @@ def stack():
 
 
 def counts(stack, strategy, n=N, seed=0, prefilled=None):
-    new = lambda s: stack.decoder(PROMPT, strategy, sampling=replace(SAMPLING, seed=s), max_new_tokens=8,
-                                  stop_at_eos=False, prefilled=prefilled)
+    def new(seed):
+        return stack.decoder(PROMPT, strategy, sampling=replace(SAMPLING, seed=seed), max_new_tokens=8,
+                             stop_at_eos=False, prefilled=prefilled)
+
     return Counter(first_tokens(new, n, seed))
 
 
@@ -39,7 +41,10 @@ def test_the_tests_tell_equal_from_different_distributions():
     g = torch.Generator().manual_seed(0)
     p = torch.tensor([0.5, 0.3, 0.15, 0.05])
     q = torch.tensor([0.3, 0.3, 0.3, 0.1])
-    draw = lambda dist, n: Counter(torch.multinomial(dist, n, replacement=True, generator=g).tolist())
+
+    def draw(dist, n):
+        return Counter(torch.multinomial(dist, n, replacement=True, generator=g).tolist())
+
     assert goodness_of_fit(draw(p, 2000), p).p_value > 1e-3
     assert goodness_of_fit(draw(q, 2000), p).p_value < 1e-6
     assert homogeneity(draw(p, 2000), draw(p, 2000)).p_value > 1e-3

@@ -37,7 +37,8 @@ def test_without_sysconf_as_on_windows_psutil_tells_and_without_either_nothing_i
 
     import specviz.cpu.machine as machine
     monkeypatch.delattr(os, "sysconf")                       # Windows has no os.sysconf
-    monkeypatch.setitem(sys.modules, "psutil", types.SimpleNamespace(virtual_memory=lambda: types.SimpleNamespace(total=8 * 2**30)))
+    eight_gib = types.SimpleNamespace(total=8 * 2**30)
+    monkeypatch.setitem(sys.modules, "psutil", types.SimpleNamespace(virtual_memory=lambda: eight_gib))
     assert machine.memory_bytes(tmp_path) == 8 * 2**30
     (tmp_path / "memory.max").write_text("4294967296\n")      # a cgroup limit still caps it
     assert machine.memory_bytes(tmp_path) == 4 * 2**30

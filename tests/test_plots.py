@@ -233,7 +233,7 @@ def test_compare_charts_without_data_show_a_message():
 
 
 def test_benchmark_figure_groups_by_sampling():
-    bench = {"machine": "test box", "date": "2026-11-22", "command": "python -m specviz.bench", "results": [
+    bench = {"machine": "test box", "date": "today", "command": "python -m specviz.bench", "results": [
         {"strategy": s, "sampling": m, "tokens_per_s_median": v, "speedup_vs_hf_generate": v / 10,
          "tokens_per_target_forward": None, "bytes_relative_to_baseline": None, "phase_share": None,
          "exact_match": None, "prompts": 3}

@@ -128,7 +128,9 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
     def timed(m):
         reader = prompt_reader._READERS.get(m)
         down = reader[0]["down"] if reader else None
-        return speeds[None if down is None else "columns" if isinstance(down, prompt_reader.ColumnsProduct) else down.weight.dtype]
+        if down is None:
+            return speeds[None]
+        return speeds["columns" if isinstance(down, prompt_reader.ColumnsProduct) else down.weight.dtype]
     monkeypatch.setattr(prompt_reader, "time_read", timed)
     speeds.update({None: 1.0, torch.bfloat16: 0.95, torch.float32: 2.0, "columns": 0.92})
     assert prompt_reader.choose(model)["choice"] == prompt_reader.OWN
@@ -190,5 +192,6 @@ def test_the_regime_panel_says_how_the_draft_reads_prompts():
             "probes": {}, "target": "t", "precision": "gguf", "plan": None, "prompt_reads": {"qwen-0.5b": choice}}
     text = regime_md(view)
     assert f"**qwen-0.5b**: {prompt_reader.describe(choice)}." in text
-    assert "bfloat16 copies of its weights (128 tokens: its own products 430 ms, bfloat16 200 ms, float32 460 ms)" in text
+    assert ("bfloat16 copies of its weights (128 tokens: its own products 430 ms, bfloat16 200 ms, float32 460 ms)"
+            in text)
     assert "reads prompts" not in regime_md({**view, "prompt_reads": {}})

@@ -58,7 +58,8 @@ def _status_in_a_fresh_process(env: dict) -> str:
 
 
 def test_switched_off_or_without_a_compiler_it_says_so_and_torch_multiplies(tmp_path):
-    assert _status_in_a_fresh_process({kernels.SWITCH: "0"}) == "torch (specviz's kernels are off: SPECVIZ_ROWS_KERNEL=0)"
+    off = "torch (specviz's kernels are off: SPECVIZ_ROWS_KERNEL=0)"
+    assert _status_in_a_fresh_process({kernels.SWITCH: "0"}) == off
     bare = tmp_path / "bin"                    # a PATH with python but no C compiler, and an empty cache
     bare.mkdir()
     status = _status_in_a_fresh_process({"PATH": str(bare), "SPECVIZ_CACHE": str(tmp_path / "cache")})

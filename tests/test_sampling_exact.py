@@ -109,10 +109,11 @@ def exact_two_token_distribution(model, prompt, sampling):
 
 CASES = [   # name, sampling, tree, the draft's output vocabulary (None: all tokens)
     ("temperature", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3), None),
-    ("top-k branching", Sampling(temperature=0.8, top_k=4), TreeSpec(shape="static", budget=6, max_depth=2, max_branch=3), None),
+    ("top-k branching", Sampling(temperature=0.8, top_k=4),
+     TreeSpec(shape="static", budget=6, max_depth=2, max_branch=3), None),
     ("top-p chain", Sampling(temperature=1.2, top_p=0.9), TreeSpec(shape="chain", budget=3, max_depth=3), None),
-    ("draft over a token subset", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3),
-     torch.tensor([0, 2, 3])),
+    ("draft over a token subset", Sampling(temperature=1.0),
+     TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3), torch.tensor([0, 2, 3])),
     ("planned minimum scores", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3,
                                                                    min_scores=(0.1, 0.15, 0.2, 0.3, 0.3, 0.4)), None),
     ("context lookup branch", Sampling(temperature=1.0), TreeSpec(shape="dynamic", budget=2, max_depth=2, max_branch=2,

@@ -11,7 +11,8 @@ from specviz.models import LoadedModel, _quantized
 from specviz.cpu.shared_input import Slice, Stacked, stack_siblings
 from test_int4 import gqa_model
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="no rows kernel here: int4 layers are PyTorch's, never stacked")
+pytestmark = pytest.mark.skipif(not kernels.available(),
+                                reason="no rows kernel here: int4 layers are PyTorch's, never stacked")
 
 
 def quantized_pair():
@@ -51,7 +52,8 @@ def test_stacked_siblings_compute_the_same_bits_in_fewer_calls(monkeypatch):
             calls.clear()
             kv = KVModel(model, name)
             kv.decoder.loop = None     # the products called one by one from Python (layer_loop.c needs them stacked)
-            logits[name] = [kv.feed_committed([(5 * i) % 256 for i in range(40)])] + [kv.feed_committed([t]) for t in (7, 99, 3)]
+            logits[name] = ([kv.feed_committed([(5 * i) % 256 for i in range(40)])]
+                            + [kv.feed_committed([t]) for t in (7, 99, 3)])
             logits[name + " calls"] = len(calls)
     assert all(torch.equal(a, b) for a, b in zip(logits["stacked"], logits["apart"]))
     layers = len(stacked.model.layers)

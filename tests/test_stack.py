@@ -54,11 +54,13 @@ def test_default_trees():
     assert default_tree("speculative").shape == "chain"
     assert default_tree("staged").shape == "dynamic"
     assert default_tree("tree", 24).budget == 24
-    assert (default_tree("staged").lookup, default_tree("tree").lookup, default_tree("speculative").lookup) == (STAGED_LOOKUP, 0, 0)
+    lookups = default_tree("staged").lookup, default_tree("tree").lookup, default_tree("speculative").lookup
+    assert lookups == (STAGED_LOOKUP, 0, 0)
     assert STAGED_LOOKUP > 0
     assert default_tree("staged", lookup=0).lookup == 0 and default_tree("tree", lookup=5).lookup == 5
     assert (default_tree("tree").min_score, default_tree("staged", min_score=0.25).min_score) == (0.2, 0.25)
-    assert (default_tree("staged").level_width, default_tree("staged").min_score, default_tree("tree").level_width) == (1, 0.5, 4)
+    staged, tree = default_tree("staged"), default_tree("tree")
+    assert (staged.level_width, staged.min_score, tree.level_width) == (1, 0.5, 4)
 
 
 def _save_target_and_draft(folder):
@@ -91,21 +93,24 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
 
 
 @pytest.mark.parametrize("fastest", ["bfloat16", "int4", "int8"])
-def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tmp_path, monkeypatch, fastest, auto_choices):
+def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tmp_path, monkeypatch, fastest,
+                                                                                auto_choices):
     """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 or
     int4 draft still writes baseline's tokens."""
     import specviz.stack as stack_module
     _save_target_and_draft(tmp_path)
     monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
     monkeypatch.setattr(stack_module, "draft_probe_seconds",
-                        lambda models, lower: [1.0 if LoadedModel("", m, None).dtype == fastest else 3.0 for m in models])
+                        lambda models, lower: [1.0 if LoadedModel("", m, None).dtype == fastest else 3.0
+                                               for m in models])
     s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
     assert s.dtype == "float32" and s.loaded[str(tmp_path / "draft")].dtype == fastest
     assert s.precision() == f"float32 target, {precision_name(fastest)} draft"
     base = s.decoder([1, 2, 3, 4], "baseline", max_new_tokens=12, stop_at_eos=False).generate().tokens
     for strategy in ("speculative", "tree", "staged"):
         assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base
-    monkeypatch.setattr(stack_module, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))    # a tie keeps float32
+    # a tie keeps float32
+    monkeypatch.setattr(stack_module, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto").precision() == \
         f"float32 target, {precision_name(fastest)} draft"          # ...but the choice stored on this machine stands
     stack_module.auto_choice.forget()

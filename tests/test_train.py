@@ -19,8 +19,8 @@ def test_teacher_forced_labels_are_the_models_top_k_at_every_position(tmp_path):
         np.testing.assert_allclose(label["top_logit"], expected_values[row].numpy(), rtol=1e-2, atol=1e-2)
     save_labelled(labels, tmp_path / "shard_0000.npz")
     again = load_labelled([tmp_path / "shard_0000.npz"])
-    assert [a["tokens"] for a in again] == [l["tokens"] for l in labels]
-    assert all((a["top_idx"] == l["top_idx"]).all() for a, l in zip(again, labels))
+    assert [a["tokens"] for a in again] == [label["tokens"] for label in labels]
+    assert all((a["top_idx"] == label["top_idx"]).all() for a, label in zip(again, labels))
 
 
 def _mass_outside_active(negatives: int) -> float:

@@ -100,7 +100,7 @@ def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
 
 def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_stack_reads_it(auto_choices, monkeypatch):
     # The tiny models' curves are timed for real; whether two timings in a row agree depends on what else the machine
-    # runs (a fresh-clone CI run on 2026-11-27 got None here beside the suite's other worker): the test below covers that.
+    # runs (a fresh-clone CI run got None here beside the suite's other worker): the test below covers that.
     monkeypatch.setattr(tree_plan, "agree", lambda *a, **k: True)
     first = tiny_stack(("draft", "lookup"), plan=None)
     unplanned = first.planned(default_tree("staged"))        # a process that only generates never times anything
@@ -159,7 +159,8 @@ def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_a
     run = subprocess.run([sys.executable, "scripts/tree_settings_sweep.py", "--modelled", "--new-tokens", "12",
                           "offline", str(prompts), str(out), "base=baseline", "staged=staged",
                           "wide=staged:budget=12:min_score=0.01"],
-                         cwd=repo, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(repo)})
+                         cwd=repo, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(out.read_text())
     summary, curves = result["summary"], result["curves"]

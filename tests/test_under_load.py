@@ -6,14 +6,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
-PROMPT = 'import csv\n\ndef read_scores(path):\n    """Read a CSV of name,score rows and return a dict from name to the highest score."""\n'
+PROMPT = ('import csv\n\ndef read_scores(path):\n'
+          '    """Read a CSV of name,score rows and return a dict from name to the highest score."""\n')
 TOKENS = "4"
 # (preset or None for this machine's default, strategy, dtype); the default stack loads the 1.5B, so it runs once;
 # the 135M offline stack in every precision

@@ -24,5 +24,5 @@ from .run import ForwardClock, run_bench, run_strategy
 from .settings import ALL_STRATEGIES, BenchError, parse_sampling, sampling_name
 
 __all__ = ["ALL_STRATEGIES", "BenchError", "ForwardClock", "PROJECTION_SIZES", "build_parser", "compare_rows",
-           "format_projection", "format_table", "main", "parse_sampling", "project", "run_bench", "run_strategy", "sampling_name",
-           "summarise", "write_outputs"]
+           "format_projection", "format_table", "main", "parse_sampling", "project", "run_bench", "run_strategy",
+           "sampling_name", "summarise", "write_outputs"]

@@ -18,7 +18,7 @@ from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
 from .projection import PROJECTION_SIZES, format_projection, project, recorded_rows
-from .report import format_analyses, format_table, summarise, write_outputs
+from .report import format_analyses, format_table, write_outputs
 from .run import run_bench
 from .settings import ALL_STRATEGIES, DEFAULT_SAMPLINGS, BenchError, parse_sampling
 from .. import tree_plan
@@ -30,7 +30,8 @@ DESCRIPTION = "`python -m specviz.bench`: the paper's Tables 1 and 2 with our mo
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specviz.bench", description=DESCRIPTION)
-    parser.add_argument("--prompts", default=HUMANEVAL, help="'humaneval' (164 prompts) or a JSONL file with a \"prompt\" field")
+    parser.add_argument("--prompts", default=HUMANEVAL,
+                        help="'humaneval' (164 prompts) or a JSONL file with a \"prompt\" field")
     parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--strategies", default=",".join(ALL_STRATEGIES),
@@ -47,13 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"context-lookup tokens verified per round (default: {STAGED_LOOKUP} for staged, else 0; "
                              "0 = the paper's staged)")
     parser.add_argument("--min-score", type=float, default=None, metavar="P",
-                        help="tree and staged: grow only paths the draft gives at least this probability (default: staged plans per guess from this machine's cost curves, tree 0.2)")
+                        help="tree and staged: grow only paths the draft gives at least this probability (default: "
+                             "staged plans per guess from this machine's cost curves, tree 0.2)")
     parser.add_argument("--dtype", choices=PRECISIONS, default=AUTO_DTYPE,
                         help=PRECISION_HELP)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
-                        help="our strategies run torch.compile'd target and draft models over static KV caches (CUDA graphs "
-                             "on a GPU); the HF peers stay eager. Compiling takes minutes before the run")
+                        help="our strategies run torch.compile'd target and draft models over static KV caches "
+                             "(CUDA graphs on a GPU); the HF peers stay eager. Compiling takes minutes before the run")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON report; charts are written next to it")
     parser.add_argument("--no-png", action="store_true", help="HTML charts only")
     parser.add_argument("--projection", nargs="?", const="paper", choices=list(PROJECTION_SIZES), default=None,
@@ -67,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no run: time one target forward by the number of tokens it verifies, print the "
                              "curve and write it as JSON (--out)")
     parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--render", metavar="JSON", help="no run: print the table and redraw the charts of a saved report")
+    parser.add_argument("--render", metavar="JSON",
+                        help="no run: print the table and redraw the charts of a saved report")
     return parser
 
 
@@ -107,7 +110,7 @@ def render(path: str, png: bool = True) -> int:
         raise BenchError(f"report not found: {path}")
     try:
         report = json.loads(file.read_text(encoding="utf-8"))
-        print_results(report["results"], report.get("per_prompt"))
+        print_results(report["results"])
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise BenchError(f"{path} is not a benchmark report ({type(exc).__name__}: {exc})") from None
     if "projection" in report:
@@ -117,12 +120,9 @@ def render(path: str, png: bool = True) -> int:
     return 0
 
 
-def print_results(results: list[dict], per_prompt: list[dict] | None = None) -> None:
-    """The table, then what each speculative strategy's rounds cost and would need; for a report from before
-    2026-11-26, whose results hold no round analysis, drawn from its per-prompt rows."""
+def print_results(results: list[dict]) -> None:
+    """The table, then what each speculative strategy's rounds cost and would need."""
     print(format_table(results))
-    if per_prompt and not any(r.get("rounds") for r in results):
-        results = summarise(per_prompt)
     analyses = format_analyses(results)
     if analyses:
         print("\n" + analyses)

@@ -60,9 +60,8 @@ static double memory(void) {
 #define CHAINS 12               /* independent accumulators: enough to hide each instruction's latency */
 #define STEPS 20000000L
 
-/* The chains unrolled, so that the accumulators stay in registers: before 2026-11-27 they were not, and the loop
- * measured how fast the core stores and reloads them, not its multipliers (on a Zen 4, 204 G/s for VNNI where the
- * multipliers reach 470) */
+/* The chains unrolled, so that the accumulators stay in registers: a loop over them in memory measures how fast the
+ * core stores and reloads them, not its multipliers (on a Zen 4, 204 G/s for VNNI where the multipliers reach 470) */
 #define UNROLL_CHAINS _Pragma("GCC unroll 16")
 
 /* one run of a chained dot-product loop on two threads; the weights are made opaque at each use, so that no two

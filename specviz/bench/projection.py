@@ -115,7 +115,8 @@ def replay(target, drafts: dict, recorded: dict, prompt_tokens: int, vocab: int)
         target.commit(step["path"])
         for name, kv in drafts.items():
             for n in step["forwards"].get(name, []):
-                visible = torch.cat([torch.zeros(n, kv.pending, dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()], 1)
+                visible = torch.cat([torch.zeros(n, kv.pending, dtype=torch.bool),
+                                     torch.ones(n, n, dtype=torch.bool).tril()], 1)
                 kv.forward(tokens(n), list(range(kv.length, kv.length + n)), visible)
             kv.commit(list(range(min(kv.pending, step["committed"]))))
         new += step["committed"]

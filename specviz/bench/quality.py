@@ -43,7 +43,8 @@ def llama_cpp_logits(gguf: Path, text: str, context: int, chunks: int, threads: 
     text_file.write_text(text)
     perplexity = program("llama-perplexity")
     if perplexity is None:
-        raise ModelLoadError("llama-perplexity is not built here (bash scripts/setup.sh builds it); or pass --no-llama-cpp")
+        raise ModelLoadError("llama-perplexity is not built here (bash scripts/setup.sh builds it); "
+                             "or pass --no-llama-cpp")
     done = subprocess.run([str(perplexity), "-m", str(gguf), "-f", str(text_file), "-c", str(context),
                            "--chunks", str(chunks), "-t", str(threads), "-b", str(context),
                            "--kl-divergence-base", str(base)], capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -104,7 +105,8 @@ def bits_per_weight(gguf: Path) -> list[list]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specviz.bench.quality", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="a GGUF model spec (default: the qwen-coder target)")
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b",
+                        help="a GGUF model spec (default: the qwen-coder target)")
     parser.add_argument("--precisions", default="gguf,int4,int8", help="comma-separated, compared with float32")
     parser.add_argument("--first", type=int, default=100, help="the held-out text starts at this HumanEval problem")
     parser.add_argument("--context", type=int, default=512, help="tokens per chunk (llama-perplexity's -c)")
@@ -132,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         del reference_model
         rows = {}
         for precision in args.precisions.split(","):
-            rows[precision_name(precision)] = compare(reference, model_log_probs(load_model(args.model, precision).model,
-                                                                                 tokens), tokens)
+            model = load_model(args.model, precision).model
+            rows[precision_name(precision)] = compare(reference, model_log_probs(model, tokens), tokens)
         if theirs is not None:
             rows[f"{LLAMA_CPP} (its own logits of the file)"] = compare(reference, theirs, tokens)
     except (ModelLoadError, OSError, ValueError) as exc:
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = {f"{REFERENCE} (the file's weights)": compare(reference, reference, tokens), **rows}
     table = md_table(["precision", "KL to the file's model (nats)", "top-1 agreement", "perplexity"],
-                     [[name, f"{r['kl']:.4f}", f"{100 * r['top1']:.1f}%", f"{r['perplexity']:.3f}"] for name, r in rows.items()],
+                     [[name, f"{r['kl']:.4f}", f"{100 * r['top1']:.1f}%", f"{r['perplexity']:.3f}"]
+                      for name, r in rows.items()],
                      "lrrr")
     print(f"{args.model}: {tokens.size} tokens of HumanEval/{args.first}+ (prompts with their solutions), "
           f"{rows[next(iter(rows))]['tokens']} scored, chunks of {args.context}")

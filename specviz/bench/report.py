@@ -37,7 +37,8 @@ def compare_rows(rows: list[dict]) -> list[dict]:
         ref = by_key.get((r["prompt"], r["sampling"], reference))
         n = len(r["tokens"])
         rate = n / r["wall_s"] if r["wall_s"] > 0 else 0.0
-        row = {k: v for k, v in r.items() if not k.startswith("_")}    # tokens kept: runs can be compared token for token
+        # tokens kept: runs can be compared token for token
+        row = {k: v for k, v in r.items() if not k.startswith("_")}
         row.update(new_tokens=n, tokens_per_s=rate,
                    tokens_per_target_forward=n / r["target_forwards"] if r["target_forwards"] else None,
                    baseline_bytes_per_token=base and base["bytes_per_token"],
@@ -159,7 +160,9 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
     wall = sum(r["decode_wall_s"] for r in rows)
     if wall <= 0:
         return {}
-    order = lambda name: (not name.endswith("_draft"), name != "tree", name != "verify", name)
+    def order(name: str) -> tuple:
+        return not name.endswith("_draft"), name != "tree", name != "verify", name
+
     shares = {name: totals[name] / wall for name in sorted(totals, key=order)}
     shares["other"] = max(0.0, 1.0 - sum(shares.values()))
     return shares
@@ -187,7 +190,8 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
         lines.append((
             r["sampling"], r["strategy"],
             f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",
-            fmt(r.get("speedup_vs_reference"), "{:.2f}x"), fmt(r["speedup_vs_hf_generate"], "{:.2f}x"), fmt(r.get("speedup_vs_hf_assisted"), "{:.2f}x"),
+            fmt(r.get("speedup_vs_reference"), "{:.2f}x"), fmt(r["speedup_vs_hf_generate"], "{:.2f}x"),
+            fmt(r.get("speedup_vs_hf_assisted"), "{:.2f}x"),
             fmt(r["speedup_vs_baseline"], "{:.2f}x"),
             fmt(r["tokens_per_target_forward"], "{:.2f}"), fmt(r["bytes_relative_to_baseline"], "{:.2f}"),
             fmt(draft if split else None, "{:.0%}"), fmt(split.get("verify"), "{:.0%}"),

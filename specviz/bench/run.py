@@ -151,7 +151,8 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
               "reference": reference.entry(ref, stack.precision(), f"measured in this run on the same prompts, "
                                            f"{torch.get_num_threads()} threads, prompt read included; median over "
                                            "prompts of the first sampling",
-                                           next((r["tokens_per_s_median"] for r in results if r["strategy"] == ref), None))}
+                                           next((r["tokens_per_s_median"] for r in results
+                                                 if r["strategy"] == ref), None))}
     if projection:
         report["projection"] = project(rows, projection, device, dtype)
     return report

@@ -42,7 +42,8 @@ def sampling_name(sampling: Sampling) -> str:
     if sampling.greedy:
         return "greedy"
     parts = [f"temp{sampling.temperature:g}" if sampling.temperature != 1.0 else "",
-             f"topk{sampling.top_k}" if sampling.top_k else "", f"topp{sampling.top_p:g}" if sampling.top_p != 1.0 else ""]
+             f"topk{sampling.top_k}" if sampling.top_k else "",
+             f"topp{sampling.top_p:g}" if sampling.top_p != 1.0 else ""]
     return "-".join(p for p in parts if p) or "temp1"
 
 

@@ -62,7 +62,8 @@ class KatzTrigram:
     tri_ptr: np.ndarray
     tri_next: np.ndarray
     tri_count: np.ndarray
-    _tops: dict = field(default_factory=dict, init=False, repr=False, compare=False)   # top()'s answers, by last two tokens
+    # top()'s answers, by last two tokens
+    _tops: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ building
 

@@ -70,7 +70,8 @@ class ModelDrafter(Drafter):
 
     def fit_static(self, static_len):
         if self.compiled is not None:
-            self.kv = KVModel(self.kv.model, self.name, self.kv.output_vocab, static_len=static_len, compiled=self.compiled)
+            self.kv = KVModel(self.kv.model, self.name, self.kv.output_vocab, static_len=static_len,
+                              compiled=self.compiled)
         if self.lower is not None:
             self.lower.fit_static(static_len)
 

@@ -8,6 +8,6 @@ from .common import KIND_WORDS, REJECTED_TINT, base_layout, empty_figure, stage_
 from .compare import benchmark_figure, forwards_figure, latency_figure, memory_figure, phase_split
 from .tree import BONUS_ID, acceptance_figure, bonus_token, tree_figure, tree_layout
 
-__all__ = ["BONUS_ID", "KIND_WORDS", "REJECTED_TINT", "ROOT_COLOUR", "acceptance_figure", "base_layout", "benchmark_figure",
-           "blend", "bonus_token", "empty_figure", "forwards_figure", "latency_figure", "memory_figure", "phase_split",
-           "stage_colours", "stage_label", "token_label", "tree_figure", "tree_layout"]
+__all__ = ["BONUS_ID", "KIND_WORDS", "REJECTED_TINT", "ROOT_COLOUR", "acceptance_figure", "base_layout",
+           "benchmark_figure", "blend", "bonus_token", "empty_figure", "forwards_figure", "latency_figure",
+           "memory_figure", "phase_split", "stage_colours", "stage_label", "token_label", "tree_figure", "tree_layout"]

@@ -94,7 +94,8 @@ def _columns(layout: dict, labels: dict[int, str]) -> tuple[list[float], int]:
 def _token_box(at: tuple[float, float], text: str, colour: str, accepted: bool, name: str, size: int = 15) -> dict:
     """A token as a coloured box: accepted ones solid with a dark border, the others a pale tint."""
     return dict(name=name, x=at[0], y=at[1], text=html.escape(token_label(text), quote=False), showarrow=False,
-                bgcolor=colour if accepted else blend(colour, REJECTED_TINT), bordercolor="#111111" if accepted else colour,
+                bgcolor=colour if accepted else blend(colour, REJECTED_TINT),
+                bordercolor="#111111" if accepted else colour,
                 borderwidth=2 if accepted else 1, borderpad=4,
                 font=dict(color="white" if accepted else "#333333", size=size, family="DejaVu Sans Mono, monospace"))
 

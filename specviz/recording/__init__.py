@@ -41,7 +41,8 @@ class RecordedLane:
     strategy: str
     prompt: list[int]
     stages: list[StageInfo]
-    costs: dict[str, list[int]]              # model name -> [weight bytes, KV bytes per cached token, bytes per token fed]
+    # model name -> [weight bytes, KV bytes per cached token, bytes per token fed]
+    costs: dict[str, list[int]]
     max_new_tokens: int
     sampling: Sampling
     recorded_steps: list[StepRecord]

@@ -7,7 +7,8 @@
     python -m specviz.train trigram          # build the stage-2 Katz-backoff trigram
     python -m specviz.train draft-text --draft qwen2.5-coder-0.5b   # text a preset's draft writes, for its trigram:auto
     python -m specviz.train agreement        # measure top-1 agreement on HumanEval continuations
-    python -m specviz.train manifest         # write assets/manifest.json + MANIFEST.md from the runs (--files-only: sizes)
+    python -m specviz.train manifest         # write assets/manifest.json + MANIFEST.md from the runs
+                                             # (--files-only: the files' sizes only)
 
 assets/MANIFEST.md lists the exact commands and arguments that built the shipped artifacts.
 
@@ -130,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a specviz.bench report whose tokens per target forward go in the manifest")
     p.add_argument("--notes", default=None, help="a markdown file to include under Notes")
     p.add_argument("--files-only", action="store_true",
-                   help="keep the recorded runs' numbers, refresh the file list and sizes (after replacing a recording)")
+                   help="keep the recorded runs' numbers, refresh the file list and sizes "
+                        "(after replacing a recording)")
     p.set_defaults(func=cmd_manifest)
     return parser
 

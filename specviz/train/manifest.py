@@ -68,7 +68,8 @@ def write_manifest(manifest: dict) -> None:
              for p in sorted(ASSETS.rglob("*")) if p.is_file() and p.name not in index_files}
     files.update({name: {"bytes": None} for name in index_files})
     manifest["artifacts"]["recordings"] = recordings_artifact()
-    manifest |= {"files": files, "total_bytes_without_index_files": sum(f["bytes"] for f in files.values() if f["bytes"])}
+    total = sum(f["bytes"] for f in files.values() if f["bytes"])
+    manifest |= {"files": files, "total_bytes_without_index_files": total}
     (ASSETS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     (ASSETS / "MANIFEST.md").write_text(render_manifest(manifest))
     log("wrote", ASSETS / "manifest.json", ASSETS / "MANIFEST.md")
@@ -90,7 +91,9 @@ def render_acceptance(acceptance: dict) -> list[str]:
     if not acceptance:
         return lines + ["(not measured)", ""]
     lines += [f"Command: `{acceptance['command']}` ({acceptance['machine']}, {acceptance['date']})", ""]
-    show = lambda value, spec="": "-" if value is None else format(value, spec)
+    def show(value, spec: str = "") -> str:
+        return "-" if value is None else format(value, spec)
+
     rows = [[r["strategy"], r["sampling"], r["prompts"], show(r["tokens_per_target_forward"], ".3f"),
              show(r["mean_accepted_per_target_forward"], ".3f"), show(r["tokens_per_s_median"], ".1f"),
              f"{show(r['speedup_vs_baseline'], '.2f')}x", show(r["exact_match"])] for r in acceptance["rows"]]
@@ -125,7 +128,8 @@ def render_manifest(m: dict) -> str:
                  result[pair]["positions"]] for pair in ("draft_vs_target", "trigram_vs_draft", "trigram_vs_target")
                 if pair in result]
         lines += [f"## {title}", "", f"Command: `{result.get('command', '(not measured)')}`", "",
-                  *md_table(["pair", "mean over prompts", "pooled over tokens", "prompts", "positions"], rows).split("\n")]
+                  *md_table(["pair", "mean over prompts", "pooled over tokens", "prompts", "positions"],
+                            rows).split("\n")]
         if "draft_mean_top1_probability" in result:
             lines += ["", f"Draft's mean top-1 probability (calibration; compare with its agreement): "
                           f"{result['draft_mean_top1_probability']}."]
