@@ -5,15 +5,15 @@ NAME=STRATEGY[:budget=N][:max_depth=N][:min_score=P][:lookup=N][:vocab=full] (vo
 predict over the whole vocabulary, not the stack's draft vocabulary); `--new-tokens N` (default 64)
 comes first. Ratios are per-prompt medians against the first setting, of the whole time and of decoding alone
 (the prompt read aside).
-    python scripts/tree_settings_sweep.py qwen-coder docs/benchmarks/heldout_humaneval_132_135.jsonl out.json \
+    python scripts/tree_settings_sweep.py qwen-coder specviz/bench/data/tuning_humaneval_20_25.jsonl out.json \
         base=baseline spec=speculative tree=tree tree8=tree:budget=8 staged=staged staged8=staged:budget=8
-The first setting is the reference of the ratios (docs/BENCHMARKS.md, "Tree budget").
+The first setting is the reference of the ratios.
 
 `--modelled` (before the preset) adds a ratio without the clock's noise: each run's forwards (its trace's, the same
 on every run of one CPU) priced by the target's and the top draft's cost curves, measured in this process before
 anything else, plus its other phases' own clocks (the draft's prompt read, building trees, lower stages). "modelled"
 is the first setting's priced seconds over each one's (per-prompt median); "vs plain" is new tokens times one
-one-token forward over them (docs/BENCHMARKS.md, "A model of the rounds").
+one-token forward over them.
 """
 import json
 import statistics

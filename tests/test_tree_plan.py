@@ -154,7 +154,7 @@ def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_a
     from pathlib import Path
     repo = Path(__file__).resolve().parents[1]
     prompts = tmp_path / "one.jsonl"
-    prompts.write_text((repo / "docs/benchmarks/tuning_humaneval_20_25.jsonl").read_text().splitlines()[0] + "\n")
+    prompts.write_text((repo / "specviz/bench/data/tuning_humaneval_20_25.jsonl").read_text().splitlines()[0] + "\n")
     out = tmp_path / "sweep.json"
     run = subprocess.run([sys.executable, "scripts/tree_settings_sweep.py", "--modelled", "--new-tokens", "12",
                           "offline", str(prompts), str(out), "base=baseline", "staged=staged",

@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("manifest", help=cmd_manifest.__doc__)
     p.add_argument("--agreement", default=str(DATA / "agreement.json"))
     p.add_argument("--agreement-quick", default=str(DATA / "agreement_32.json"))
-    p.add_argument("--acceptance", default="docs/benchmarks/humaneval164.json",
+    p.add_argument("--acceptance", default="docs/benchmarks/humaneval164.json.gz",
                    help="a specviz.bench report whose tokens per target forward go in the manifest")
     p.add_argument("--notes", default=None, help="a markdown file to include under Notes")
     p.add_argument("--files-only", action="store_true",

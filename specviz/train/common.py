@@ -1,6 +1,7 @@
 """What every training command shares: where data and artifacts live, the target, logging, seeding."""
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import time
@@ -28,7 +29,10 @@ def seed_everything(seed: int, threads: int) -> None:
 
 
 def read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.exists() else {}
+    """A JSON file (gzipped where its name ends in .gz), or {} where there is none."""
+    if not path.exists():
+        return {}
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
 
 
 def target_tokenizer():
