@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 33 on a lent GPU, in one device call (docs/BENCHMARKS.md, "NVIDIA H100"):
+# qwen-coder on a lent GPU, in one device call (docs/BENCHMARKS.md, "NVIDIA H100"):
 # the qwen-coder decisions recorded on our CPU (specviz/bench/data/decisions/, held-out HumanEval prompts)
 # replayed on randomly initialised Qwen2 models of the pair's shapes, eager and compiled (CUDA graphs),
 # in float32 and bfloat16. No weights travel: the results are a PROJECTION, and labelled as one.

@@ -1,7 +1,7 @@
 """Milliseconds for all linear layers of a Qwen2.5(-Coder) 0.5B or 1.5B to multiply 1-16 rows, by weight format.
 
 Random weights of the real shapes, cycled layer after layer so none stays in cache: what one forward's
-linear layers cost when they stream their weights (docs/BENCHMARKS.md, the int4 section).
+linear layers cost when they stream their weights.
     python scripts/linear_layer_speeds.py 0.5 float32,int4,bfloat16
 """
 import sys

@@ -17,7 +17,7 @@ from .drafters.katz import KatzTrigram
 from .paths import ASSETS, cache_dir
 
 DRAFT_TEXT = ASSETS / "draft_text"
-DRAFT_TEXT_WEIGHT = 16     # each draft-written text counts 16 times: see docs/BENCHMARKS.md
+DRAFT_TEXT_WEIGHT = 16     # each draft-written text counts 16 times, the weight that guessed the draft best
 
 
 def python_source_files(limit_bytes: int = 8_000_000) -> list[Path]:

@@ -98,8 +98,7 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     read a token within a few percent of each other here). The probe is measured once per machine and stored
     (specviz/auto_choice.py), so a busy machine never changes the pick. Other names pass through. Plain decoding
     is the reference's regime: on our 2-core CPUs verifying many tokens costs several times one (the cost curves),
-    so the fastest lossless run is one whose single-token forward is fastest, with few, cheap guesses on top
-    (docs/BENCHMARKS.md)."""
+    so the fastest lossless run is one whose single-token forward is fastest, with few, cheap guesses on top."""
     if dtype != AUTO_DTYPE:
         return dtype
     if device.startswith("cuda"):

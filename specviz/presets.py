@@ -48,9 +48,8 @@ def default_preset(device: str = "cpu") -> str:
     """The stack a newcomer gets, chosen by measurement unless SPECVIZ_PRESET names one: `qwen-coder` (a 1.5B
     coder with its 0.5B sibling as draft) where its parts are installed, the machine has the memory, and it
     runs the 1.5B fast enough (a GPU, or a CPU where the probe layer predicts 0.35 s per token or less);
-    else `offline`, SmolLM2-135M with the shipped draft. On our 2-core AVX2 CPU the 1.5B's float32 token
-    takes 0.25 s with specviz's rows kernel and 0.44 s without it; there staged beats baseline in the app's
-    race on qwen-coder, and barely beats it on offline (docs/BENCHMARKS.md, "The app's default stack")."""
+    else `offline`, SmolLM2-135M with the shipped draft. On a 2-core CPU staged beats baseline in the app's
+    race on qwen-coder, and barely beats it on offline, whose 135M target costs little more than its draft."""
     chosen = os.environ.get(PRESET_ENV, "").strip()
     if chosen:
         if chosen not in PRESETS:

@@ -11,7 +11,7 @@ Everything here is computed from trace records, live or replayed, so a recording
 The chain's α is measured on every position a chain drafts, so its curve predicts other lengths. A
 tree's rates are measured only where a dynamic tree chose to draft (the draft was confident there),
 so they describe that tree, not other shapes: static shapes picked from them were predicted at up to
-2.2x but measured at 0.91-1.21x on this CPU (docs/BENCHMARKS.md), and no tree optimiser is offered.
+2.2x but measured at 0.91-1.21x on a 2-core CPU, and no tree optimiser is offered.
 Predictions are labelled as such wherever they are shown; the measured points come from the same run.
 """
 from __future__ import annotations

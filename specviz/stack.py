@@ -43,7 +43,7 @@ def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) 
     """What each candidate draft's forwards cost as it will run them, after a short prefix: one token
     per step of a chain; under a lower stage (staged) also a level of its tree, fed with the lower
     stage's guesses. On a CPU without bf16 units a bfloat16 0.5B reads one token 2.6x faster than in
-    float32 but 4 tokens or more slower (docs/BENCHMARKS.md), so the answer depends on the feed.
+    float32 but 4 tokens or more slower, so the answer depends on the feed.
     The candidates take turns in each round, so this machine's drifting speed hits them alike."""
     sizes = (1, STAGED_LEVEL_TOKENS) if under_lower_stage else (1,)
     return [sum(curve.values()) for curve in cost_curves(models, sizes=sizes, context=64, reps=5)]
@@ -127,7 +127,7 @@ class Stack:
         """Draft models above a `trigram:auto` stage predict only the tokens its corpus holds, the special
         tokens and the prompt's tokens, as FR-Spec does with frequent tokens: the 0.5B's output layer is a
         quarter of its weights, and its corpus (stdlib source and the 0.5B's own code) holds 28,149 of
-        151,936 tokens. A draft's vocabulary moves acceptance only, never the output (docs/BENCHMARKS.md)."""
+        151,936 tokens. A draft's vocabulary moves acceptance only, never the output."""
         table = self.loaded.get("trigram:auto")
         if table is not None:
             ids = np.union1d(table.seen_tokens(), self.tokenizer.all_special_ids)

@@ -13,8 +13,8 @@ the next level needs no forward, so this errs on the side of smaller trees), and
 even a certain one costs more than it saves. Where verification is cheap (a flat curve: a GPU, AMX tiles) the minimum
 is low and trees grow large; where each verified token costs a third of a forward (4-bit products on 2 AVX2 cores)
 only likely guesses join. On our 2-core CPU the rule gives 0.36-0.46 with AMX and 0.51-0.66 on the AVX2 build, where
-sweeps on tuning prompts had settled on a fixed 0.5; the held-out bench measured both within noise of the fixed rule
-(docs/BENCHMARKS.md).
+sweeps on tuning prompts had settled on a fixed 0.5; the held-out bench measured both within noise of the fixed
+rule.
 
 The curves are measured once per machine, target, draft and precision, where the machine is meant to be at rest (setup
 for the offline presets, the bench before it times anything, the app before a stack's first race), and stored

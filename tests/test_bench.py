@@ -323,3 +323,20 @@ def test_cost_curve_flag_writes_json(tmp_path, capsys):
     report = json.loads((tmp_path / "c.json").read_text())
     assert list(report["seconds_per_forward"]) == [str(n) for n in SIZES]
     assert "tokens fed" in capsys.readouterr().out
+
+
+def test_the_bench_data_loads_the_prompt_sets_and_the_decisions_the_gpu_projection_replays():
+    """specviz/bench/data/: the held-out and tuning prompts the documented commands name, and the recorded CPU
+    runs scripts/gpu_projection.sh replays (every lane a projection needs: baseline, speculative, tree, staged)."""
+    from pathlib import Path
+
+    from specviz.recording import load
+
+    data = Path(bench.__file__).parent / "data"
+    assert [p.id for p in load_prompts(str(data / "heldout_humaneval_136_143.jsonl"))] == [
+        f"HumanEval/{i}" for i in range(136, 144)]
+    assert len(load_prompts(str(data / "tuning_humaneval_20_25.jsonl"))) == 6
+    decisions = sorted((data / "decisions").glob("*.json.gz"))
+    assert len(decisions) == 8
+    for path in decisions:
+        assert {"baseline", "speculative", "tree", "staged"} <= set(load(path).lanes), path.name

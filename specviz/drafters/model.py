@@ -20,9 +20,9 @@ from .lookup import COPIED_RUN
 
 # Tokens the lower stage guesses after each node the draft expands: its guess_run (base.py). A guess saves a draft
 # forward only when it covers every node of the next level, which a branching tree rarely allows, while every guessed
-# token is fed. With the trigram's own guesses 0-2 came out within noise of each other on held-out prompts, and 4 lost
-# (docs/BENCHMARKS.md, "Staged's lookahead"); an n-gram stage now guesses one token of its own, or a run of up to
-# COPIED_RUN copied from the text where it repeats (docs/BENCHMARKS.md, "Copied guesses").
+# token is fed. With the trigram's own guesses 0-2 came out within noise of each other on held-out prompts, and 4
+# lost; so an n-gram stage guesses one token of its own, or a run of up to COPIED_RUN copied from the text where it
+# repeats, which is right far more often.
 LONGEST_GUESS = max(Drafter.guess_run, COPIED_RUN)
 LEVEL_FEED = 2      # a staged level's usual draft feed: its node and one guessed token
 
