@@ -13,7 +13,11 @@ The first setting is the reference of the ratios.
 on every run of one CPU) priced by the target's and the top draft's cost curves, measured in this process before
 anything else, plus its other phases' own clocks (the draft's prompt read, building trees, lower stages). "modelled"
 is the first setting's priced seconds over each one's (per-prompt median); "vs plain" is new tokens times one
-one-token forward over them.
+one-token forward over them. With `--modelled`, staged's plan is made from the same curves (a sweep on a busy machine
+would otherwise find none stored and grow the fixed rule).
+
+`--sampling NAME` (bench names: greedy, topk50, temp0.7-topp0.9) samples instead of greedy decoding, prompt i with
+seed i, as the bench does.
 """
 import json
 import statistics
@@ -22,12 +26,12 @@ import sys
 import torch
 
 from specviz.bench.run import run_strategy
-from specviz.bench.settings import parse_sampling
+from specviz.bench.settings import parse_sampling, with_seed
 from specviz.cost_curve import cost_curves
 from specviz.presets import load_preset
 from specviz.prompts import load_prompts
 from specviz.stack import drafter_name
-from specviz.tree_plan import CONTEXT, REPS, SIZES, interpolate
+from specviz.tree_plan import CONTEXT, REPS, SIZES, TreePlan, interpolate
 
 NEW_TOKENS = 64
 NUMBERS = {"budget": int, "max_depth": int, "min_score": float, "lookup": int}
@@ -69,25 +73,27 @@ def parse_setting(text: str) -> tuple[str, str, dict, bool]:
 
 
 def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: int = NEW_TOKENS,
-         modelled: bool = False) -> None:
+         modelled: bool = False, sampling: str = "greedy") -> None:
     settings = [parse_setting(s) for s in settings]
     stack = load_preset(preset)
     curves = curves_of(stack) if modelled else None
     draft_name = drafter_name(stack.drafts[0]) if modelled else None
-    greedy = parse_sampling("greedy", 0)
+    if curves and stack.plan_name() is not None:
+        stack.plans[stack.plan_name()] = TreePlan(curves[stack.target_name], curves[draft_name], "this sweep's curves")
+    chosen = parse_sampling(sampling, 0)
     prompts = [(p.id, stack.encode(p.text)) for p in load_prompts(prompt_file)]
     vocabulary = stack.draft_vocabulary
 
-    def run_setting(strategy, ids, tokens, tree, full_vocab):
+    def run_setting(strategy, ids, tokens, tree, full_vocab, seed=0):
         stack.draft_vocabulary = None if full_vocab else vocabulary
-        return run_strategy(stack, strategy, ids, greedy, tokens, tree)
+        return run_strategy(stack, strategy, ids, with_seed(chosen, seed), tokens, tree)
 
     for _, strategy, tree, full_vocab in settings:          # warm-up
         run_setting(strategy, prompts[0][1], 8, tree, full_vocab)
     runs = {name: [] for name, *_ in settings}
-    for prompt_id, ids in prompts:
+    for index, (prompt_id, ids) in enumerate(prompts):
         for name, strategy, tree, full_vocab in settings:
-            run = run_setting(strategy, ids, new_tokens, tree, full_vocab)
+            run = run_setting(strategy, ids, new_tokens, tree, full_vocab, index)
             runs[name].append({key: run[key] for key in ("tokens", "wall_s", "decode_wall_s", "target_forwards",
                                                                   "draft_forwards")})
             if curves:
@@ -119,7 +125,7 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
               f"| {s['draft_forwards']} "
               f"| {s['same_tokens']}/{len(rows)} |")
     with open(out, "w") as f:
-        json.dump({"preset": preset, "prompts": [p for p, _ in prompts], "new_tokens": new_tokens,
+        json.dump({"preset": preset, "prompts": [p for p, _ in prompts], "new_tokens": new_tokens, "sampling": sampling,
                    "settings": [s[0] for s in settings], "summary": summary, "curves": curves,
                    "runs": {name: [{k: v for k, v in r.items() if k != "tokens"} for r in rows]
                             for name, rows in runs.items()}}, f, indent=1)
@@ -130,6 +136,8 @@ if __name__ == "__main__":
     while args and args[0].startswith("--"):
         if args[0] == "--modelled":
             options["modelled"], args = True, args[1:]
+        elif args[0] == "--sampling":
+            options["sampling"], args = args[1], args[2:]
         else:
             options["new_tokens"], args = int(args[1]), args[2:]
     main(*args, **options)
