@@ -1,9 +1,10 @@
 """Tree settings side by side in one process: each prompt runs every setting before the next prompt
 (prompt-major, so machine noise hits all alike), greedy, no stop at end-of-sequence. Prints a table
 of per-prompt medians and writes JSON. Each setting is
-NAME=STRATEGY[:budget=N][:max_depth=N][:min_score=P][:lookup=N][:vocab=full] (vocab=full: draft models
-predict over the whole vocabulary, not the stack's draft vocabulary); `--new-tokens N` (default 64)
-comes first. Ratios are per-prompt medians against the first setting, of the whole time and of decoding alone
+NAME=STRATEGY[:budget=N][:max_depth=N][:min_score=P][:lookup=N][:vocab=full][:rounds=fixed] (vocab=full: draft
+models predict over the whole vocabulary, not the stack's draft vocabulary; rounds=fixed: no round planner, the tree
+grown by the plan's minimum scores alone, specviz/round_plan.py); `--new-tokens N` (default 64) comes first. Ratios
+are per-prompt medians against the first setting, of the whole time and of decoding alone
 (the prompt read aside).
     python scripts/tree_settings_sweep.py qwen-coder specviz/bench/data/tuning_humaneval_20_25.jsonl out.json \
         base=baseline spec=speculative tree=tree tree8=tree:budget=8 staged=staged staged8=staged:budget=8
@@ -68,8 +69,9 @@ def parse_setting(text: str) -> tuple[str, str, dict, bool]:
     strategy, *options = spec.split(":")
     options = dict(option.split("=") for option in options)
     full_vocab = options.pop("vocab", "") == "full"
+    fixed = options.pop("rounds", "") == "fixed"
     tree = {key: NUMBERS[key](value) for key, value in options.items()}
-    return name, strategy, tree, full_vocab
+    return name, strategy, tree, (full_vocab, fixed)
 
 
 def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: int = NEW_TOKENS,
@@ -84,9 +86,15 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
     prompts = [(p.id, stack.encode(p.text)) for p in load_prompts(prompt_file)]
     vocabulary = stack.draft_vocabulary
 
-    def run_setting(strategy, ids, tokens, tree, full_vocab, seed=0):
+    def run_setting(strategy, ids, tokens, tree, options, seed=0):
+        full_vocab, fixed = options
         stack.draft_vocabulary = None if full_vocab else vocabulary
-        return run_strategy(stack, strategy, ids, with_seed(chosen, seed), tokens, tree)
+        if fixed:
+            stack.round_planner = lambda *args: None        # this run only: the tree grown without a round planner
+        try:
+            return run_strategy(stack, strategy, ids, with_seed(chosen, seed), tokens, tree)
+        finally:
+            vars(stack).pop("round_planner", None)
 
     for _, strategy, tree, full_vocab in settings:          # warm-up
         run_setting(strategy, prompts[0][1], 8, tree, full_vocab)
@@ -95,9 +103,13 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
         for name, strategy, tree, full_vocab in settings:
             run = run_setting(strategy, ids, new_tokens, tree, full_vocab, index)
             runs[name].append({key: run[key] for key in ("tokens", "wall_s", "decode_wall_s", "target_forwards",
-                                                                  "draft_forwards")})
-            if curves:
-                runs[name][-1]["priced_s"] = priced_seconds(run, curves, draft_name)
+                                                                  "draft_forwards", "rounds_by_plan")})
+            runs[name][-1]["prompt"] = prompt_id
+            if curves:      # with each round's forwards and the clocked phases, to price the run by other curves
+                priced, one = priced_seconds(run, curves, draft_name), curves[stack.target_name][1]
+                runs[name][-1].update(priced_s=priced, vs_plain=len(run["tokens"]) * one / priced,
+                                      forwards=[step["forwards"] for step in run["_decisions"]["steps"]],
+                                      clocked_s={k: v for k, v in run["phase_s"].items() if k != "verify"})
             print(prompt_id, name, f"{len(run['tokens']) / run['wall_s']:.2f} tok/s", flush=True)
     reference = runs[settings[0][0]]
     summary = {}
