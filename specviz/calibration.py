@@ -28,7 +28,7 @@ DEPTH_STARTS = (1, 2, 3, 5)                         # depth buckets: 1, 2, 3-4, 
 LOOKUP_PRIOR = (0.5, 0.4, 0.3, 0.25)                # a copied run's chance per depth bucket, before any round
 DEPTH_PRIOR = 0.6                                   # a round's chance to go one guess deeper, before any round
 MAX_DEPTH = 16
-PRIOR_WEIGHT = 3.0      # pseudo-guesses of the prior in each cell: a few rounds' evidence outweighs it
+PRIOR_WEIGHT = 2.0      # pseudo-guesses of the prior in each cell: a few rounds' evidence outweighs it
 KEEP = 0.9              # the weight a round's evidence keeps at each later round that drafted (about 10 rounds)
 STORED_CAP = 200.0      # guesses a stored cell's mean may stand for (later runs still move it)
 

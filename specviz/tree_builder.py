@@ -95,16 +95,13 @@ def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: Tre
 
 
 def _lookup_worth(tree: Tree, follow: list[int], plan: RoundPlan) -> int:
-    """How many of the copied tokens pay for verifying them by the plan (those the drafted tree holds already are
-    free)."""
-    node, drafted = 0, len(tree) - 1
-    for depth, token in enumerate(follow, 1):
-        child = tree.child_with_token(node, token) if node is not None else None
-        if child is None:
-            if plan.value("lookup", depth, 1.0) < plan.need(drafted):
-                return depth - 1
-            drafted += 1
-        node = child
+    """How many of the copied tokens pay for verifying them by the plan, each priced as a new node even where the
+    drafted tree holds its token already: what joins must not depend on which tokens were drawn (sampling's
+    exactness), only on how many."""
+    drafted = len(tree) - 1
+    for depth in range(1, len(follow) + 1):
+        if plan.value("lookup", depth, 1.0) < plan.need(drafted + depth - 1):
+            return depth - 1
     return len(follow)
 
 
