@@ -108,12 +108,13 @@ class Calibration:
             for depth in range(1, min(reached, MAX_DEPTH) + 1):
                 self.depth_tried[depth - 1] += 1.0
                 self.depth_hits[depth - 1] += depth <= accepted
-        self._refresh()
+        self._refresh({kind for kind, *_ in guesses})
 
-    def _refresh(self) -> None:
+    def _refresh(self, kinds) -> None:
         """Each cell's estimate: its evidence smoothed toward its prior, the prior shifted by what the shallower bucket
         learnt (est - prior there), so a depth no round has reached yet starts from what the shallower ones show."""
-        for kind, rows in self._table.items():
+        for kind in kinds:
+            rows = self._table[kind]
             for d, row in enumerate(rows):
                 for b in range(len(row)):
                     mean = self.prior[kind][d][b]
