@@ -147,7 +147,7 @@ class Decoder:
             self.tokens = context + new
             record = self._record(tree, verdict, new, by, position, plan)
             if plan is not None:
-                self._learn(tree, verdict.path, plan, record)
+                self._learn(tree, verdict.path, record)
         record.phase_s = self.timer.take()
         record.wall_s = perf_counter() - started
         self.steps.append(record)
@@ -165,11 +165,11 @@ class Decoder:
             self.finished, self.finish_reason = True, "length"
         return new, by
 
-    def _learn(self, tree, path, plan, record) -> None:
+    def _learn(self, tree, path, record) -> None:
         """Tell the planner what the round yielded, and let it keep what it learnt once the generation ends."""
-        top = self.drafter.kv_models()[0].name if self.drafter.kv_models() else None
-        kinds = [stage.kind for stage in self.stages]
-        self.planner.observe(tree, path, kinds, plan.levels, len(record.forwards.get(top, [])))
+        models = self.drafter.kv_models()
+        feeds = record.forwards.get(models[0].name, []) if models else []
+        self.planner.observe(tree, path, [stage.kind for stage in self.stages], feeds)
         if self.finished:
             self.planner.finish()
 

@@ -35,9 +35,8 @@ class StageInfo:
 class PlanRecord:
     """Why a planned round had its shape (specviz/round_plan.py)."""
     kind: str                   # "speculate", "plain" or "probe"
-    guesses: int                # the chain length the plan priced best (0: no guess pays)
-    expected_tokens: float      # that chain's tokens, the bonus included
-    expected_ms: float          # ...and its milliseconds by the cost curves
+    recent_tokens: float        # what the recent drafted rounds made a round, the bonus token included...
+    recent_ms: float            # ...in so many milliseconds, by the cost curves
     plain_ms: float             # a plain step's milliseconds
     rates: list[float]          # per depth 1, 2, ...: the chance that a guess reached there was accepted, lately
     calibration: dict[str, list[list[float]]]   # per stage kind, depth bucket and score bin: the calibrated chance

@@ -139,7 +139,6 @@ def _grow(tree: Tree, dists: dict[int, Proposal], context: list[int], drafter: D
             room = min(room, width)
         ranked = {}     # per node: its most likely tokens, which decide how many children it gets
         proposed = [(node, row) for node, row in zip(expand, drafter.expand(tree, expand, context)) if row is not None]
-        judge.levels += 1
         for (node, _), row in zip(proposed, on_host([row for _, row in proposed])):
             dists[node] = Proposal(row, support, sampling)
             ranked[node] = dists[node].top(min(wants[node], room))
@@ -158,8 +157,6 @@ def _grow(tree: Tree, dists: dict[int, Proposal], context: list[int], drafter: D
                 if plan is not None:
                     plan.chances[child] = plan.value(kind(stage), tree.depths[child], scores[child])
                 frontier.append(child)
-    if plan is not None:
-        plan.levels = judge.levels
 
 
 class Judge:
@@ -168,7 +165,6 @@ class Judge:
 
     def __init__(self, spec: TreeSpec, plan: RoundPlan | None, kind, drafter: Drafter, tree: Tree):
         self.spec, self.plan, self.kind, self.drafter, self.tree = spec, plan, kind, drafter, tree
-        self.levels = 0
 
     def value(self, node: int, token: int, score: float) -> float:
         if self.plan is None:
@@ -182,7 +178,8 @@ class Judge:
     def expands(self, node: int, score: float, drafted: int) -> bool:
         if self.plan is None:
             return True
-        return self.plan.expands(self.tree.depths[node], score, drafted, self.drafter.has_scores(self.tree, node))
+        return self.plan.expands(self.tree.depths[node], score, drafted, self.drafter.has_scores(self.tree, node),
+                                 self.tree.draft_probs[node])
 
 
 def _children_counts(ranked, dists, scores, room, drafted, judge: Judge | None) -> dict[int, int]:
