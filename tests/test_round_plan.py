@@ -274,10 +274,11 @@ def test_planned_rounds_write_baselines_tokens(prompt, strategy, one, slope, lev
     assert run.tokens == Decoder(target, TOK, prompt, max_new_tokens=n).generate().tokens
 
 
-@pytest.mark.parametrize("misses", [0, 4])
-def test_planned_rounds_sample_two_tokens_exactly_as_the_target(misses):
-    """The second round's shape depends on what the first accepted (the calibration learns from it): decided before
-    the round is drafted, it leaves the distribution exact."""
+@pytest.mark.parametrize("opening", ["speculate", "probe"])
+def test_planned_rounds_sample_two_tokens_exactly_as_the_target(opening):
+    """The second round's shape depends on what the first accepted (the rate and the calibration learn from it):
+    decided before the round is drafted, it leaves the distribution exact. `probe`: the first round probes after plain
+    steps, the second is a plain step or a probe."""
     vocab = 5
     target = tiny_model("llama", vocab=vocab, hidden=16)
     draft = tiny_model("llama", vocab=vocab, hidden=16, noise=0.8)
@@ -286,15 +287,18 @@ def test_planned_rounds_sample_two_tokens_exactly_as_the_target(misses):
     expected = exact_two_token_distribution(target, prompt, sampling)
     counts = torch.zeros(vocab * vocab)
     spec = TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3, lookup=2, lookup_ngram=1, planned=True)
+    kinds = set()
     for seed in range(2000):
-        calibration = Calibration()
-        missed(calibration, misses)
+        plan = planner(DRAFT_FEED)
+        if opening == "probe":
+            plan.tokens, plan.seconds, plan.plain_run = 1.0, 0.05, PROBE_EVERY
         run = Decoder(target, TOK, prompt, drafter=ModelDrafter(draft), tree=spec, strategy="staged",
-                      sampling=Sampling(1.0, seed=seed), planner=planner(DRAFT_FEED, calibration),
-                      max_new_tokens=2).generate()
+                      sampling=Sampling(1.0, seed=seed), planner=plan, max_new_tokens=2).generate()
         counts[run.tokens[0] * vocab + run.tokens[1]] += 1
+        kinds.update((s.step, s.plan.kind) for s in run.steps)
     stat, df = chi2(counts, expected)
     assert stat < chi2_critical(df), (stat, df)
+    assert (0, opening) in kinds and any(step == 1 for step, _ in kinds)
 
 
 def test_the_app_words_say_why_a_round_had_its_shape_and_that_a_lane_fell_back_to_plain_steps():
