@@ -22,7 +22,8 @@ GGUF = "gguf"                    # the precision's name (`--dtype gguf`)
 TYPES = reference.NAMES          # ggml type id -> name, for the formats the kernel reads
 ERRORS = {build.CONSTANTS["BLOCKS_BAD_TYPE"]: "a block type the kernel does not read",
           build.CONSTANTS["BLOCKS_BAD_SHAPE"]: "shapes the blocks do not fit",
-          build.CONSTANTS["BLOCKS_NOT_FINITE"]: "an input that is not finite (NaN or infinity)"}
+          build.CONSTANTS["BLOCKS_NOT_FINITE"]: "an input that is not finite (NaN or infinity)",
+          build.CONSTANTS["BLOCKS_NO_MEMORY"]: "too little memory to round a row twice"}
 
 
 @functools.cache
