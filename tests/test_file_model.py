@@ -73,7 +73,7 @@ def test_every_strategy_writes_baselines_tokens_with_the_files_blocks(auto_choic
     assert np.mean([runs["staged"].stats["tokens_per_target_forward"]]) > 1.2
 
 
-def test_the_quality_table_puts_the_files_blocks_next_to_llama_cpp_and_the_re_quantised_model(tmp_path, capsys):
+def test_the_quality_table_scores_every_position_beside_llama_cpp_and_the_re_quantised_model(tmp_path, capsys):
     from specviz.bench import quality
     from specviz.llama_cpp import program
 
@@ -84,12 +84,20 @@ def test_the_quality_table_puts_the_files_blocks_next_to_llama_cpp_and_the_re_qu
     rows = json.loads(out.read_text())["rows"]
     exact, ours = rows["float32 (the file's weights)"], rows["gguf (the file's own blocks)"]
     requantised = rows["int4 (re-quantised)"]
-    assert exact["kl"] == pytest.approx(0, abs=1e-9) and exact["top1"] == 1 and exact["tokens"] == 2 * 63
-    # the file beats a re-quantisation
+    short = len(quality.SHORT_PROMPTS)
+    # every position of both chunks and of every short prompt; each short prompt and chunk has a position 0
+    assert exact["tokens"] > 2 * 128 and exact["by_position"]["0"]["tokens"] == 2 + short
+    assert exact["kl"] == pytest.approx(0, abs=1e-9) and exact["top1"] == 1
+    assert exact["second_half"]["tokens"] == 2 * 63
+    for row in (ours, requantised):
+        assert 0 < row["by_position"]["0"]["kl"] and row["by_position"]["32+"]["tokens"] == 2 * (128 - 32)
+    # the file beats a re-quantisation, at every position and over all of them
     assert ours["kl"] < requantised["kl"] and ours["top1"] >= requantised["top1"]
+    assert ours["by_position"]["0"]["kl"] < requantised["by_position"]["0"]["kl"]
     assert abs(np.log(ours["perplexity"] / exact["perplexity"])) < 0.02
     if not llama:                                          # llama.cpp's own logits of the same file: as close as ours
-        theirs = rows["llama.cpp (its own logits of the file)"]
-        assert theirs["kl"] < 3 * ours["kl"] + 1e-3 and theirs["top1"] > 0.9
+        theirs = rows["llama.cpp (its own logits of the file)"]["second_half"]
+        assert theirs["kl"] < 3 * ours["second_half"]["kl"] + 1e-3 and theirs["top1"] > 0.9
     printed = capsys.readouterr().out
-    assert "| precision | KL to the file's model (nats) |" in printed and "| Q4_1 |" in printed
+    assert "| precision | KL at 0 | KL at 1 |" in printed and "| precision | KL to the file's model (nats) |" in printed
+    assert "| Q4_1 |" in printed
