@@ -24,13 +24,12 @@
  * the blocks packed at load (block_pack): 8 outputs at a time, the same integers and float formula; on AVX-512 with
  * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one).
  *
- * One rule departs from llama.cpp's arithmetic, decided by each row alone (round_again): a row that int8 rounding
- * would crush is rounded twice. The first position of a text carries a few values thousands of times the rest (the
- * attention sink), and in the blocks that hold them every other value rounds to 0 or +-1: llama.cpp's next token
- * after a one-token prompt is then noise (`def` -> `00000000`). Such a row's remainder after rounding is rounded
- * and multiplied again, and the two products added: int16's precision for the few rows that need it. */
+ * One rule departs from llama.cpp's arithmetic, decided by each row alone (rounding.h): a row that int8 rounding
+ * crushes, as the first position's attention sink does, is rounded twice (round_again). llama.cpp's next token after
+ * a one-token prompt is noise there (`def` -> `00000000`); here it is the file's model's. */
 #include "simd.h"
 #include "specviz_cpu.h"
+#include "rounding.h"
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
@@ -158,36 +157,11 @@ typedef struct {
     const float *d, *sx;
     const int16_t *bsum;
     const int32_t *sum;
-    const uint8_t *coarse;          /* per row: 1 where its rounding lost too much (coarse_row) */
+    const uint8_t *coarse;          /* per row: 1 where rounding crushed it (rounding.h) */
     int K, blocks, coarse_rows;
 } Rows;
 
 static size_t rows_bytes(int K, int n) { return (size_t)n * (2 * (size_t)K + 64) + 64; }
-
-/* Whether rounding row x (K values, each block's q and scale d, `per` values a block) lost more than
- * 1 / ROUNDING_LOSS_LIMIT of the energy of its values other than each block's largest. In double, in a fixed order
- * (8 lanes, j % 8, over the row; lanes added 0..7; blocks' largest squares added in order): reference.py decides
- * alike, bit for bit. */
-static int coarse_row(const float *x, const int8_t *q, const float *d, int K, int per) {
-    double lost[8] = {0}, energy[8] = {0}, largest = 0.0;
-    for (int b = 0; b < K / per; b++) {
-        double top = 0.0;
-        for (int j = b * per; j < (b + 1) * per; j += 8)
-            for (int l = 0; l < 8; l++) {
-                const double v = x[j + l], e = v - (double)d[b] * q[j + l];
-                lost[l] += e * e;
-                energy[l] += v * v;
-                top = v * v > top ? v * v : top;
-            }
-        largest += top;
-    }
-    double lost_sum = 0.0, energy_sum = 0.0;
-    for (int l = 0; l < 8; l++) {
-        lost_sum += lost[l];
-        energy_sum += energy[l];
-    }
-    return lost_sum * ROUNDING_LOSS_LIMIT > energy_sum - largest;
-}
 static size_t amx_bytes(int K, int n);
 
 size_t block_scratch_bytes(int K, int n) { return rows_bytes(K, n) + amx_bytes(K, n); }
@@ -209,7 +183,9 @@ static int quantize_rows(int type, const float *x, int n, int K, void *scratch, 
         else
             bad |= quantize_q8_0(x + (size_t)r * K, K, q + (size_t)r * K, d + (size_t)r * blocks, sum + (size_t)r * blocks,
                                  sx + (size_t)r * blocks);
-        coarse[r] = (uint8_t)coarse_row(x + (size_t)r * K, q + (size_t)r * K, d + (size_t)r * blocks, K, block_weights(type));
+        const float *row = x + (size_t)r * K, *scales = d + (size_t)r * blocks;
+        const int per = block_weights(type);
+        coarse[r] = (uint8_t)(!rounding_fine(q + (size_t)r * K, scales, K, per) && rounding_crushed(row, q + (size_t)r * K, scales, K, per));
         count += coarse[r];
     }
     *rows = (Rows){q, d, sx, bsum, sum, coarse, K, blocks, count};

@@ -16,8 +16,8 @@
 #define QK_LEGACY 32                /* weights in a Q4_0 / Q4_1 / Q5_0 / Q8_0 block */
 
 /* A row whose int8 rounding loses more than 1 / ROUNDING_LOSS_LIMIT of its energy (apart from each block's largest
- * value, which rounds exactly) is rounded twice: its remainder after the first rounding is rounded to int8 again and
- * multiplied too (blocks.c's round_again). */
+ * value, which rounds exactly) is rounded twice (rounding.h). 300: the first position's rows (3 to 4.4 nats of KL at
+ * the next token when rounded once) all pass it, and in decoding it doubles about 0.3% of the products' work. */
 #define ROUNDING_LOSS_LIMIT 300
 
 /* block_product's answers */
