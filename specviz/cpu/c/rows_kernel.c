@@ -82,7 +82,7 @@ PRODUCT(1, rows_matmul_q8)
  * being d * (q - 8) + z (specviz/cpu/int4.py): per tile, per chunk of 8 blocks, the 4 rows' 8 values in turn
  * (B, the blocks of a row, padded to a multiple of 8 with zeros). A draft's weights may take one scale and offset per
  * 64 weights (group 64: a chunk's 4 values per row, each serving its pair of blocks): 4.5 bits a weight instead of 5,
- * a tenth less to read per forward, with the same acceptance (docs/BENCHMARKS.md). Each row of x is rounded to int8 per
+ * a tenth less to read per forward, with the same acceptance (int4.py's WIDE_GROUP). Each row of x is rounded to int8 per
  * chunk of 8 blocks (scale e = max |x| / 127), as llama.cpp's Q8_K does, so a block's product is an integer:
  * y = sum_chunks e sum_b d (q . x8) + sum_b (z - 8 d) e S, S the block's int sum. The integer dot products are exact
  * whichever instructions compute them (VNNI or AVX2), and each output's float operations run in one order
@@ -163,7 +163,7 @@ static void quantize_row(const float *x, int K, int Bp, int8_t *q, float *e, flo
 /* Blocks b8..b8+count-1 (one chunk: count even, at most 8) of a tile's rows into the accumulators: the
  * chunk's sum of d (q . x8) per output and row, then times the row's chunk scale e. One output at a time, so that
  * only its unpacked weights and scales and the rows' partial sums are live (AVX2 has 16 vector registers): 6-14% less
- * time than unpacking the tile's four outputs first, at 1-128 rows on AVX2 (a 0.5B layer's products, 2026-11-26);
+ * time than unpacking the tile's four outputs first, at 1-128 rows on AVX2 (a 0.5B layer's products);
  * each output's sums run in the same order either way. */
 static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restrict__ xq, const float *__restrict__ xe,
         const uint8_t *__restrict__ w, const uint16_t *__restrict__ d, int K, int Bp, int r0, int b8,
@@ -407,7 +407,7 @@ static void columns8_q4(const int8_t *xq, const float *e, const float *es, const
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 /* With AVX-512's VNNI, 16 outputs (four tiles) at a time: a block's 8 quads of a row summed in int32 by one vpdpbusd
  * each (4 products and their sum a lane), then the same two fused multiply-adds, 16 lanes wide: the 0.5B draft read a
- * 128-token prompt in 320 ms against 436 with the 8 outputs (its products about 175 G multiply-adds/s; docs/BENCHMARKS.md). */
+ * 128-token prompt in 320 ms against 436 with the 8 outputs (its products about 175 G multiply-adds/s). */
 #define READ16_ROWS_AT_ONCE 8
 
 ALWAYS void columns16_block_q4(const __m512i q[8], const int at[8], const int8_t *xq, const float *e, const float *es,
