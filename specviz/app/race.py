@@ -56,7 +56,8 @@ class PeerLane:
     def llama(cls, stack, settings: Settings, prompt_ids: list[int], peer: str) -> "PeerLane":
         """llama.cpp's own program on the stack's GGUF files, with as many threads as ours (llama_cpp.py)."""
         try:
-            run, chunks = llama_cpp.generate_for(stack, peer, prompt_ids, settings.sampling, settings.max_new_tokens)
+            run, chunks = llama_cpp.generate_for(stack, peer, prompt_ids, settings.sampling, settings.max_new_tokens,
+                                                 stop_at_end=True)
         except llama_cpp.LlamaCppMissing as exc:
             raise UserError(str(exc)) from None
         return cls(chunks, settings.max_new_tokens, run.target_forwards, tokenizer=stack.tokenizer)

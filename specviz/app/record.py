@@ -7,7 +7,7 @@ import sys
 from datetime import datetime, timezone
 from time import perf_counter
 
-from .. import __version__
+from .. import __version__, end_tokens
 from ..tree import TreeSpec
 from ..cpu.machine import describe
 from ..recording import Recording, RecordedLane, RecordedPeer, RecordingError, dump
@@ -62,7 +62,8 @@ def recorded_meta(stack) -> dict:
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "precision": stack.precision(),
             "timing": ("each step alone; our lanes a step each in turn, the peers one after another to their end "
                        "(specviz/app/race.py, time_lanes)"),
-            "models": {k: str(v) for k, v in models.items()}, "specviz": __version__}
+            "models": {k: str(v) for k, v in models.items()}, "specviz": __version__,
+            "end_tokens": sorted(end_tokens.of(stack.target.model, stack.tokenizer))}
 
 
 def record(settings) -> Recording:

@@ -6,6 +6,7 @@ import html
 import json
 from pathlib import Path
 
+from ..end_tokens import visible
 from ..markdown import md_table
 from ..round_cost import RoundCost, analysis, read_share
 from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
@@ -16,7 +17,7 @@ from .. import llama_cpp
 from .settings import BENCHMARK_FILE
 
 def _quote(text: str) -> str:
-    return "`" + text.replace("\n", "↵").replace("`", "'") + "`"
+    return "`" + visible(text).replace("\n", "↵").replace("`", "'") + "`"
 
 
 def _drafted_by(step: StepRecord) -> str:
@@ -96,12 +97,12 @@ def text_html(prompt: str, steps: list[StepRecord], stages: list[StageInfo] | No
         return '<div class="gen-text"><span class="prompt-text">Generated text appears here.</span></div>'
     colours = stage_colours(stages)
     shown = prompt if len(prompt) <= tail else "…" + prompt[-tail:]
-    parts = [f'<span class="prompt-text">{html.escape(shown)}</span>']
+    parts = [f'<span class="prompt-text">{html.escape(visible(shown))}</span>']
     for s in steps:
         latest = s is steps[-1]
         for text, stage in zip(s.committed_text, s.committed_stage):
             parts.append(f'<span class="tok" data-stage="{stage}" style="{_token_style(colours[stage], latest)}" '
-                         f'title="{html.escape(stage_label(stages, stage))}">{html.escape(text)}</span>')
+                         f'title="{html.escape(stage_label(stages, stage))}">{html.escape(visible(text))}</span>')
     return (legend_html(stages) if legend else "") + '<div class="gen-text">' + "".join(parts) + "</div>"
 
 
