@@ -48,19 +48,30 @@ def default_preset(device: str = "cpu") -> str:
     else `offline`, SmolLM2-135M with the shipped draft. On our 2-core AVX2 CPU the 1.5B's float32 token
     takes 0.25 s with specviz's rows kernel and 0.44 s without it; there staged beats baseline in the app's
     race on qwen-coder, and barely beats it on offline (docs/BENCHMARKS.md, "The app's default stack")."""
+    return default_choice(device)[0]
+
+
+def default_choice(device: str = "cpu") -> tuple[str, str]:
+    """default_preset's choice and why, in a few words (the app's live-mode line says it)."""
     chosen = os.environ.get(PRESET_ENV, "").strip()
     if chosen:
         if chosen not in PRESETS:
             raise ValueError(f"{PRESET_ENV}={chosen!r} is not a preset; choose one of {', '.join(PRESETS)}")
-        return chosen
+        return chosen, f"this server's operator chose it ({PRESET_ENV})"
     installed = all(available(CHUNKED[key]) for key in (PRESETS["qwen-coder"].target, *PRESETS["qwen-coder"].drafts[:1]))
     if not installed:
-        return "offline"
+        return "offline", "qwen-coder's model files are not installed here"
     if device.startswith("cuda"):
-        return "qwen-coder"
+        return "qwen-coder", "a GPU runs it"
     memory = memory_bytes()
-    fits = memory is None or memory >= QWEN_CODER_MEMORY        # unknown (no sysconf, no psutil): not a reason to refuse
-    return "qwen-coder" if fits and predicted_token_seconds() <= QWEN_CODER_TOKEN_S else "offline"
+    if memory is not None and memory < QWEN_CODER_MEMORY:     # unknown (no sysconf, no psutil): not a reason to refuse
+        return "offline", (f"qwen-coder asks for {QWEN_CODER_MEMORY / 2**30:.0f} GiB of memory and this server has "
+                           f"{memory / 2**30:.1f} GiB")
+    seconds = predicted_token_seconds()
+    if seconds > QWEN_CODER_TOKEN_S:
+        return "offline", (f"this CPU would take {seconds:.2f} s a token of qwen-coder's 1.5B target (more than "
+                           f"{QWEN_CODER_TOKEN_S} s)")
+    return "qwen-coder", f"this CPU makes a token of its 1.5B target in about {seconds:.2f} s"
 
 
 def predicted_token_seconds() -> float:

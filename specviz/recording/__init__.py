@@ -49,6 +49,7 @@ class RecordedLane:
     sampling: Sampling
     recorded_steps: list[StepRecord]
     setup_s: float = 0.0
+    prompt_text: str = ""                   # the prompt as the model read it (in chat, inside its template)
     shown: int = 0
 
     @property
@@ -84,7 +85,13 @@ class RecordedLane:
         """A finished (or stopped) live decoder, as recorded."""
         return cls(decoder.strategy, list(decoder.prompt), list(decoder.stages),
                    {k: list(v) for k, v in decoder.model_costs().items()}, decoder.max_new_tokens,
-                   decoder.sampling, list(decoder.steps), setup_s, shown=len(decoder.steps))
+                   decoder.sampling, list(decoder.steps), setup_s, _prompt_text(decoder), shown=len(decoder.steps))
+
+
+def _prompt_text(decoder) -> str:
+    if isinstance(decoder, RecordedLane):
+        return decoder.prompt_text
+    return decoder.tokenizer.decode(decoder.prompt)
 
 
 @dataclass
@@ -200,6 +207,7 @@ class _LaneFile:
     sampling: Sampling
     steps: list[StepRecord]
     setup_s: float = 0.0
+    prompt_text: str = ""
 
 
 def _lane(data, where: str) -> RecordedLane:
@@ -217,7 +225,7 @@ def _lane(data, where: str) -> RecordedLane:
                 not 0 <= st < len(s.stages) for st in s.committed_stage):
             raise RecordingError(f"{where}.steps[{i}] names a stage it does not have")
     return RecordedLane(lane.strategy, lane.prompt, lane.stages, lane.costs, lane.max_new_tokens,
-                        lane.sampling, lane.steps, lane.setup_s)
+                        lane.sampling, lane.steps, lane.setup_s, lane.prompt_text)
 
 
 def from_dict(data) -> Recording:
