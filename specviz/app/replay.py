@@ -44,8 +44,12 @@ def race_of(recording: Recording) -> Race | None:
                 precision=recording.recorded.get("precision", ""))
 
 
-def label(recording: Recording) -> str:
-    return html.escape(recording.label())
+def label(recording: Recording, short: bool = False) -> str:
+    """Where and when it was recorded; short: the machine without its instruction sets (the status line's)."""
+    text = recording.label()
+    if short:
+        text = f"recorded on {recording.recorded['machine'].split(', SIMD')[0]}, {recording.recorded['date'][:10]}"
+    return html.escape(text)
 
 
 def control_values(recording: Recording) -> dict:

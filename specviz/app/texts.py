@@ -47,10 +47,9 @@ HELP = {
         "The share counts every step so far, and *n* how often a guess stood there. A smaller or narrower tree would "
         "do as well where whole columns stay dark."),
     "compare": Help(
-        "**The race**: the same prompt with plain decoding (*baseline*), one draft's chain (*speculative*) and "
-        "*staged*, beside what you would run instead: llama.cpp, plainly (the reference) and with its own "
-        "speculation, and HF's assisted generation. Each lane is timed alone, then all race on one clock at their "
-        "own speed.",
+        "**The race**: plain decoding (*baseline*), one draft's chain (*speculative*) and *staged* on the same "
+        "prompt, beside llama.cpp (the reference) and HF's assisted generation. Each lane is timed alone, then all "
+        "race on one clock at their own speed.",
         f"How the lanes are timed: each step of each lane runs alone, with nothing else of the app computing (the "
         f"page hears how far they got every few seconds); {IN_TURN}, so that a change in the machine's speed touches "
         f"them alike; {ONE_AFTER_ANOTHER}. Then all lanes race on one clock, each replayed at its own times: at any "
@@ -91,7 +90,7 @@ CSS = """
 .race-head {font-size: 15px; margin-bottom: 4px;}
 .race-bar {height: 8px; background: #e6e6e6; border-radius: 4px; margin-bottom: 8px;}
 .race-bar > div {height: 8px; background: #0072B2; border-radius: 4px;}
-.race-col .gen-text {height: 260px; max-height: 260px; font-size: 14px; line-height: 1.55;}
+.race-col .gen-text {min-height: 120px; max-height: 330px; font-size: 14px; line-height: 1.55;}
 #race-lanes {gap: 10px;}
 #status {min-height: 1.5em; font-size: 17px;}
 #status .status-warn {background: #FBE3D6; border-left: 6px solid #D55E00; padding: 8px 12px; border-radius: 4px;
