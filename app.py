@@ -156,7 +156,7 @@ def build() -> gr.Blocks:
                             save2_btn = gr.Button("Save run", elem_id="save2-btn")
                         gr.HTML(words.legend_html(None), js_on_load=None)
                         racers = []
-                        with gr.Row(equal_height=False, elem_id="race-lanes"):
+                        with gr.Row(equal_height=False, elem_id="lanes"):
                             for name in SHOWN:
                                 with gr.Column(min_width=LANE_MIN_PX):
                                     racers.append(gr.HTML(f'<div class="race-col"><b>{name}</b></div>', js_on_load=None,

@@ -293,8 +293,9 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.locator("#compare-btn").click()
     expect(status).to_contain_text("Race finished", timeout=400_000)
     # the verdict's first sentence: who won, by how much, against what; then whether every lane wrote the same text
-    expect(status).to_contain_text(re.compile(r"Race finished\. \w+ won at [\d.]+ tokens/s(: [\d.]+× "
-                                              r"(llama\.cpp's plain decoding|our baseline))?"))
+    expect(status).to_contain_text(re.compile(r"Race finished\. \w+ (\(llama\.cpp's plain decoding, the reference\) )?"
+                                              r"won at [\d.]+ tokens/s(: [\d.]+× (llama\.cpp's plain decoding|our "
+                                              r"baseline))?"))
     expect(status).to_contain_text(re.compile(r"(Every lane wrote exactly|Differs from) baseline's text"))
     checked = page.evaluate(PAGE_CHECK_JS)          # what a visitor reads above the lanes, every fold closed
     assert checked["words"] <= PROSE_ABOVE_LANES, checked["words"]

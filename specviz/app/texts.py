@@ -91,7 +91,7 @@ CSS = """
 .race-bar {height: 8px; background: #e6e6e6; border-radius: 4px; margin-bottom: 8px;}
 .race-bar > div {height: 8px; background: #0072B2; border-radius: 4px;}
 .race-col .gen-text {min-height: 120px; max-height: 330px; font-size: 14px; line-height: 1.55;}
-#race-lanes {gap: 10px;}
+#lanes {gap: 10px;}
 #status {min-height: 1.5em; font-size: 17px;}
 #status .status-warn {background: #FBE3D6; border-left: 6px solid #D55E00; padding: 8px 12px; border-radius: 4px;
                       color: #111; font-weight: 600;}

@@ -198,12 +198,13 @@ def verdict(stats: dict[str, dict]) -> str:
     best, ref, base = rates[winner], rates.get(llama_cpp.PLAIN), rates.get("baseline")
     against = [f"{best / ref:.2f}× llama.cpp's plain decoding (the reference, {ref:.1f})"] if ref and winner != llama_cpp.PLAIN else []
     against += [f"{best / base:.2f}× our baseline ({base:.1f})"] if base and winner != "baseline" else []
-    sentence = f"**{winner}** won at {best:.1f} tokens/s" + (": " + " and ".join(against) if against else "")
+    who = f"**{winner}**" + (" (llama.cpp's plain decoding, the reference)" if winner == llama_cpp.PLAIN else "")
+    sentence = f"{who} won at {best:.1f} tokens/s" + (": " + " and ".join(against) if against else "")
     ours = {name: rate for name, rate in rates.items() if name in STRATEGIES}
-    if winner not in STRATEGIES and ours:
-        fastest = max(ours, key=ours.get)
+    fastest = max(ours, key=ours.get) if ours else None
+    if winner not in STRATEGIES and fastest not in (None, "baseline"):
         sentence += f"; our fastest lane, {fastest}, made {ours[fastest]:.1f} ({ours[fastest] / best:.2f}×)"
-    elif winner == "baseline" and len(ours) > 1:
+    elif fastest == "baseline" and len(ours) > 1:
         sentence += "; no speculation beat our own plain decoding here"
     return sentence + ("." if ref else " (llama.cpp did not run, so there is no reference).")
 
@@ -216,7 +217,7 @@ def sameness_line(differing: list[str], greedy: bool) -> str:
         return "Sampled text differs between lanes, as random draws do."
     ours = [name for name in differing if name not in llama_cpp.PEERS]
     return (f"Differs from baseline's text: {', '.join(differing)}"
-            + (" (llama.cpp's own numerics)." if not ours else " (see below)."))
+            + (" (llama.cpp's own numerics)." if not ours else " (How this was measured says why)."))
 
 
 def outcome(race, greedy: bool, timed_how: str) -> tuple[str, str]:
