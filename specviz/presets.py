@@ -58,8 +58,7 @@ def default_choice(device: str = "cpu") -> tuple[str, str]:
         if chosen not in PRESETS:
             raise ValueError(f"{PRESET_ENV}={chosen!r} is not a preset; choose one of {', '.join(PRESETS)}")
         return chosen, f"this server's operator chose it ({PRESET_ENV})"
-    installed = all(available(CHUNKED[key]) for key in (PRESETS["qwen-coder"].target, *PRESETS["qwen-coder"].drafts[:1]))
-    if not installed:
+    if not qwen_coder_installed():
         return "offline", "qwen-coder's model files are not installed here"
     if device.startswith("cuda"):
         return "qwen-coder", "a GPU runs it"
@@ -72,6 +71,11 @@ def default_choice(device: str = "cpu") -> tuple[str, str]:
         return "offline", (f"this CPU would take {seconds:.2f} s a token of qwen-coder's 1.5B target (more than "
                            f"{QWEN_CODER_TOKEN_S} s)")
     return "qwen-coder", f"this CPU makes a token of its 1.5B target in about {seconds:.2f} s"
+
+
+def qwen_coder_installed() -> bool:
+    """Whether the qwen-coder pair's files are here (joined, or their chunk packages installed)."""
+    return all(available(CHUNKED[key]) for key in (PRESETS["qwen-coder"].target, *PRESETS["qwen-coder"].drafts[:1]))
 
 
 def predicted_token_seconds() -> float:

@@ -343,6 +343,26 @@ def test_each_view_shows_two_sentences_of_help_and_none_says_what_the_code_no_lo
     assert "stops at the model's end of text" in HELP["compare"].more     # tests/test_end_tokens.py
 
 
+def test_a_space_with_the_qwen_coder_files_runs_that_pair_live(monkeypatch):
+    from specviz import presets
+
+    monkeypatch.setattr(presets, "qwen_coder_installed", lambda: True)
+    monkeypatch.setattr(presets, "predicted_token_seconds", lambda: 9.9)       # a slow shared CPU
+    monkeypatch.setattr(presets, "memory_bytes", lambda: 32 * 2**30)
+    monkeypatch.delenv(presets.PRESET_ENV, raising=False)
+    monkeypatch.setenv("SPACE_ID", "someone/specviz")
+    stacks.default_choice.cache_clear()
+    try:
+        assert stacks.default_choice() == ("qwen-coder", "the pair the recording shows, installed from this Space's "
+                                                         "requirements")
+        monkeypatch.delenv("SPACE_ID")
+        stacks.default_choice.cache_clear()
+        preset, why = stacks.default_choice()        # elsewhere the probe decides, and the page says why
+        assert preset == "offline" and "9.90 s a token" in why
+    finally:
+        stacks.default_choice.cache_clear()
+
+
 def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
     from specviz.app import events, replay_events
 
