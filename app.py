@@ -227,7 +227,8 @@ def build() -> gr.Blocks:
         mode.change(lambda m: [gr.update(visible=m == "sample")] * 4, [mode], [temperature, top_k, top_p, seed],
                     queue=False)
         timer = gr.Timer(2.0, active=not live.ready())       # the live-mode line, while the models get ready
-        timer.tick(lambda: (live.line(), gr.Timer(active=not live.ready())), None, [live_line, timer], queue=False)
+        timer.tick(lambda: (live.line(), gr.Timer(active=not live.ready())), None, [live_line, timer], queue=False,
+                   show_progress="hidden")
         start_outputs = [*open_outputs, *compare_outputs[2:]]
         demo.load(lambda: on_start(len(start_outputs)), None, start_outputs, queue=False)
     return demo
