@@ -134,6 +134,9 @@ def _number(pattern: str, log: str) -> float:
     return float(match.group(1))
 
 
+END_MARK = b" [end of text]\n"          # what llama-completion prints where the model ends its text
+
+
 def _parse(peer: str, raw: list[tuple[float, bytes]], log: str, prompt: str) -> LlamaRun:
     """The new text (the prompt's echo and the program's closing newlines removed), placed on llama.cpp's clock."""
     if peer == PLAIN:
@@ -151,6 +154,8 @@ def _parse(peer: str, raw: list[tuple[float, bytes]], log: str, prompt: str) -> 
     data, echo = b"".join(block for _, block in raw), echo.encode("utf-8")
     head = len(echo) if data.startswith(echo) else 0
     tail = len(data) - len(closing) if data.endswith(closing) else len(data)
+    if data[:tail].endswith(END_MARK):         # it stopped at the model's end of text (not --ignore-eos)
+        tail -= len(END_MARK)
     last = raw[-1][0] if raw else 0.0
     chunks, shown, received, decoder = [], head, 0, codecs.getincrementaldecoder("utf-8")("replace")
     for arrived, block in raw:
