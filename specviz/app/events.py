@@ -275,7 +275,6 @@ def _race_loop(session: Session, settings, run_id: int):
     yield render_race(session, f"Race finished. {answer}", measured=measured)
 
 
-
 # -- Is it lossless? --------------------------------------------------------------------------------
 
 LOSSLESS_OUTPUTS = 4     # session, status, figure, summary
