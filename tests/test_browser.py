@@ -307,7 +307,7 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     assert min(projector.values()) >= LANE_MIN_PX, projector
     measured = page.locator("#measured-md")
     expect(measured).to_be_hidden()                                    # the method folds ...
-    page.get_by_text("How this was measured").click()                  # ... and opens on request
+    page.get_by_text("How this was measured", exact=True).click()                  # ... and opens on request
     expect(measured).to_contain_text("How it is timed. Each step of each lane runs alone")
     expect(measured).to_contain_text(re.compile(r"Analysis of staged's rounds .* a round took \d+ ms"))
     expect(page.locator("#compare-more")).not_to_contain_text(IN_TURN)      # a view's help: two sentences shown ...
@@ -333,7 +333,7 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     page.get_by_text("Benchmark results (python -m specviz.bench)").click()    # fold the test's made-up results
     expect(page.locator("#bench-plot")).to_be_hidden()
     shoot(page, "compare-measured")
-    page.get_by_text("How this was measured").click()
+    page.get_by_text("How this was measured", exact=True).click()
     expect(measured).to_be_hidden()
     shoot(page, "compare")
     page.locator("#speed-box").screenshot(path=str(shots() / "why-fast.png"))
@@ -441,9 +441,9 @@ def test_a_race_watched_in_a_browser_times_every_lane_as_a_headless_race_does(pa
         expect(status).to_contain_text("Timing each lane alone", timeout=120_000)      # which lane runs, how far
         expect(status).to_contain_text("Race finished", timeout=600_000)
         verdict_s = time.monotonic() - clicked
-        page.get_by_text("How this was measured").click()                               # says how it was timed
+        page.get_by_text("How this was measured", exact=True).click()                               # says how it was timed
         expect(page.locator("#measured-md")).to_contain_text("each lane runs alone")
-        page.get_by_text("How this was measured").click()
+        page.get_by_text("How this was measured", exact=True).click()
         columns = [page.locator(f"#race-{name}").inner_text() for name in COMPARED]
         lanes_s = [float(m.group(1)) for m in (re.search(r"tokens · ([\d.]+) s", c) for c in columns) if m]
         assert verdict_s <= 1.5 * sum(lanes_s), (verdict_s, lanes_s, status.inner_text())
