@@ -75,12 +75,14 @@ def build() -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
                 live_line = gr.Markdown(live.line(), elem_id="live-status")
-                example = gr.Dropdown(list(EXAMPLES), value=default_example, label="Example prompts", elem_id="examples",
+                example = gr.Dropdown(list(EXAMPLES), value=default_example, label="Example prompts",
+                                      elem_id="examples",
                                       info="HumanEval coding tasks (as in the paper) and a few plain-language ones")
                 prompt = gr.Textbox(EXAMPLES[default_example], label="Prompt", lines=7, max_lines=14,
                                     elem_id="prompt")
-                prompt_format = gr.Radio(list(app_settings.PROMPT_FORMATS), value=app_settings.format_for(default_example),
-                                         label="Prompt format", elem_id="prompt-format",
+                prompt_format = gr.Radio(list(app_settings.PROMPT_FORMATS),
+                                         value=app_settings.format_for(default_example), label="Prompt format",
+                                         elem_id="prompt-format",
                                          info="chat: inside the model's chat template, as an instruct model expects "
                                               "(grey in the text) · completion: continued as written")
                 strategy = gr.Radio(list(STRATEGIES), value=default_strategy, label="Strategy", elem_id="strategy",
@@ -107,7 +109,8 @@ def build() -> gr.Blocks:
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
                     seed = gr.Number(0, label="Seed", precision=0, visible=False)
                 with gr.Accordion("Tree", open=False):
-                    budget = gr.Slider(1, app_settings.MAX_BUDGET, value=app_settings.DEFAULT_BUDGET, step=1, label="Tree budget (guessed tokens per step)")
+                    budget = gr.Slider(1, app_settings.MAX_BUDGET, value=app_settings.DEFAULT_BUDGET, step=1,
+                                       label="Tree budget (guessed tokens per step)")
                     shape = gr.Dropdown([AUTO_SHAPE, *SHAPES], value=AUTO_SHAPE, label="Tree shape",
                                         info="auto: chain for speculative, dynamic (grown where the draft is "
                                              "confident) otherwise")
@@ -172,7 +175,8 @@ def build() -> gr.Blocks:
                             memory_plot = gr.Plot(plots.memory_figure({}), label="Memory traffic",
                                                   elem_id="memory-plot")
                         with gr.Accordion("Why it is fast, in numbers", open=True, elem_id="speed-box"):
-                            speed_plot = gr.Plot(panels.speed_figure(None), label="Why it is fast", elem_id="speed-plot")
+                            speed_plot = gr.Plot(panels.speed_figure(None), label="Why it is fast",
+                                                 elem_id="speed-plot")
                             speed_md = gr.Markdown(panels.speed_md(None), elem_id="speed-md")
                             regime_plot = gr.Plot(regime.regime_figure(None), label="The regime", elem_id="regime-plot")
                             regime_md = gr.Markdown(regime.regime_md(None), elem_id="regime-md")
@@ -189,7 +193,8 @@ def build() -> gr.Blocks:
                         benchmark = bench_panel.load_benchmark()
                         shown = bench_panel.benchmark_for(preset_default, benchmark)
                         with gr.Accordion("Benchmark results (python -m specviz.bench)", open=shown is not None):
-                            bench_md = gr.Markdown(bench_panel.panel_md(preset_default, benchmark), elem_id="bench-table")
+                            bench_md = gr.Markdown(bench_panel.panel_md(preset_default, benchmark),
+                                                   elem_id="bench-table")
                             bench_plot = gr.Plot(plots.benchmark_figure(shown) if shown else None, label="Benchmark",
                                                  elem_id="bench-plot", visible=shown is not None)
 
@@ -205,8 +210,8 @@ def build() -> gr.Blocks:
         step_btn.click(on_step, [session, *settings], step_outputs, show_progress="minimal", **engine)
         run_btn.click(on_run, [session, *settings], step_outputs, show_progress="hidden", **engine)
         reset_btn.click(on_reset, [session], step_outputs, show_progress="hidden")
-        compare_outputs = [session, status, *racers, measured, table, latency_plot, forwards_plot, memory_plot, speed_plot,
-                           speed_md, regime_plot, regime_md]
+        compare_outputs = [session, status, *racers, measured, table, latency_plot, forwards_plot, memory_plot,
+                           speed_plot, speed_md, regime_plot, regime_md]
         compare_btn.click(on_compare, [session, *settings], compare_outputs, show_progress="hidden",
                                         **engine)
         lossless_btn.click(on_lossless, [session, samples, *settings], [session, status, lossless_plot, lossless_md],
@@ -222,7 +227,8 @@ def build() -> gr.Blocks:
             button.click(on_save, [session], [session, status, saved], show_progress="hidden")
         example.change(lambda name: (EXAMPLES[name], app_settings.format_for(name)) if name in EXAMPLES else
                        (gr.skip(), gr.skip()), [example], [prompt, prompt_format], queue=False)
-        preset.change(lambda p: [gr.update(visible=p == app_settings.CUSTOM)] * 2, [preset], [target, drafts], queue=False)
+        preset.change(lambda p: [gr.update(visible=p == app_settings.CUSTOM)] * 2, [preset], [target, drafts],
+                      queue=False)
         preset.change(lambda p: bench_panel.panel_update(p, benchmark), [preset], [bench_md, bench_plot], queue=False)
         mode.change(lambda m: [gr.update(visible=m == "sample")] * 4, [mode], [temperature, top_k, top_p, seed],
                     queue=False)
@@ -248,7 +254,8 @@ def main() -> None:
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
                 server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-                theme=gr.themes.Soft(), css=CSS, show_error=False, max_file_size=MAX_BYTES, footer_links=["api", "gradio"])
+                theme=gr.themes.Soft(), css=CSS, show_error=False, max_file_size=MAX_BYTES,
+                footer_links=["api", "gradio"])
 
 
 if __name__ == "__main__":

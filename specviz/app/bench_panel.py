@@ -80,4 +80,5 @@ def panel_update(preset: str, bench: dict | None) -> tuple:
 
     from ..plots import benchmark_figure
     shown = benchmark_for(preset, bench)
-    return panel_md(preset, bench), gr.update(value=benchmark_figure(shown) if shown else None, visible=shown is not None)
+    figure = benchmark_figure(shown) if shown else None
+    return panel_md(preset, bench), gr.update(value=figure, visible=shown is not None)

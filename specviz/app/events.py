@@ -197,8 +197,8 @@ def render_race(session: Session, status: str, charts: bool = True, measured: st
     caption = f"\n\n*Replay: {replay.label(session.recording)}; timings as recorded.*" if session.recording else ""
     speed = panels.speed_view({name: lane.steps for name, lane in race.decoders.items()}) if race else None
     stages = {name: lane.stages for name, lane in race.decoders.items()} if race else {}
-    return (session, status, *columns, measured, words.compare_table_md(table, race.precision if race else "") + caption,
-            plots.latency_figure(stats, stages),
+    table_md = words.compare_table_md(table, race.precision if race else "") + caption
+    return (session, status, *columns, measured, table_md, plots.latency_figure(stats, stages),
             plots.forwards_figure(stats), plots.memory_figure(stats, stages), panels.speed_figure(speed),
             panels.speed_md(speed), regime.regime_figure(session.regime), regime.regime_md(session.regime))
 
@@ -248,7 +248,8 @@ def _race_loop(session: Session, settings, run_id: int):
             if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
                 # the status alone (the page redraws nothing else), and a pause for the browser to draw it before the
                 # next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
-                yield (session, words.timing_status(progress, perf_counter() - started), *[gr.skip()] * (COMPARE_OUTPUTS - 2))
+                yield (session, words.timing_status(progress, perf_counter() - started),
+                       *[gr.skip()] * (COMPARE_OUTPUTS - 2))
                 sleep(SETTLE_S)
                 shown = perf_counter()
         race, timing_s = timed.replay(), perf_counter() - started
@@ -313,7 +314,9 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
         for lane in ("baseline", strategy)}
     exact = lossless.next_token_distribution(stack.target.model, prompt_ids, settings.sampling)
     plain, spec = Counter(), Counter()
-    text_of = lambda token: stack.tokenizer.decode([token])
+
+    def text_of(token: int) -> str:
+        return stack.tokenizer.decode([token])
 
     def render(status: str):
         tests = {} if len(plain) + len(spec) == 0 else {
@@ -327,7 +330,8 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
     seed = settings.sampling.seed
     started = shown = perf_counter()
     yield render("Sampling the next token…")
-    pairs = zip(lossless.first_tokens(decoders["baseline"], n, seed), lossless.first_tokens(decoders[strategy], n, seed + n))
+    pairs = zip(lossless.first_tokens(decoders["baseline"], n, seed),
+                lossless.first_tokens(decoders[strategy], n, seed + n))
     for a, b in pairs:
         plain[a] += 1
         spec[b] += 1
@@ -335,7 +339,8 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
             yield render("Sampling stopped; the test uses the samples so far.")
             return
         if perf_counter() - started > app_settings.RUN_TIME_LIMIT_S:
-            yield render(f"Stopped: sampling is limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s; the test uses the samples so far.")
+            yield render(f"Stopped: sampling is limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s; "
+                         "the test uses the samples so far.")
             return
         if perf_counter() - shown > 1.0:
             shown = perf_counter()

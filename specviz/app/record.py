@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     dump(recording, args.out)
-    lanes = ", ".join(f"{n} {len(l.new_tokens)} tokens in {sum(s.wall_s for s in l.steps) + l.setup_s:.2f} s"
-                      for n, l in recording.lanes.items())
+    lanes = ", ".join(f"{n} {len(lane.new_tokens)} tokens in {sum(s.wall_s for s in lane.steps) + lane.setup_s:.2f} s"
+                      for n, lane in recording.lanes.items())
     print(f"recorded in {perf_counter() - started:.0f} s on {recording.recorded['machine']}: {lanes} -> {args.out}")
     return 0

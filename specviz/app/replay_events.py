@@ -69,8 +69,9 @@ def on_start(n_outputs: int):
             race.step()
         answer, measured = words.outcome(race, session.settings.sampling.greedy,
                                          words.recorded_timing(recording.recorded))
-    step = render_step(session, f"Showing a recorded run ({replay.label(recording, short=True)}). {answer} Press **Step**, "
-                                "**Run** or **Compare** to replay it, or **Back to live decoding** under Recordings.")
+    step = render_step(session, f"Showing a recorded run ({replay.label(recording, short=True)}). {answer} "
+                                "Press **Step**, **Run** or **Compare** to replay it, or **Back to live decoding** "
+                                "under Recordings.")
     return (*step[:2], *_controls(recording), *step[2:], *render_race(session, "", measured=measured)[2:])
 
 

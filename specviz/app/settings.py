@@ -39,7 +39,8 @@ CHAT, COMPLETION = PROMPT_FORMATS
 PATTERN_EXAMPLE = "Pattern: days of the week"
 NATURAL_PROMPTS = {
     PATTERN_EXAMPLE: "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday, Tuesday,",
-    "Story: the lighthouse keeper": "Once upon a time, in a small village by the sea, there lived an old lighthouse keeper who",
+    "Story: the lighthouse keeper":
+        "Once upon a time, in a small village by the sea, there lived an old lighthouse keeper who",
     "Explain: why is the sky blue?": "Question: Why is the sky blue?\nAnswer:",
     "List: tips for learning to code": "Here are five tips for learning to program:\n1.",
     "Recipe: pancakes": "A simple recipe for pancakes.\n\nIngredients:\n-",
@@ -134,7 +135,8 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
         sampling = Sampling(seed=parse_number(seed, "seed", 0, 2**31 - 1))
     else:
         sampling = Sampling(temperature=parse_number(temperature, "temperature", 0.05, 5.0, integer=False),
-                            top_k=parse_number(top_k, "top-k", 0, 100000), top_p=parse_number(top_p, "top-p", 0.01, 1.0, False),
+                            top_k=parse_number(top_k, "top-k", 0, 100000),
+                            top_p=parse_number(top_p, "top-p", 0.01, 1.0, False),
                             seed=parse_number(seed, "seed", 0, 2**31 - 1))
     budget = parse_number(budget, "tree budget", 1, MAX_BUDGET)
     depth = parse_number(max_depth, "max depth", 1, 32)

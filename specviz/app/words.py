@@ -64,7 +64,8 @@ def step_caption(step: StepRecord, greedy: bool = True) -> str:
                      f"({'end of text' if step.finish_reason == 'eos' else 'max new tokens reached'}).")
     saved = made - 1
     lines.append(f"**Result:** {made} new token{'s' if made != 1 else ''} for one target pass"
-                 + (f"; plain decoding would have needed {made} passes, so {saved} {'was' if saved == 1 else 'were'} saved."
+                 + (f"; plain decoding would have needed {made} passes, so {saved} "
+                    f"{'was' if saved == 1 else 'were'} saved."
                     if saved > 0 else "; no pass saved this time, and the drafting time was spent in vain."))
     if step.finished:
         lines.append(f"The generation is finished ({'end of text' if step.finish_reason == 'eos' else 'token limit'}).")
@@ -196,7 +197,8 @@ def verdict(stats: dict[str, dict]) -> str:
         return "No lane made a token."
     winner = max(rates, key=rates.get)
     best, ref, base = rates[winner], rates.get(llama_cpp.PLAIN), rates.get("baseline")
-    against = [f"{best / ref:.2f}× llama.cpp's plain decoding (the reference, {ref:.1f})"] if ref and winner != llama_cpp.PLAIN else []
+    against = ([f"{best / ref:.2f}× llama.cpp's plain decoding (the reference, {ref:.1f})"]
+               if ref and winner != llama_cpp.PLAIN else [])
     against += [f"{best / base:.2f}× our baseline ({base:.1f})"] if base and winner != "baseline" else []
     who = f"**{winner}**" + (" (llama.cpp's plain decoding, the reference)" if winner == llama_cpp.PLAIN else "")
     sentence = f"{who} won at {best:.1f} tokens/s" + (": " + " and ".join(against) if against else "")

@@ -18,8 +18,8 @@ from .settings import BenchError, parse_sampling, usable_strategies, with_seed
 WARMUP_TOKENS = 8
 # Every lane writes the same number of tokens, so that speeds compare like for like; the app and the CLI stop at the
 # model's end-of-text tokens instead (specviz/end_tokens.py)
-FIXED_LENGTH = ("every lane writes exactly {} tokens, past any end-of-text token, so that the lanes compare like for like "
-                "(the app and the CLI stop at the model's end of text)")
+FIXED_LENGTH = ("every lane writes exactly {} tokens, past any end-of-text token, so that the lanes compare like for "
+                "like (the app and the CLI stop at the model's end of text)")
 
 
 class ForwardClock:

@@ -6,10 +6,10 @@ precision, and every lane's trace records (specviz/trace.py) with their measured
 wraps each recorded lane in an object with the live decoder's interface (`steps`, `step()`,
 `finished`, ...), so the app draws recorded and live runs with the same code. Files from users are
 untrusted: `load()` checks size, format, version and every field's type, and refuses a bad file
-with one line. Every lane ends at its first end-of-text token (`recorded["end_tokens"]`, or in a file that lacks
-them the tokens whose text names an end): a run recorded while the engine missed some of them is replayed as far
-as the engine now goes, with its recorded times. Making a recording (from an app session, or `python -m specviz.recording`) is
-specviz/app/record.py.
+with one line. Every lane ends at its first end-of-text token (`recorded["end_tokens"]`, or in a file
+that lacks them the tokens whose text names an end): a run recorded while the engine missed some of
+them is replayed as far as the engine now goes, with its recorded times. Making a recording (from an
+app session, or `python -m specviz.recording`) is specviz/app/record.py.
 """
 from __future__ import annotations
 
