@@ -69,7 +69,8 @@ def test_settings_turn_into_engine_settings(monkeypatch):
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
     s = app_settings.parse_settings(**{**SETTINGS, "strategy": "speculative", "budget": 5})
     assert (s.tree.shape, s.tree.budget, s.tree.max_depth) == ("chain", 5, 5)
-    s = app_settings.parse_settings(**{**SETTINGS, "sampling_mode": "sample", "temperature": 0.7, "top_k": 50, "seed": 3})
+    s = app_settings.parse_settings(**{**SETTINGS, "sampling_mode": "sample", "temperature": 0.7, "top_k": 50,
+                                       "seed": 3})
     assert (s.sampling.temperature, s.sampling.top_k, s.sampling.seed) == (0.7, 50, 3)
     assert app_settings.parse_settings(**SETTINGS).sampling.greedy
     custom = app_settings.parse_settings(**{**SETTINGS, "preset": app_settings.CUSTOM, "target": " org/model ",
@@ -193,7 +194,8 @@ def test_the_benchmark_panel_shows_only_a_run_of_the_stack_on_screen():
     assert "| staged | greedy | 12.5 |" in bench_panel.panel_md("offline", offline)
     assert bench_panel.benchmark_for("qwen-coder", offline) is None
     line = bench_panel.panel_md("qwen-coder", offline)
-    assert "No saved benchmark of this stack (qwen-coder)" in line and "python -m specviz.bench --preset qwen-coder" in line
+    assert "No saved benchmark of this stack (qwen-coder)" in line
+    assert "python -m specviz.bench --preset qwen-coder" in line
     assert "12.5" not in line and bench_panel.benchmark_for("offline", None) is None
 
 

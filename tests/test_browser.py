@@ -41,8 +41,9 @@ def server(tmp_path_factory):
     bench = log.parent / "latest.json"
     target, drafts = stack_of("offline")             # a saved run of the stack on screen
     bench.write_text(json.dumps({**BENCH, "settings": {"target": target, "drafts": list(drafts)}}))
-    env = {**os.environ, "SPECVIZ_BENCHMARK": str(bench), "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+    env = {**os.environ, "SPECVIZ_BENCHMARK": str(bench), "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+           "PYTHONUNBUFFERED": "1",
            "SPACE_ID": "specviz/test",      # a Space: the page opens on the qwen-coder recording (gradio reads SPACE_ID
                                             # only where SYSTEM=spaces)
            # the small stack, whatever this machine's default: the page is under test here, and the
@@ -441,7 +442,7 @@ def test_a_race_watched_in_a_browser_times_every_lane_as_a_headless_race_does(pa
         expect(status).to_contain_text("Timing each lane alone", timeout=120_000)      # which lane runs, how far
         expect(status).to_contain_text("Race finished", timeout=600_000)
         verdict_s = time.monotonic() - clicked
-        page.get_by_text("How this was measured", exact=True).click()                               # says how it was timed
+        page.get_by_text("How this was measured", exact=True).click()                 # says how it was timed
         expect(page.locator("#measured-md")).to_contain_text("each lane runs alone")
         page.get_by_text("How this was measured", exact=True).click()
         columns = [page.locator(f"#race-{name}").inner_text() for name in COMPARED]
@@ -509,7 +510,8 @@ def test_recordings_replay_in_a_browser_and_hostile_files_show_as_text(page, tmp
     expect(status).to_contain_text("Race finished", timeout=360_000)
     expect(page.locator("#compare-table")).to_contain_text("timings as recorded")
     for lane in recording.race:      # a lane the recorded race skipped says why, as it did live
-        expect(page.locator(f"#race-{lane}")).to_contain_text("not in this race" if lane in recording.skipped else "done ✓")
+        expect(page.locator(f"#race-{lane}")).to_contain_text("not in this race" if lane in recording.skipped
+                                                              else "done ✓")
     shoot(page, "replay-compare")
     page.get_by_role("tab", name="Step through").click()
 
@@ -563,8 +565,9 @@ def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(
     def status_of(reply) -> str:
         return reply[0] if isinstance(reply, (list, tuple)) else str(reply)
 
-    bad = [dict(prompt=""), dict(prompt="x" * (app_settings.MAX_PROMPT_CHARS + 1)), dict(strategy="staged", budget=10**6),
-           dict(mode="sample", temperature=1e9), dict(max_new=10**9), dict(lookup=-5), dict(shape="spiral")]
+    bad = [dict(prompt=""), dict(prompt="x" * (app_settings.MAX_PROMPT_CHARS + 1)),
+           dict(strategy="staged", budget=10**6), dict(mode="sample", temperature=1e9), dict(max_new=10**9),
+           dict(lookup=-5), dict(shape="spiral")]
     visitor = client()
     for change in bad:
         try:
@@ -575,7 +578,8 @@ def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(
     for change in (dict(budget="many"), dict(seed="x"), dict(max_new=[1])):       # wrong types: named, one line
         with pytest.raises(Exception, match="must be a number"):
             api_call(visitor, **change)
-    for preset, target in ((app_settings.CUSTOM, "/etc"), ("no-such-preset", ""), (app_settings.CUSTOM, "org/huge-model")):
+    refused = ((app_settings.CUSTOM, "/etc"), ("no-such-preset", ""), (app_settings.CUSTOM, "org/huge-model"))
+    for preset, target in refused:
         with pytest.raises(Exception, match="not in the list of choices"):
             api_call(visitor, preset=preset, target=target)
 
