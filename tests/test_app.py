@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -200,12 +201,13 @@ def test_the_benchmark_panel_shows_only_a_run_of_the_stack_on_screen():
 
 
 def test_the_benchmark_panel_names_its_stack_machine_and_date():
-    bench = {**BENCH, "machine": "AMD EPYC, 2 cores", "date": "2026-11-23 09:32 UTC",
+    ran = datetime(2026, 11, 23, 9, 32).strftime("%Y-%m-%d %H:%M UTC")      # as specviz.bench writes the date
+    bench = {**BENCH, "machine": "AMD EPYC, 2 cores", "date": ran,
              "settings": {"target": "smollm2-135m", "drafts": ["assets/draft", "trigram"], "precision": "float32",
                           "prompts": 10, "max_new_tokens": 48}}
-    assert bench_panel.benchmark_label(bench) == ("A saved benchmark run of this stack, not the race above: smollm2-135m + "
-                                                  "assets/draft + trigram in float32, 10 prompts × 48 new tokens, on AMD "
-                                                  "EPYC, 2 cores, 2026-11-23 09:32 UTC.")
+    assert bench_panel.benchmark_label(bench) == ("A saved benchmark run of this stack, not the race above: "
+                                                  "smollm2-135m + assets/draft + trigram in float32, 10 prompts × 48 "
+                                                  f"new tokens, on AMD EPYC, 2 cores, {ran}.")
 
 
 def test_example_prompts_include_humaneval_and_plain_language():

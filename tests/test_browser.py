@@ -258,9 +258,9 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     assert "background" in tokens.first.get_attribute("style")
     # Which tokens a real model drafts at a given step differs between CPUs (float kernels differ in
     # the last bits), and so does the tree plan measured at setup (where a draft level costs much against a target
-    # token it asks the draft for a path's chance of 0.66-0.74, and the first 7 steps may draft nothing: a fresh-clone
-    # CI run on 2026-11-27), so step until a step has drafted something, up to the 20 tokens' end, then hover every
-    # node of that tree.
+    # token it asks the draft for a path's chance of 0.66-0.74, and on a fresh clone in CI the first 7 steps may draft
+    # nothing), so step until a step has drafted something, up to the 20 tokens' end, then hover every node of that
+    # tree.
     drafted = []
     for number in range(2, 21):
         page.locator("#step-btn").click()
@@ -452,8 +452,8 @@ def test_a_race_watched_in_a_browser_times_every_lane_as_a_headless_race_does(pa
 
     def within(rates: dict[str, float], before: dict[str, float], after: dict[str, float]) -> dict[str, bool]:
         # Slowed by the page is what this guards: at most 15% under the headless span. Over it only the VM's noise can
-        # put a lane (HF's assisted lane once ran 16% faster watched than in both headless races, in a fresh-clone CI
-        # run on 2026-11-26, and the test passed twice when run again), so the upper bound allows 30%.
+        # put a lane (on a fresh clone in CI, HF's assisted lane has run 16% faster watched than in both headless races,
+        # and the test passed when run again), so the upper bound allows 30%.
         lanes = {lane: 0.85 * min(before[lane], after[lane]) <= rate <= 1.3 * max(before[lane], after[lane])
                  for lane, rate in rates.items()}
         # the winner: the same, unless the headless races themselves put the first two within 15% of each other
