@@ -64,13 +64,15 @@ def lookup_stage(drafter: Drafter | None) -> int:
 
 def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: TreeSpec,
                sampling: Sampling, generator: torch.Generator,
+               ends: frozenset[int] = frozenset(),
                plan: RoundPlan | None = None) -> tuple[Tree, dict[int, torch.Tensor]]:
     """Return the tree and, per expanded node, the distribution its children were drawn from.
 
     With `spec.lookup`, a continuation copied from the context (prompt lookup) joins the drafted
-    tree as one more branch; baseline (no drafter) stays plain decoding. With a round's `plan`
-    (specviz/round_plan.py) the plan decides what joins and what is expanded, within the spec's budget
-    and depth; a plain step's plan drafts nothing (context lookup may still join).
+    tree as one more branch; baseline (no drafter) stays plain decoding. Nothing is drafted after a
+    token of `ends` (the text's end tokens): the commit stops there, so a guess below one is budget spent in vain.
+    With a round's `plan` (specviz/round_plan.py) the plan decides what joins and what is expanded, within the
+    spec's budget and depth; a plain step's plan drafts nothing (context lookup may still join).
     """
     tree = Tree.with_root(root)
     dists: dict[int, torch.Tensor] = {}
@@ -78,13 +80,15 @@ def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: Tre
         return tree, dists
     proposals: dict[int, Proposal] = {}
     if plan is None or plan.drafts:
-        _grow(tree, proposals, context, drafter, spec, sampling, generator, plan)
+        _grow(tree, proposals, context, drafter, spec, sampling, generator, ends, plan)
     if not sampling.greedy:             # greedy verification reads no draft distribution
         dists = {node: proposal.whole() for node, proposal in proposals.items()}
     if spec.lookup > 0 and (plan is None or plan.kind != "probe"):
         stage = lookup_stage(drafter)
         with drafter.timer.phase(f"stage{stage}_draft"):
             follow = context_continuation(context, spec.lookup, max(spec.lookup_ngram, 3), spec.lookup_ngram)
+            ended = [i for i, token in enumerate(follow) if token in ends]
+            follow = follow[: ended[0] + 1] if ended else follow
             if plan is not None:
                 follow = follow[: _lookup_worth(tree, follow, plan)]
             first = len(tree)
@@ -112,7 +116,8 @@ def _kind_of(drafter: Drafter):
 
 
 def _grow(tree: Tree, dists: dict[int, Proposal], context: list[int], drafter: Drafter, spec: TreeSpec,
-          sampling: Sampling, generator: torch.Generator, plan: RoundPlan | None = None) -> None:
+          sampling: Sampling, generator: torch.Generator, ends: frozenset[int] = frozenset(),
+          plan: RoundPlan | None = None) -> None:
     """The drafter's tree, level by level; dists: each expanded node's Proposal."""
     paths = spec.static_paths() if spec.shape != "dynamic" and plan is None else None
     width, branch, depth_cap = spec.level_width, spec.max_branch, spec.max_depth
@@ -131,7 +136,7 @@ def _grow(tree: Tree, dists: dict[int, Proposal], context: list[int], drafter: D
             best = sorted(frontier, key=lambda n: -scores[n])[:width]
             wants = {n: branch for n in best if tree.depths[n] < depth_cap
                      and judge.expands(n, scores[n], len(tree) - 1)}
-        expand = [n for n in frontier if wants.get(n, 0) > 0]
+        expand = [n for n in frontier if wants.get(n, 0) > 0 and (n == 0 or tree.tokens[n] not in ends)]
         if not expand:
             break
         room = spec.budget - (len(tree) - 1)    # children this level can take in all
