@@ -6,6 +6,9 @@ import torch
 from hypothesis import HealthCheck, settings
 
 torch.set_num_threads(1)    # tiny models: threads only add overhead, and CI has two cores
+# the tests need no network after setup: models load from the local caches, in this process and in the ones it starts,
+# with no request to the hub first
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 settings.register_profile("specviz", deadline=None, suppress_health_check=[HealthCheck.too_slow],
                           max_examples=int(os.environ.get("SPECVIZ_EXAMPLES", "25")))
