@@ -109,13 +109,13 @@ def test_a_static_cache_too_small_for_the_generation_is_refused():
 
 
 def test_cli_compile_flag_gives_the_eager_output(tmp_path):
-    """`generate --compile` end to end on a tiny saved model with a word-level tokenizer."""
-    from test_cli import cli
+    """`generate --compile` end to end on a tiny saved model with a word-level tokenizer (its main in this process)."""
+    from test_cli import in_process
 
     save_with_word_tokenizer(tiny_model("llama"), tmp_path)
     args = ("--prompt", "w3 w4 w5 w6", "--target", str(tmp_path), "--strategy", "baseline",
             "--max-new-tokens", "6", "--dtype", "float32", "--json")    # not auto: its pick may differ per process
-    eager, compiled = cli(*args), cli(*args, "--compile")
+    eager, compiled = in_process(*args), in_process(*args, "--compile")
     assert compiled.returncode == 0, compiled.stderr[-2000:]
     assert json.loads(compiled.stdout)["tokens"] == json.loads(eager.stdout)["tokens"]
     assert json.loads(compiled.stdout)["new_tokens"] == 6
