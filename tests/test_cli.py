@@ -25,14 +25,15 @@ def cli(*args, timeout=600):
                           text=True, env=ENV, timeout=timeout)
 
 
-def in_process(*args) -> subprocess.CompletedProcess:
+def in_process(*args, reference=False) -> subprocess.CompletedProcess:
     """`specviz generate` through the same main as `python -m specviz`, in this process, the offline preset unless a
-    test names another. No reference: llama.cpp's own run beside each is tested in tests/test_llama_cpp.py."""
+    test names another. No reference unless asked: llama.cpp's own run beside each is tested in
+    tests/test_llama_cpp.py."""
     from specviz.cli import main
     preset = [] if "--preset" in args else ["--preset", "offline"]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["generate", *preset, *args, "--no-reference"])
+        code = main(["generate", *preset, *args, *([] if reference else ["--no-reference"])])
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
