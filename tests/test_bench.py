@@ -222,7 +222,7 @@ def test_projection_replays_recorded_decisions_on_tiny_gpt2():
     json.dumps(out)
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_replay_projects_recorded_lanes_with_no_model_loaded(tmp_path, compiled):
     """`--replay`: the shipped qwen-coder recordings' decisions (real CPU runs) timed on random Qwen2 models of
     tiny sizes, eager and compiled over static caches; every recorded round is replayed."""
