@@ -15,12 +15,21 @@ settings.register_profile("specviz", deadline=None, suppress_health_check=[Healt
 settings.load_profile("specviz")
 
 
+# tests/test_blocks.py's tests that compile blocks.c anew (for every instruction set, changed copies that must fail,
+# ARM64 under qemu): slow, as the other kernel builds are, marked here so that the file keeps to the kernels alone
+KERNEL_BUILDS = {"test_every_build_computes_the_definition_bit_for_bit",
+                 "test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests",
+                 "test_a_columns_product_that_sums_in_another_order_fails_these_tests",
+                 "test_an_amx_product_that_sums_in_another_order_fails_these_tests",
+                 "test_arm64_builds_compute_the_definition_bit_for_bit_under_emulation"}
+
+
 @pytest.hookimpl(tryfirst=True)         # before `-m` selects: a browser test is a slow one too
 def pytest_collection_modifyitems(config, items):
     """A test marked `alone` compares timings, which a unit suite run beside another worker cannot hold: its check
     runs in a benchmark command (scripts/race_watched.py for the watched race), on a quiet machine."""
     for item in items:
-        if item.get_closest_marker("browser") is not None:
+        if item.get_closest_marker("browser") is not None or getattr(item, "originalname", None) in KERNEL_BUILDS:
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("alone") is not None:
             item.add_marker(pytest.mark.skip(reason="a timing comparison: scripts/race_watched.py runs its check"))
