@@ -26,13 +26,9 @@ KERNEL_BUILDS = {"test_every_build_computes_the_definition_bit_for_bit",
 
 @pytest.hookimpl(tryfirst=True)         # before `-m` selects: a browser test is a slow one too
 def pytest_collection_modifyitems(config, items):
-    """A test marked `alone` compares timings, which a unit suite run beside another worker cannot hold: its check
-    runs in a benchmark command (scripts/race_watched.py for the watched race), on a quiet machine."""
     for item in items:
         if item.get_closest_marker("browser") is not None or getattr(item, "originalname", None) in KERNEL_BUILDS:
             item.add_marker(pytest.mark.slow)
-        if item.get_closest_marker("alone") is not None:
-            item.add_marker(pytest.mark.skip(reason="a timing comparison: scripts/race_watched.py runs its check"))
 
 
 @pytest.fixture(scope="session")
