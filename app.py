@@ -15,13 +15,12 @@ from collections import Counter
 import gradio as gr
 
 from specviz import plots
-from specviz.app import panels, regime, replay, stacks, words
+from specviz.app import bench_panel, live, panels, regime, replay, stacks, words
 from specviz.app import settings as app_settings
-from specviz.app.events import on_compare, on_lossless, on_reset, on_run, on_step, on_stop
-from specviz.app.race import COMPARED
+from specviz.app.events import NOT_MEASURED, on_compare, on_lossless, on_reset, on_run, on_step, on_stop
+from specviz.app.race import SHOWN
 from specviz.app.replay_events import on_live, on_open, on_save, on_start
-from specviz.app.texts import (ACCEPT_HELP, CHARTS_HELP, COMPARE_HELP, CSS, INTRO, LOSSLESS_HELP, TEXT_HELP,
-                               TREE_HELP)
+from specviz.app.texts import CSS, HELP, MEASURED_TITLE, MORE_TITLE, TITLE
 from specviz.tree import SHAPES
 from specviz.recording import MAX_BYTES
 from specviz.strategies import AUTO_SHAPE, STAGED_LOOKUP, STRATEGIES
@@ -48,6 +47,17 @@ def numbers_only(component):
 
 # -- the page --------------------------------------------------------------------------------------
 
+LANE_MIN_PX = 300       # a lane's column: its text box stays 280 px or wider (3 columns at 1440x900, 2 at 1280x720)
+
+
+def help_text(view: str, elem_id: str | None = None) -> None:
+    """A view's help: two sentences you can see, the rest in a fold."""
+    gr.Markdown(HELP[view].shown, elem_id=elem_id)
+    if HELP[view].more:
+        with gr.Accordion(MORE_TITLE, open=False, elem_id=f"{view}-more"):
+            gr.Markdown(HELP[view].more)
+
+
 def build() -> gr.Blocks:
     preset_default = stacks.default_preset()
     staged = stacks.staged_available(preset_default)
@@ -59,14 +69,22 @@ def build() -> gr.Blocks:
         # no time_to_live or delete_callback: with either, the server answered new visitors seconds late
         # after each run (measured with gradio_client); specviz.sessions bounds live sessions instead
         session = gr.State(None)
-        gr.Markdown(INTRO)
+        gr.Markdown(TITLE)
+        help_text("intro", elem_id="intro")
         status = gr.Markdown("", elem_id="status")
         with gr.Row():
             with gr.Column(scale=1, min_width=320):
-                example = gr.Dropdown(list(EXAMPLES), value=default_example, label="Example prompts", elem_id="examples",
+                live_line = gr.Markdown(live.line(), elem_id="live-status")
+                example = gr.Dropdown(list(EXAMPLES), value=default_example, label="Example prompts",
+                                      elem_id="examples",
                                       info="HumanEval coding tasks (as in the paper) and a few plain-language ones")
                 prompt = gr.Textbox(EXAMPLES[default_example], label="Prompt", lines=7, max_lines=14,
                                     elem_id="prompt")
+                prompt_format = gr.Radio(list(app_settings.PROMPT_FORMATS),
+                                         value=app_settings.format_for(default_example), label="Prompt format",
+                                         elem_id="prompt-format",
+                                         info="chat: inside the model's chat template, as an instruct model expects "
+                                              "(grey in the text) · completion: continued as written")
                 strategy = gr.Radio(list(STRATEGIES), value=default_strategy, label="Strategy", elem_id="strategy",
                                     info="baseline: no guessing · speculative: one draft, a chain · tree: one draft, "
                                          "a tree · staged: a tree, with the draft itself sped up by an n-gram, plus "
@@ -91,7 +109,8 @@ def build() -> gr.Blocks:
                     top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p (1 = off)", visible=False)
                     seed = gr.Number(0, label="Seed", precision=0, visible=False)
                 with gr.Accordion("Tree", open=False):
-                    budget = gr.Slider(1, app_settings.MAX_BUDGET, value=app_settings.DEFAULT_BUDGET, step=1, label="Tree budget (guessed tokens per step)")
+                    budget = gr.Slider(1, app_settings.MAX_BUDGET, value=app_settings.DEFAULT_BUDGET, step=1,
+                                       label="Tree budget (guessed tokens per step)")
                     shape = gr.Dropdown([AUTO_SHAPE, *SHAPES], value=AUTO_SHAPE, label="Tree shape",
                                         info="auto: chain for speculative, dynamic (grown where the draft is "
                                              "confident) otherwise")
@@ -123,27 +142,32 @@ def build() -> gr.Blocks:
                             with gr.Column(scale=3):
                                 tree_plot = gr.Plot(plots.tree_figure(None), label="Speculative tree",
                                                     elem_id="tree-plot")
-                                gr.Markdown(TREE_HELP)
+                                help_text("tree")
                             with gr.Column(scale=2):
                                 text = gr.HTML(words.text_html("", [], None), elem_id="gen-text", js_on_load=None)
                                 caption = gr.Markdown("", elem_id="caption")
                                 counters = gr.Markdown("No tokens yet.", elem_id="counters")
-                                gr.Markdown(TEXT_HELP)
+                                help_text("text")
                         accept_plot = gr.Plot(plots.acceptance_figure([]), label="Acceptance per tree position",
                                               elem_id="accept-plot")
-                        gr.Markdown(ACCEPT_HELP)
+                        help_text("accept")
                     with gr.Tab("Compare", id="compare"):
-                        gr.Markdown(COMPARE_HELP)
+                        help_text("compare", elem_id="compare-help")
                         with gr.Row():
                             compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
                             stop2_btn = gr.Button("Stop", variant="stop", elem_id="stop2-btn")
                             save2_btn = gr.Button("Save run", elem_id="save2-btn")
                         gr.HTML(words.legend_html(None), js_on_load=None)
-                        with gr.Row(equal_height=False):
-                            racers = [gr.HTML(f'<div class="race-col"><b>{name}</b></div>', js_on_load=None,
-                                              elem_id=f"race-{name}") for name in COMPARED]
+                        racers = []
+                        with gr.Row(equal_height=False, elem_id="lanes"):
+                            for name in SHOWN:
+                                with gr.Column(min_width=LANE_MIN_PX):
+                                    racers.append(gr.HTML(f'<div class="race-col"><b>{name}</b></div>', js_on_load=None,
+                                                          elem_id=f"race-{name}"))
+                        with gr.Accordion(MEASURED_TITLE, open=False, elem_id="measured-box"):
+                            measured = gr.Markdown(NOT_MEASURED, elem_id="measured-md")
                         table = gr.Markdown("", elem_id="compare-table")
-                        gr.Markdown(CHARTS_HELP)
+                        help_text("charts")
                         latency_plot = gr.Plot(plots.latency_figure({}), label="Latency", elem_id="latency-plot")
                         with gr.Row():
                             forwards_plot = gr.Plot(plots.forwards_figure({}), label="Tokens per target pass",
@@ -151,13 +175,14 @@ def build() -> gr.Blocks:
                             memory_plot = gr.Plot(plots.memory_figure({}), label="Memory traffic",
                                                   elem_id="memory-plot")
                         with gr.Accordion("Why it is fast, in numbers", open=True, elem_id="speed-box"):
-                            speed_plot = gr.Plot(panels.speed_figure(None), label="Why it is fast", elem_id="speed-plot")
+                            speed_plot = gr.Plot(panels.speed_figure(None), label="Why it is fast",
+                                                 elem_id="speed-plot")
                             speed_md = gr.Markdown(panels.speed_md(None), elem_id="speed-md")
                             regime_plot = gr.Plot(regime.regime_figure(None), label="The regime", elem_id="regime-plot")
                             regime_md = gr.Markdown(regime.regime_md(None), elem_id="regime-md")
                         with gr.Accordion("Is it lossless? Sample the next token many times", open=False,
                                           elem_id="lossless-box"):
-                            gr.Markdown(LOSSLESS_HELP)
+                            help_text("lossless")
                             with gr.Row():
                                 samples = gr.Slider(10, app_settings.MAX_LOSSLESS_SAMPLES, value=100, step=10,
                                                     label="Samples per lane", elem_id="lossless-n")
@@ -165,16 +190,18 @@ def build() -> gr.Blocks:
                             lossless_plot = gr.Plot(panels.lossless_figure(None, Counter(), Counter(), "staged", str),
                                                     label="Next-token distribution", elem_id="lossless-plot")
                             lossless_md = gr.Markdown("", elem_id="lossless-md")
-                        bench = words.load_benchmark()
-                        with gr.Accordion("Benchmark results (python -m specviz.bench)", open=bench is not None):
-                            gr.Markdown(words.benchmark_md(bench), elem_id="bench-table")
-                            if bench:
-                                gr.Plot(plots.benchmark_figure(bench), label="Benchmark", elem_id="bench-plot")
+                        benchmark = bench_panel.load_benchmark()
+                        shown = bench_panel.benchmark_for(preset_default, benchmark)
+                        with gr.Accordion("Benchmark results (python -m specviz.bench)", open=shown is not None):
+                            bench_md = gr.Markdown(bench_panel.panel_md(preset_default, benchmark),
+                                                   elem_id="bench-table")
+                            bench_plot = gr.Plot(plots.benchmark_figure(shown) if shown else None, label="Benchmark",
+                                                 elem_id="bench-plot", visible=shown is not None)
 
         controls = dict(prompt=prompt, strategy=strategy, preset=preset, target=target, drafts=drafts,
                         sampling_mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                         budget=budget, shape=shape, max_depth=max_depth, max_branch=max_branch, lookup=lookup,
-                        max_new_tokens=max_new)
+                        max_new_tokens=max_new, prompt_format=prompt_format)
         settings = [controls[name] for name in app_settings.SETTING_NAMES]      # every control, by name
         for control in (temperature, top_k, top_p, seed, budget, max_depth, max_branch, lookup, max_new, samples):
             numbers_only(control)
@@ -183,8 +210,8 @@ def build() -> gr.Blocks:
         step_btn.click(on_step, [session, *settings], step_outputs, show_progress="minimal", **engine)
         run_btn.click(on_run, [session, *settings], step_outputs, show_progress="hidden", **engine)
         reset_btn.click(on_reset, [session], step_outputs, show_progress="hidden")
-        compare_outputs = [session, status, *racers, table, latency_plot, forwards_plot, memory_plot, speed_plot,
-                           speed_md, regime_plot, regime_md]
+        compare_outputs = [session, status, *racers, measured, table, latency_plot, forwards_plot, memory_plot,
+                           speed_plot, speed_md, regime_plot, regime_md]
         compare_btn.click(on_compare, [session, *settings], compare_outputs, show_progress="hidden",
                                         **engine)
         lossless_btn.click(on_lossless, [session, samples, *settings], [session, status, lossless_plot, lossless_md],
@@ -198,21 +225,19 @@ def build() -> gr.Blocks:
         live_btn.click(on_live, [session], step_outputs, show_progress="hidden")
         for button in (save_btn, save2_btn):
             button.click(on_save, [session], [session, status, saved], show_progress="hidden")
-        example.change(lambda name: EXAMPLES.get(name, gr.skip()), [example], [prompt], queue=False)
-        preset.change(lambda p: [gr.update(visible=p == app_settings.CUSTOM)] * 2, [preset], [target, drafts], queue=False)
+        example.change(lambda name: (EXAMPLES[name], app_settings.format_for(name)) if name in EXAMPLES else
+                       (gr.skip(), gr.skip()), [example], [prompt, prompt_format], queue=False)
+        preset.change(lambda p: [gr.update(visible=p == app_settings.CUSTOM)] * 2, [preset], [target, drafts],
+                      queue=False)
+        preset.change(lambda p: bench_panel.panel_update(p, benchmark), [preset], [bench_md, bench_plot], queue=False)
         mode.change(lambda m: [gr.update(visible=m == "sample")] * 4, [mode], [temperature, top_k, top_p, seed],
                     queue=False)
+        timer = gr.Timer(2.0, active=not live.ready())       # the live-mode line, while the models get ready
+        timer.tick(lambda: (live.line(), gr.Timer(active=not live.ready())), None, [live_line, timer], queue=False,
+                   show_progress="hidden")
         start_outputs = [*open_outputs, *compare_outputs[2:]]
         demo.load(lambda: on_start(len(start_outputs)), None, start_outputs, queue=False)
     return demo
-
-
-def warm_up() -> None:
-    """Load the default stack in the background so the first Step is quick."""
-    try:
-        stacks.get_stack((stacks.default_preset(),))
-    except Exception as exc:  # noqa: BLE001 - the Step that needs it will show the message
-        log.warning("could not preload the default models: %s", app_settings.one_line(exc))
 
 
 def main() -> None:
@@ -221,13 +246,16 @@ def main() -> None:
         log.info("default model stack for this machine: %s", stacks.default_preset())   # measured before any load
     except ValueError as exc:        # SPECVIZ_PRESET names no preset
         raise SystemExit(f"specviz: {exc}") from None
-    if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":
-        threading.Thread(target=warm_up, daemon=True).start()
+    if os.environ.get("SPECVIZ_PRELOAD", "1") != "0":        # the default stack loads while the page answers
+        threading.Thread(target=live.get_ready, daemon=True).start()
+    else:
+        live.skip()
     demo = build()
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
                 server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-                theme=gr.themes.Soft(), css=CSS, show_error=False, max_file_size=MAX_BYTES, footer_links=["api", "gradio"])
+                theme=gr.themes.Soft(), css=CSS, show_error=False, max_file_size=MAX_BYTES,
+                footer_links=["api", "gradio"])
 
 
 if __name__ == "__main__":

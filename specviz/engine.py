@@ -11,6 +11,7 @@ from time import perf_counter
 
 import torch
 
+from . import end_tokens
 from .cache import BUCKETS, KVModel
 from .drafters.base import Drafter
 from .drafters.model import LONGEST_GUESS
@@ -78,7 +79,7 @@ class Decoder:
         self.spec = tree
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
-        self.eos = _eos_ids(target, tokenizer) if stop_at_eos else set()
+        self.eos = end_tokens.of(target, tokenizer) if stop_at_eos else frozenset()
         self.timer = PhaseTimer()
         needed = static_length(len(prompt_ids), max_new_tokens, tree)
         if static_len is None and compiled is not None:
@@ -125,7 +126,8 @@ class Decoder:
         started = perf_counter()
         context = self.tokens
         with self.timer.phase("tree"):      # choosing children; drafter forwards are timed inside
-            tree, dists = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator)
+            tree, dists = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator,
+                                     self.eos)
         with self.timer.phase("verify"):
             positions = [self.target.committed + d for d in tree.depths]
             logits = self.target.forward(tree.tokens, positions, ancestor_matrix(tree.parents))
@@ -223,14 +225,3 @@ def static_length(prompt_tokens: int, max_new_tokens: int, tree: TreeSpec, step:
     the length: a round feeds it each tree node it expands with the lower stage's guesses after it."""
     entries = prompt_tokens + max_new_tokens + tree.budget * (1 + LONGEST_GUESS) + tree.lookup + 1 + BUCKETS[-1]
     return -(-entries // step) * step
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    ids = set()
-    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(v for v in value if isinstance(v, int))
-    return ids

@@ -3,7 +3,8 @@
 `llama-completion` is its plain decoding and `llama-speculative-simple` its own draft-model speculation (a
 chain of `--spec-draft-n-max` tokens, 3 by default), both built by scripts/build_llama_cpp.sh into
 `.venv/llama.cpp/bin` (or found in `SPECVIZ_LLAMA_CPP`, or on PATH). Each run reads the same GGUF files as
-our engine, with the same number of threads, and generates exactly `max_new_tokens` tokens (`--ignore-eos`).
+our engine, with the same number of threads. In the bench it writes exactly `max_new_tokens` tokens (`--ignore-eos`),
+like for like with our lanes there; in the app's race it stops at the model's end of text, as ours do.
 
 Its clocks are its own (`prompt eval` + `eval`, or `encoded` + `decoded`): they include reading the prompt,
 as our lanes' clocks do, and leave out loading the model. The text arrives on stdout as it is made; each
@@ -83,14 +84,17 @@ def sampling_args(sampling: Sampling) -> list[str]:
 
 
 def generate(peer: str, target_gguf: Path, prompt: str, sampling: Sampling, max_new_tokens: int, threads: int,
-             draft_gguf: Path | None = None) -> LlamaRun:
-    """One generation by llama.cpp's own program for `peer`; raises LlamaCppMissing where it cannot run."""
+             draft_gguf: Path | None = None, stop_at_end: bool = False) -> LlamaRun:
+    """One generation by llama.cpp's own program for `peer`; raises LlamaCppMissing where it cannot run. It writes
+    exactly max_new_tokens tokens (the bench's like-for-like), or with `stop_at_end` stops at the model's end of text
+    as its users see it (the app's race)."""
     reason = missing_reason(peer, target_gguf, draft_gguf)
     if reason:
         raise LlamaCppMissing(reason)
     # -p, not -f: a prompt read from a file loses its last newline
     args = [str(program(PROGRAMS[peer])), "-m", str(target_gguf), "-p", prompt, "--no-escape",
-            "-n", str(max_new_tokens), "-t", str(threads), "-c", str(CONTEXT), "--ignore-eos", *sampling_args(sampling)]
+            "-n", str(max_new_tokens), "-t", str(threads), "-c", str(CONTEXT), *sampling_args(sampling)]
+    args += [] if stop_at_end else ["--ignore-eos"]
     if peer == PLAIN:
         args += ["-no-cnv", "--simple-io", "--no-warmup"]
     else:
@@ -130,6 +134,9 @@ def _number(pattern: str, log: str) -> float:
     return float(match.group(1))
 
 
+END_MARK = b" [end of text]\n"          # what llama-completion prints where the model ends its text
+
+
 def _parse(peer: str, raw: list[tuple[float, bytes]], log: str, prompt: str) -> LlamaRun:
     """The new text (the prompt's echo and the program's closing newlines removed), placed on llama.cpp's clock."""
     if peer == PLAIN:
@@ -148,6 +155,8 @@ def _parse(peer: str, raw: list[tuple[float, bytes]], log: str, prompt: str) -> 
     data, echo = b"".join(block for _, block in raw), echo.encode("utf-8")
     head = len(echo) if data.startswith(echo) else 0
     tail = len(data) - len(closing) if data.endswith(closing) else len(data)
+    if data[:tail].endswith(END_MARK):         # it stopped at the model's end of text (not --ignore-eos)
+        tail -= len(END_MARK)
     last = raw[-1][0] if raw else 0.0
     chunks, shown, received, decoder = [], head, 0, codecs.getincrementaldecoder("utf-8")("replace")
     for arrived, block in raw:
@@ -215,13 +224,13 @@ def cost_curve(gguf: Path, threads: int, sizes=(1, 2, 4, 8, 16), repeats: int = 
     return {row["n_prompt"]: row["avg_ns"] / 1e9 for row in json.loads(done.stdout)}
 
 
-def generate_for(stack, peer: str, prompt_ids: list[int], sampling: Sampling,
-                 max_new_tokens: int) -> tuple[LlamaRun, list[tuple[float, list[int]]]]:
+def generate_for(stack, peer: str, prompt_ids: list[int], sampling: Sampling, max_new_tokens: int,
+                 stop_at_end: bool = False) -> tuple[LlamaRun, list[tuple[float, list[int]]]]:
     """llama.cpp on one of our stacks: its target's (and first draft's) GGUF file, the prompt as our tokenizer
     reads it back, as many threads as our engine; with the run's first max_new_tokens tokens in our ids, in the
     chunks they arrived in (token_chunks)."""
     import torch
 
     run = generate(peer, gguf_file(stack.target.name), stack.tokenizer.decode(prompt_ids), sampling, max_new_tokens,
-                   torch.get_num_threads(), gguf_file(stack.assistant()[0]))
+                   torch.get_num_threads(), gguf_file(stack.assistant()[0]), stop_at_end)
     return run, token_chunks(run, stack.tokenizer, max_new_tokens)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import auto_choice
+from . import auto_choice, end_tokens
 from .cpu import file_model
 from .cache import parameter_bytes
 from .cost_curve import cost_curve
@@ -211,7 +211,22 @@ def converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
 
 def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bool = False) -> LoadedModel:
     """Load a causal LM and its tokenizer; raise ModelLoadError with a one-line message on failure. A draft (`draft`)
-    in int4 takes groups of 64 weights (int4.WIDE_GROUP)."""
+    in int4 takes groups of 64 weights (int4.WIDE_GROUP). Its generation config then lists every token that ends
+    its text (specviz/end_tokens.py)."""
+    loaded = _load_model(spec, dtype, device, draft)
+    end_tokens.mark(loaded.model, loaded.tokenizer, _gguf_path(spec))
+    return loaded
+
+
+def _gguf_path(spec: str) -> Path | None:
+    try:
+        location, gguf_file = resolve(spec)
+    except ModelLoadError:
+        return None
+    return Path(location) / gguf_file if gguf_file else None
+
+
+def _load_model(spec: str, dtype: str, device: str, draft: bool) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -225,7 +240,7 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bo
         loaded = _file_model(spec)       # the file's blocks; int4 and int8 re-quantise them in memory
         return loaded if dtype == GGUF else _quantized(file_model.requantizable(loaded), dtype, draft)
     if dtype in QUANTIZED:        # de-quantised in float32, then its linear layers packed in 4 or 8 bits
-        return _quantized(load_model(spec, "float32", device), dtype, draft)
+        return _quantized(_load_model(spec, "float32", device, False), dtype, draft)
     location, gguf_file = resolve(spec)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()

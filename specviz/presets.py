@@ -50,21 +50,34 @@ def default_preset(device: str = "cpu") -> str:
     runs the 1.5B fast enough (a GPU, or a CPU where the probe layer predicts 0.35 s per token or less);
     else `offline`, SmolLM2-135M with the shipped draft. On a 2-core CPU staged beats baseline in the app's
     race on qwen-coder, and barely beats it on offline, whose 135M target costs little more than its draft."""
+    return default_choice(device)[0]
+
+
+def default_choice(device: str = "cpu") -> tuple[str, str]:
+    """default_preset's choice and why, in a few words (the app's live-mode line says it)."""
     chosen = os.environ.get(PRESET_ENV, "").strip()
     if chosen:
         if chosen not in PRESETS:
             raise ValueError(f"{PRESET_ENV}={chosen!r} is not a preset; choose one of {', '.join(PRESETS)}")
-        return chosen
-    qwen_coder = PRESETS["qwen-coder"]
-    installed = all(available(CHUNKED[key]) for key in (qwen_coder.target, *qwen_coder.drafts[:1]))
-    if not installed:
-        return "offline"
+        return chosen, f"this server's operator chose it ({PRESET_ENV})"
+    if not qwen_coder_installed():
+        return "offline", "qwen-coder's model files are not installed here"
     if device.startswith("cuda"):
-        return "qwen-coder"
+        return "qwen-coder", "a GPU runs it"
     memory = memory_bytes()
-    # unknown (no sysconf, no psutil): not a reason to refuse
-    fits = memory is None or memory >= QWEN_CODER_MEMORY
-    return "qwen-coder" if fits and predicted_token_seconds() <= QWEN_CODER_TOKEN_S else "offline"
+    if memory is not None and memory < QWEN_CODER_MEMORY:     # unknown (no sysconf, no psutil): not a reason to refuse
+        return "offline", (f"qwen-coder asks for {QWEN_CODER_MEMORY / 2**30:.0f} GiB of memory and this server has "
+                           f"{memory / 2**30:.1f} GiB")
+    seconds = predicted_token_seconds()
+    if seconds > QWEN_CODER_TOKEN_S:
+        return "offline", (f"this CPU would take {seconds:.2f} s a token of qwen-coder's 1.5B target (more than "
+                           f"{QWEN_CODER_TOKEN_S} s)")
+    return "qwen-coder", f"this CPU makes a token of its 1.5B target in about {seconds:.2f} s"
+
+
+def qwen_coder_installed() -> bool:
+    """Whether the qwen-coder pair's files are here (joined, or their chunk packages installed)."""
+    return all(available(CHUNKED[key]) for key in (PRESETS["qwen-coder"].target, *PRESETS["qwen-coder"].drafts[:1]))
 
 
 def predicted_token_seconds() -> float:

@@ -62,30 +62,34 @@ def lookup_stage(drafter: Drafter | None) -> int:
 
 
 def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: TreeSpec,
-               sampling: Sampling, generator: torch.Generator) -> tuple[Tree, dict[int, torch.Tensor]]:
+               sampling: Sampling, generator: torch.Generator,
+               ends: frozenset[int] = frozenset()) -> tuple[Tree, dict[int, torch.Tensor]]:
     """Return the tree and, per expanded node, the distribution its children were drawn from.
 
     With `spec.lookup`, a continuation copied from the context (prompt lookup) joins the drafted
-    tree as one more branch; baseline (no drafter) stays plain decoding.
+    tree as one more branch; baseline (no drafter) stays plain decoding. Nothing is drafted after a
+    token of `ends` (the text's end tokens): the commit stops there, so a guess below one is budget spent in vain.
     """
     tree = Tree.with_root(root)
     dists: dict[int, torch.Tensor] = {}
     if drafter is None:
         return tree, dists
     proposals: dict[int, Proposal] = {}
-    _grow(tree, proposals, context, drafter, spec, sampling, generator)
+    _grow(tree, proposals, context, drafter, spec, sampling, generator, ends)
     if not sampling.greedy:             # greedy verification reads no draft distribution
         dists = {node: proposal.whole() for node, proposal in proposals.items()}
     if spec.lookup > 0:
         stage = lookup_stage(drafter)
         with drafter.timer.phase(f"stage{stage}_draft"):
             follow = context_continuation(context, spec.lookup, max(spec.lookup_ngram, 3), spec.lookup_ngram)
+            ended = [i for i, token in enumerate(follow) if token in ends]
+            follow = follow[: ended[0] + 1] if ended else follow
             tree.add_lookup_chain(follow, stage)
     return tree, dists
 
 
 def _grow(tree: Tree, dists: dict[int, Proposal], context: list[int], drafter: Drafter, spec: TreeSpec,
-          sampling: Sampling, generator: torch.Generator) -> None:
+          sampling: Sampling, generator: torch.Generator, ends: frozenset[int] = frozenset()) -> None:
     """The drafter's tree, level by level; dists: each expanded node's Proposal."""
     paths = spec.static_paths() if spec.shape != "dynamic" else None
     support = drafter.support()
@@ -96,7 +100,7 @@ def _grow(tree: Tree, dists: dict[int, Proposal], context: list[int], drafter: D
         else:
             best = sorted(frontier, key=lambda n: -scores[n])[: spec.level_width]
             wants = {n: spec.max_branch for n in best if tree.depths[n] < spec.max_depth}
-        expand = [n for n in frontier if wants.get(n, 0) > 0]
+        expand = [n for n in frontier if wants.get(n, 0) > 0 and (n == 0 or tree.tokens[n] not in ends)]
         if not expand:
             break
         room = spec.budget - (len(tree) - 1)    # children this level can take in all

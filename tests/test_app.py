@@ -4,6 +4,8 @@ and tiny random models (fast). The running app in a real browser and through its
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ import pytest
 from specviz import llama_cpp
 from specviz.app import settings as app_settings
 from specviz.app import stacks, words
-from specviz.app.race import COMPARED, ENGINE_LANES, Race, time_lanes
+from specviz.app import bench_panel
+from specviz.app.race import COMPARED, ENGINE_LANES, IN_TURN, ONE_AFTER_ANOTHER, SHOWN, TIMING, Race, time_lanes
 from specviz.app.sessions import Session
 from specviz.strategies import default_tree
 from specviz.trace import RunRecord
@@ -20,7 +23,7 @@ from tiny import WordTokenizer
 DATA = Path(__file__).resolve().parent / "data"
 SETTINGS = dict(prompt="def add(a, b):\n", strategy="tree", preset=app_settings.OFFLINE_DEFAULT, target="", drafts="",
                 sampling_mode="greedy", temperature=1.0, top_k=50, top_p=1.0, seed=0, budget=12, shape="auto",
-                max_depth=8, max_branch=4, lookup=10, max_new_tokens=16)
+                max_depth=8, max_branch=4, lookup=10, max_new_tokens=16, prompt_format="completion")
 
 
 def controls(**change) -> list:
@@ -67,7 +70,8 @@ def test_settings_turn_into_engine_settings(monkeypatch):
     monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "1")
     s = app_settings.parse_settings(**{**SETTINGS, "strategy": "speculative", "budget": 5})
     assert (s.tree.shape, s.tree.budget, s.tree.max_depth) == ("chain", 5, 5)
-    s = app_settings.parse_settings(**{**SETTINGS, "sampling_mode": "sample", "temperature": 0.7, "top_k": 50, "seed": 3})
+    s = app_settings.parse_settings(**{**SETTINGS, "sampling_mode": "sample", "temperature": 0.7, "top_k": 50,
+                                       "seed": 3})
     assert (s.sampling.temperature, s.sampling.top_k, s.sampling.seed) == (0.7, 50, 3)
     assert app_settings.parse_settings(**SETTINGS).sampling.greedy
     custom = app_settings.parse_settings(**{**SETTINGS, "preset": app_settings.CUSTOM, "target": " org/model ",
@@ -174,23 +178,36 @@ BENCH = {"machine": "m", "date": "d", "command": "python -m specviz.bench", "res
 
 
 def test_benchmark_results_are_optional(tmp_path):
-    assert words.load_benchmark(tmp_path / "absent.json") is None
+    assert bench_panel.load_benchmark(tmp_path / "absent.json") is None
     (tmp_path / "bad.json").write_text("{not json")
-    assert words.load_benchmark(tmp_path / "bad.json") is None
-    assert "No benchmark results yet" in words.benchmark_md(None)
+    assert bench_panel.load_benchmark(tmp_path / "bad.json") is None
+    assert "No benchmark results yet" in bench_panel.benchmark_md(None)
     (tmp_path / "latest.json").write_text(json.dumps(BENCH))
-    md = words.benchmark_md(words.load_benchmark(tmp_path / "latest.json"))
+    md = bench_panel.benchmark_md(bench_panel.load_benchmark(tmp_path / "latest.json"))
     assert "| staged | greedy | 12.5 | 2.00× | – | 0.30× | 3 / 3 |" in md
-    assert md.startswith("A saved benchmark run, not the race above: ")
+    assert md.startswith("A saved benchmark run of this stack, not the race above: ")
+
+
+def test_the_benchmark_panel_shows_only_a_run_of_the_stack_on_screen():
+    """A saved run of another stack answers nothing about the race above it: the panel then says how to make one."""
+    offline = {**BENCH, "settings": {"target": "smollm2-135m", "drafts": list(bench_panel.stack_of("offline")[1])}}
+    assert bench_panel.benchmark_for("offline", offline) is offline
+    assert "| staged | greedy | 12.5 |" in bench_panel.panel_md("offline", offline)
+    assert bench_panel.benchmark_for("qwen-coder", offline) is None
+    line = bench_panel.panel_md("qwen-coder", offline)
+    assert "No saved benchmark of this stack (qwen-coder)" in line
+    assert "python -m specviz.bench --preset qwen-coder" in line
+    assert "12.5" not in line and bench_panel.benchmark_for("offline", None) is None
 
 
 def test_the_benchmark_panel_names_its_stack_machine_and_date():
-    bench = {**BENCH, "machine": "AMD EPYC, 2 cores", "date": "2026-11-23 09:32 UTC",
+    ran = datetime(2026, 11, 23, 9, 32).strftime("%Y-%m-%d %H:%M UTC")      # as specviz.bench writes the date
+    bench = {**BENCH, "machine": "AMD EPYC, 2 cores", "date": ran,
              "settings": {"target": "smollm2-135m", "drafts": ["assets/draft", "trigram"], "precision": "float32",
                           "prompts": 10, "max_new_tokens": 48}}
-    assert words.benchmark_label(bench) == ("A saved benchmark run, not the race above: smollm2-135m + assets/draft + "
-                                            "trigram in float32, 10 prompts × 48 new tokens, on AMD EPYC, 2 cores, "
-                                            "2026-11-23 09:32 UTC.")
+    assert bench_panel.benchmark_label(bench) == ("A saved benchmark run of this stack, not the race above: "
+                                                  "smollm2-135m + assets/draft + trigram in float32, 10 prompts × 48 "
+                                                  f"new tokens, on AMD EPYC, 2 cores, {ran}.")
 
 
 def test_example_prompts_include_humaneval_and_plain_language():
@@ -275,6 +292,10 @@ def test_the_race_times_each_step_alone_ours_in_turn_then_replays_them_at_their_
     column = words.race_column_html("hf_assisted", peer, table["hf_assisted"], body="<b>x</b>")
     assert "done ✓" in column and "&lt;b&gt;x&lt;/b&gt;" in column
     assert "| hf_assisted |" in words.compare_table_md(table)
+    # what this test checks is what the page says: the help, the verdict's fold and the recordings, in race.py's words
+    from specviz.app.texts import HELP
+    for said in (HELP["compare"].more, words.TIMED_ALONE, TIMING):
+        assert IN_TURN in said and ONE_AFTER_ANOTHER in said
 
 
 def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
@@ -308,6 +329,44 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     assert "samples must be a number" in errors[-1][1]
 
 
+def sentences(text: str) -> list[str]:
+    return [part for part in re.split(r"(?<=[.!?])\s+(?=[*A-Z])", text.strip()) if part]
+
+
+def test_each_view_shows_two_sentences_of_help_and_none_says_what_the_code_no_longer_does():
+    from specviz.app.texts import HELP
+    assert set(HELP) >= {"intro", "tree", "text", "accept", "compare", "charts", "lossless"}
+    for view, help in HELP.items():
+        assert 1 <= len(sentences(help.shown)) <= 2, (view, sentences(help.shown))
+    every = " ".join(h.shown + " " + h.more for h in HELP.values()) + words.TIMED_ALONE + TIMING
+    assert "alone, one after another, to its end" not in every     # our lanes take steps in turn (the test above)
+    compare = HELP["compare"].shown + HELP["compare"].more
+    assert all(name in compare.replace("*", "").replace("llama.cpp", "llama_cpp") or name.replace("_", ".") in compare
+               for name in ("baseline", "speculative", "staged"))
+    assert "llama_cpp" in HELP["compare"].more and "hf_assisted" in HELP["compare"].more
+    assert "stops at the model's end of text" in HELP["compare"].more     # tests/test_end_tokens.py
+
+
+def test_a_space_with_the_qwen_coder_files_runs_that_pair_live(monkeypatch):
+    from specviz import presets
+
+    monkeypatch.setattr(presets, "qwen_coder_installed", lambda: True)
+    monkeypatch.setattr(presets, "predicted_token_seconds", lambda: 9.9)       # a slow shared CPU
+    monkeypatch.setattr(presets, "memory_bytes", lambda: 32 * 2**30)
+    monkeypatch.delenv(presets.PRESET_ENV, raising=False)
+    monkeypatch.setenv("SPACE_ID", "someone/specviz")
+    stacks.default_choice.cache_clear()
+    try:
+        assert stacks.default_choice() == ("qwen-coder", "the pair the recording shows, installed from this Space's "
+                                                         "requirements")
+        monkeypatch.delenv("SPACE_ID")
+        stacks.default_choice.cache_clear()
+        preset, why = stacks.default_choice()        # elsewhere the probe decides, and the page says why
+        assert preset == "offline" and "9.90 s a token" in why
+    finally:
+        stacks.default_choice.cache_clear()
+
+
 def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
     from specviz.app import events, replay_events
 
@@ -317,14 +376,66 @@ def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
     outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + events.COMPARE_OUTPUTS - 2)
     session, status = outputs[:2]
     assert session.recording is not None and len(session.decoder.steps) == 1 and session.race.finished
-    assert "Showing a recorded run (recorded on " in status
+    assert "Showing a recorded run (recorded on AMD EPYC, 2 cores" in status      # the qwen-coder pair's race
+    assert "**staged** won at " in status and "llama.cpp's plain decoding (the reference" in status
+    assert "Every lane" in status and "<|" not in status
     counters = outputs[2 + len(app_settings.SETTING_NAMES) + 3]
     assert "recorded on " in counters
-    columns = dict(zip(COMPARED, outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(COMPARED)]))
-    assert all("done ✓" in columns[name] for name in session.race.lanes())
-    absent = [columns[name] for name in COMPARED if name not in session.race.lanes()]
-    assert absent and all("not in this recording" in c or "not in this race" in c for c in absent)   # says why
+    columns = dict(zip(SHOWN, outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(SHOWN)]))
+    assert all("done ✓" in columns[name] for name in session.race.lanes()) and set(session.race.lanes()) == set(SHOWN)
+    measured = outputs[replay_events.OPEN_OUTPUTS + len(SHOWN)]
+    assert "How it was timed" in measured and "Analysis of staged's rounds" in measured
     assert "tokens per pass" in outputs[-3] and "live models" in outputs[-1]      # why it is fast; the regime
+    monkeypatch.setattr(replay_events, "START_RECORDING", "cpu-offline-humaneval2-greedy")     # one lane is absent
+    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + events.COMPARE_OUTPUTS - 2)
+    columns = dict(zip(SHOWN, outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(SHOWN)]))
+    absent = [columns[name] for name in SHOWN if name not in outputs[0].race.lanes()]
+    assert absent and all("not in this recording" in c or "not in this race" in c for c in absent)   # says why
+
+
+class ChatWordTokenizer(WordTokenizer):
+    """A word tokenizer with a chat template: a user's turn, then the assistant's turn opened."""
+    chat_template = "user, then assistant"
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        assert not tokenize and add_generation_prompt and messages[0]["role"] == "user"
+        return f"<|im_start|>user {messages[0]['content']} <|im_end|> <|im_start|>assistant"
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(f"<|w{i}|>" if i in CHAT_TOKENS else f"w{i}" for i in ids)
+
+
+CHAT_TOKENS = {sum(map(ord, word)) % 64 for word in ("<|im_start|>user", "<|im_end|>", "<|im_start|>assistant")}
+
+
+def test_plain_language_examples_open_in_chat_and_the_race_is_the_same_in_either_mode(monkeypatch):
+    """Chat puts the prompt in the model's chat template (its tokens grey, as the prompt is); it changes the prompt's
+    tokens only, so every lane still writes baseline's text, and a model without a template says so."""
+    from specviz.app import events
+    from tiny import tiny_stack
+
+    assert app_settings.format_for("Explain: why is the sky blue?") == "chat"
+    assert app_settings.format_for(app_settings.PATTERN_EXAMPLE) == "completion"
+    assert app_settings.format_for(next(k for k in app_settings.example_prompts() if k.startswith("HumanEval"))) == \
+        "completion"
+    stack = tiny_stack(tokenizer=ChatWordTokenizer())
+    monkeypatch.setitem(stacks._STACKS, ("offline",), stack)
+    chat = app_settings.parse_settings(**{**SETTINGS, "prompt": "why is the sky blue", "prompt_format": "chat",
+                                          "max_new_tokens": 8})
+    plain = stacks.prompt_ids(stack, app_settings.parse_settings(**{**SETTINGS, "prompt": "why is the sky blue"}))
+    ids = stacks.prompt_ids(stack, chat)
+    assert len(ids) == len(plain) + 3 and ids[1:-2] == plain
+    race = Race.start(chat)
+    assert all(lane.prompt == ids for lane in race.decoders.values()) and not race.differing()
+    session = Session()
+    list(events.on_step(session, *controls(prompt="why is the sky blue", prompt_format="chat", max_new_tokens=8)))
+    shown = events.render_step(session, "")[3]
+    assert "⟨w" in shown and "<|" not in shown         # the template's tokens, by name, in the prompt's grey
+    assert shown.index('class="prompt-text">') < shown.index("⟨w") < shown.index("data-stage")
+    with pytest.raises(app_settings.UserError, match="no chat template"):
+        stacks.prompt_ids(tiny_stack(tokenizer=WordTokenizer()), chat)
+    with pytest.raises(app_settings.UserError, match="Unknown prompt format"):
+        app_settings.parse_settings(**{**SETTINGS, "prompt_format": "poem"})
 
 
 def test_the_race_says_when_lanes_differ():

@@ -44,6 +44,7 @@ def test_report_has_every_strategy_and_the_schema(report):
     json.loads(json.dumps(report))            # plain data
     assert len(report["per_prompt"]) == 2 * 2 * len(ours)
     assert all(row["new_tokens"] == 12 for row in report["per_prompt"])
+    assert "exactly 12 tokens, past any end-of-text token" in report["settings"]["length"]     # and says so
 
 
 def test_ratios_are_against_the_same_prompt(report):

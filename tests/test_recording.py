@@ -80,6 +80,30 @@ def test_shipped_recordings_open_and_replay_to_the_end():
         assert app_replay.control_values(recording)["prompt"] == recording.settings["prompt"]
 
 
+def test_a_recording_made_past_the_end_of_text_replays_to_its_end_and_shows_no_special_token():
+    """The qwen-coder recordings were made while the engine stopped at the GGUF's eos only: every lane of ours wrote
+    on past `<|endoftext|>`. Replayed, each lane ends there, with its recorded times up to it."""
+    path = rec.shipped()["cpu-qwen-coder-humaneval0-greedy"]
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    recording = rec.load(path)
+    ended = set()
+    for name, lane in recording.lanes.items():
+        steps = lane.recorded_steps
+        assert steps[-1].finish_reason == "eos" and steps[-1].committed_text[-1] == "<|endoftext|>", name
+        assert sum(map(len, (s.committed_tokens for s in steps))) < raw["lanes"][name]["max_new_tokens"]
+        assert [s["wall_s"] for s in raw["lanes"][name]["steps"][: len(steps)]] == [s.wall_s for s in steps]
+        ended.add(steps[-1].committed_tokens[-1])
+        shown = words.text_html(recording.settings["prompt"], steps, lane.stages)
+        assert "<|" not in shown and "⟨endoftext⟩" in shown
+        assert all("<|" not in plots.tree_figure(s).to_json() for s in steps)
+    peer = recording.peers["hf_assisted"]
+    assert peer.chunks[-1][-1] in ended and "<|" not in peer.texts[-1]
+    race = app_replay.race_of(recording)
+    while not race.finished:
+        race.step()
+    assert "hf_assisted" not in race.differing() and "staged" not in race.differing()
+
+
 def _saved(tiny_default, tmp_path) -> dict:
     tiny_default()
     return json.loads(app_replay.save(live_session(), tmp_path).read_text())

@@ -2,8 +2,8 @@
 
 torch and specviz's kernels share one OpenMP runtime (the kernels load torch's libgomp). It gives each thread that
 opens a parallel region a team of workers of its own, and once it manages more threads than the machine has cores it
-stops spinning between regions: with Gradio's handler threads each keeping a team, every product in the server took
-up to twice as long (2026-11-25; the CLI and the bench compute on their main thread and never saw it).
+stops spinning between regions: with Gradio's handler threads each keeping a team, every product in the server
+would take up to twice as long (the CLI and the bench compute on their main thread and are not affected).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from .. import lossless, plots
 from . import panels, regime, replay, stacks, words
 from . import settings as app_settings
 from .compute import computed, computed_steps
-from .race import COMPARED, time_lanes
+from .race import SHOWN, time_lanes
 from .sessions import LIVE, Session
 from .settings import UserError
 
@@ -73,8 +73,9 @@ def render_step(session: Session, status: str):
     dec = session.decoder
     if dec is None or not dec.steps:
         stages = dec.stages if dec is not None else None
-        return (session, status, plots.tree_figure(None), words.text_html(session.settings.prompt if dec else "",
-                [], stages), "", "No tokens yet.", plots.acceptance_figure([]))
+        return (session, status, plots.tree_figure(None), words.text_html(stacks.shown_prompt(dec, session.settings)
+                                                                          if dec else "", [], stages),
+                "", "No tokens yet.", plots.acceptance_figure([]))
     last = dec.steps[-1]
     stats = stacks.stats_of(dec)
     if session.recording is not None:
@@ -82,7 +83,8 @@ def render_step(session: Session, status: str):
     else:
         stack = stacks.get_stack(session.settings.stack_key())
         precision = stack.precision() + (f" ({stack.precision_reason})" if stack.precision_reason else "")
-    return (session, status, plots.tree_figure(last), words.text_html(session.settings.prompt, dec.steps, dec.stages),
+    return (session, status, plots.tree_figure(last), words.text_html(stacks.shown_prompt(dec, session.settings),
+                                                                       dec.steps, dec.stages),
             words.step_caption(last, dec.sampling.greedy),
             words.counters_md(stats, dec.max_new_tokens, dec.finished, precision),
             plots.acceptance_figure(dec.steps))
@@ -166,14 +168,17 @@ def on_stop(session: Session | None):
 
 # -- Compare ---------------------------------------------------------------------------------------
 
-COMPARE_OUTPUTS = 2 + len(COMPARED) + 8
+COMPARE_OUTPUTS = 2 + len(SHOWN) + 9
+NOT_MEASURED = "*Run **Compare** to time the lanes; how they were timed, and where their time went, is told here.*"
 
 
-def render_race(session: Session, status: str, charts: bool = True):
+def render_race(session: Session, status: str, charts: bool = True, measured: str = NOT_MEASURED):
+    """The Compare tab's outputs: the status, a column per lane (in SHOWN's order), "how this was measured", the
+    table and the charts (all but the status and the columns skipped while the lanes are timed and replayed)."""
     race = session.race
     columns = []
     table = race.table_stats() if race is not None else {}
-    for name in COMPARED:
+    for name in SHOWN:
         if race is not None and name in race.decoders:
             columns.append(words.race_column_html(name, race.decoders[name], table.get(name, {})))
         elif race is not None and name in race.peers:
@@ -188,12 +193,12 @@ def render_race(session: Session, status: str, charts: bool = True):
             columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b></div>')
     stats = race.stats() if race is not None else {}
     if not charts:
-        return (session, status, *columns, *[gr.skip()] * 8)
+        return (session, status, *columns, *[gr.skip()] * 9)
     caption = f"\n\n*Replay: {replay.label(session.recording)}; timings as recorded.*" if session.recording else ""
     speed = panels.speed_view({name: lane.steps for name, lane in race.decoders.items()}) if race else None
     stages = {name: lane.stages for name, lane in race.decoders.items()} if race else {}
-    return (session, status, *columns, words.compare_table_md(table, race.precision if race else "") + caption,
-            plots.latency_figure(stats, stages),
+    table_md = words.compare_table_md(table, race.precision if race else "") + caption
+    return (session, status, *columns, measured, table_md, plots.latency_figure(stats, stages),
             plots.forwards_figure(stats), plots.memory_figure(stats, stages), panels.speed_figure(speed),
             panels.speed_md(speed), regime.regime_figure(session.regime), regime.regime_md(session.regime))
 
@@ -243,13 +248,13 @@ def _race_loop(session: Session, settings, run_id: int):
             if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
                 # the status alone (the page redraws nothing else), and a pause for the browser to draw it before the
                 # next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
-                yield (session, words.timing_status(progress, perf_counter() - started), *[gr.skip()] * (COMPARE_OUTPUTS - 2))
+                yield (session, words.timing_status(progress, perf_counter() - started),
+                       *[gr.skip()] * (COMPARE_OUTPUTS - 2))
                 sleep(SETTLE_S)
                 shown = perf_counter()
         race, timing_s = timed.replay(), perf_counter() - started
         how = f"All lanes timed alone in {timing_s:.0f} s. Racing them at their own times"
     session.race = race
-    skipped = " ".join(race.skipped.values())
     lanes_s = sum(race.own_times().values())
     speed = max(1.0, race.duration() / (REPLAY_SHARE * lanes_s)) if lanes_s > 0 else 1.0
     how += f" ({speed:.1f}x faster than they ran)" if speed > 1.05 else ""
@@ -267,12 +272,8 @@ def _race_loop(session: Session, settings, run_id: int):
                                                                     perf_counter() - clock)
     else:
         timed_how = words.recorded_timing(session.recording.recorded)
-    outcome = (f"Race finished. {words.reference_note(race.table_stats())} "
-               f"{words.sameness_note(race.differing(), settings.sampling.greedy)} {timed_how}")
-    outcome += f" Not in the race: {skipped}" if skipped else ""
-    analysis = words.round_note(race.stats(), baseline_whole_s=race.own_times().get("baseline", 0.0))
-    outcome += f"\n\n{analysis}" if analysis else ""
-    yield render_race(session, outcome)
+    answer, measured = words.outcome(race, settings.sampling.greedy, timed_how)
+    yield render_race(session, f"Race finished. {answer}", measured=measured)
 
 
 # -- Is it lossless? --------------------------------------------------------------------------------
@@ -313,7 +314,9 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
         for lane in ("baseline", strategy)}
     exact = lossless.next_token_distribution(stack.target.model, prompt_ids, settings.sampling)
     plain, spec = Counter(), Counter()
-    text_of = lambda token: stack.tokenizer.decode([token])
+
+    def text_of(token: int) -> str:
+        return stack.tokenizer.decode([token])
 
     def render(status: str):
         tests = {} if len(plain) + len(spec) == 0 else {
@@ -327,7 +330,8 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
     seed = settings.sampling.seed
     started = shown = perf_counter()
     yield render("Sampling the next token…")
-    pairs = zip(lossless.first_tokens(decoders["baseline"], n, seed), lossless.first_tokens(decoders[strategy], n, seed + n))
+    pairs = zip(lossless.first_tokens(decoders["baseline"], n, seed),
+                lossless.first_tokens(decoders[strategy], n, seed + n))
     for a, b in pairs:
         plain[a] += 1
         spec[b] += 1
@@ -335,7 +339,8 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
             yield render("Sampling stopped; the test uses the samples so far.")
             return
         if perf_counter() - started > app_settings.RUN_TIME_LIMIT_S:
-            yield render(f"Stopped: sampling is limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s; the test uses the samples so far.")
+            yield render(f"Stopped: sampling is limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s; "
+                         "the test uses the samples so far.")
             return
         if perf_counter() - shown > 1.0:
             shown = perf_counter()

@@ -41,12 +41,16 @@ def speed_view(lanes: dict[str, list[StepRecord]]) -> dict | None:
 def speed_md(view: dict | None) -> str:
     if view is None:
         return "*Run **Compare** (baseline and at least one speculating lane) to fill this panel.*"
-    fmt = lambda x, unit="": "–" if x is None else f"{x:.2f}{unit}"
+
+    def fmt(x, unit=""):
+        return "–" if x is None else f"{x:.2f}{unit}"
+
     rows = [[name, f"{e.tree_size:.1f}", f"{e.alpha:.2f}", f"{e.tokens_measured:.2f}", f"{e.tokens_predicted:.2f}",
              fmt(e.speedup_measured, "×"), fmt(e.speedup_predicted, "×")] for name, e in view["explained"].items()]
     c = view["costs"]
     text = [md_table(["strategy", "guesses per round", "α", "tokens per pass", "predicted", "speed-up", "predicted"],
-                     rows, "lrrrrrr"), "Speed-up is against baseline's tokens per second; α is the chance the draft's first "
+                     rows, "lrrrrrr"),
+            "Speed-up is against baseline's tokens per second; α is the chance the draft's first "
             "choice is accepted once its parent was.",
             f"**A chain** of k guesses, each accepted with chance α = {view['alpha']:.2f} once the one before it was, "
             f"gives (1 − α^(k+1)) / (1 − α) tokens per target pass. **A tree** gives 1 + the sum over its boxes of "
@@ -79,9 +83,9 @@ def speed_figure(view: dict | None) -> go.Figure:
     for name, e in view["explained"].items():
         colour = STRATEGY_COLOURS.get(name, "#000000")
         point = dict(mode="markers", marker=dict(size=13, color=colour, symbol="diamond"))
+        hover = f"{name}: %{{y:.2f}} tokens per pass with %{{x:.1f}} guesses<extra></extra>"
         fig.add_trace(go.Scatter(x=[e.tree_size], y=[e.tokens_measured], name=f"{name} (measured)", **point,
-                                 hovertemplate=f"{name}: %{{y:.2f}} tokens per pass with %{{x:.1f}} guesses<extra></extra>"),
-                      1, 1)
+                                 hovertemplate=hover), 1, 1)
         if e.speedup_measured is not None:
             fig.add_trace(go.Scatter(x=[e.tree_size], y=[e.speedup_measured], showlegend=False, name=name, **point,
                                      hovertemplate=f"{name}: %{{y:.2f}}× measured<extra></extra>"), 1, 2)

@@ -8,9 +8,9 @@ HF assisted generation (transformers' `generate(assistant_model=...)` with the s
 llama.cpp on the same GGUF files, plain (the reference: the fastest plain decoder on the machine) and with its own
 speculation. Only then does the page race them: every lane is replayed at its own recorded times on one clock
 (`Race.replay`, `advance_to`), so at any moment each column shows how far its strategy got in the same amount of
-its own time. Before 2026-11-25 our lanes were stepped live between page updates: with a browser on the same two
-cores they ran 55% slower than in the bench, and the verdict named another winner. Every lane's clock includes
-its own set-up (reading the prompt), as a user would time it.
+its own time: lanes stepped live between page updates ran 55% slower than in the bench, with a browser on the same
+two cores, and named another winner. Every lane's clock includes its own set-up (reading the prompt), as a user would
+time it, and every lane stops at the model's end of text.
 """
 from __future__ import annotations
 
@@ -19,16 +19,22 @@ from dataclasses import dataclass, field, replace
 from time import perf_counter
 from typing import Iterator
 
-from .. import llama_cpp
+from .. import end_tokens, llama_cpp
 from ..hf_peers import ArrivalClock, hf_generate
 from .settings import Settings, UserError
-from .stacks import get_stack, new_decoder, stats_of
+from .stacks import get_stack, new_decoder, prompt_ids, stats_of
 from ..recording import RecordedLane
 
 ENGINE_LANES = ("baseline", "speculative", "staged")
 PEER_LANE = "hf_assisted"
 REFERENCE_LANE = llama_cpp.PLAIN
 COMPARED = (REFERENCE_LANE, *ENGINE_LANES, PEER_LANE, llama_cpp.SPECULATIVE)
+SHOWN = (*ENGINE_LANES, REFERENCE_LANE, PEER_LANE, llama_cpp.SPECULATIVE)     # the page's order: ours, then the peers
+# How time_lanes times the lanes, in the words the page's help, its notes and the recordings use (tests/test_app.py
+# checks them against what time_lanes does)
+IN_TURN = "our lanes take a step each in turn, the one whose own clock shows the least time next"
+ONE_AFTER_ANOTHER = "llama.cpp and HF run one after another, each to its end"
+TIMING = f"each step alone; {IN_TURN}; {ONE_AFTER_ANOTHER} (specviz/app/race.py, time_lanes)"
 
 
 @dataclass
@@ -56,7 +62,8 @@ class PeerLane:
     def llama(cls, stack, settings: Settings, prompt_ids: list[int], peer: str) -> "PeerLane":
         """llama.cpp's own program on the stack's GGUF files, with as many threads as ours (llama_cpp.py)."""
         try:
-            run, chunks = llama_cpp.generate_for(stack, peer, prompt_ids, settings.sampling, settings.max_new_tokens)
+            run, chunks = llama_cpp.generate_for(stack, peer, prompt_ids, settings.sampling, settings.max_new_tokens,
+                                                 stop_at_end=True)
         except llama_cpp.LlamaCppMissing as exc:
             raise UserError(str(exc)) from None
         return cls(chunks, settings.max_new_tokens, run.target_forwards, tokenizer=stack.tokenizer)
@@ -167,7 +174,7 @@ class Race:
 
     def differing(self) -> list[str]:
         """Lanes whose output is not baseline's (only greedy output is expected to be identical)."""
-        base = self.decoders["baseline"].new_tokens
+        base = self.decoders["baseline"]
         return [name for name, lane in self.lanes().items() if not _same_output(lane, base)]
 
     def stats(self) -> dict[str, dict]:
@@ -211,9 +218,9 @@ def time_lanes(settings: Settings, lanes=COMPARED) -> Iterator[Progress]:
         yield Progress(lane, 0, settings.max_new_tokens, tuple(done))
         try:
             if lane == PEER_LANE:
-                race.peers[lane] = PeerLane.run(stack, settings, stack.encode(settings.prompt))
+                race.peers[lane] = PeerLane.run(stack, settings, prompt_ids(stack, settings))
             else:
-                race.peers[lane] = PeerLane.llama(stack, settings, stack.encode(settings.prompt), lane)
+                race.peers[lane] = PeerLane.llama(stack, settings, prompt_ids(stack, settings), lane)
             race.peers[lane].shown = len(race.peers[lane].chunks)
         except UserError as exc:
             race.skipped[lane] = str(exc)
@@ -283,9 +290,11 @@ def _total(lane, setup_s: float) -> float:
     return setup_s + sum(s.wall_s for s in steps)
 
 
-def _same_output(lane, base: list[int]) -> bool:
-    """A live peer's text is compared as text over the shorter of the two (llama.cpp's is tokenized again by
-    us, and may end mid-round); otherwise token by token."""
+def _same_output(lane, base) -> bool:
+    """A peer's text is compared as text over the shorter of the two (llama.cpp's is tokenized again by us, may end
+    mid-round, and in a recording made with its `--ignore-eos` goes on past our end); otherwise token by token."""
     if isinstance(lane, PeerLane) and lane.tokenizer is not None:
-        return llama_cpp.same_text(lane.tokenizer.decode(base, skip_special_tokens=True), lane.text())
-    return lane.new_tokens == base
+        return llama_cpp.same_text(lane.tokenizer.decode(base.new_tokens, skip_special_tokens=True), lane.text())
+    if isinstance(lane, PeerLane) and lane.texts is not None and lane.new_tokens != base.new_tokens:
+        return llama_cpp.same_text(end_tokens.SPECIAL.sub("", base.text()), lane.text())
+    return lane.new_tokens == base.new_tokens

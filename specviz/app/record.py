@@ -7,19 +7,20 @@ import sys
 from datetime import datetime, timezone
 from time import perf_counter
 
-from .. import __version__
+from .. import __version__, end_tokens
 from ..tree import TreeSpec
 from ..cpu.machine import describe
 from ..recording import Recording, RecordedLane, RecordedPeer, RecordingError, dump
 from ..sampling import Sampling
-from .race import Race
-from .settings import DEFAULT_BUDGET, Settings, UserError, parse_settings
+from .race import TIMING, Race
+from .settings import COMPLETION, DEFAULT_BUDGET, Settings, UserError, parse_settings
 from .stacks import get_stack, new_decoder
 
 def settings_dict(settings) -> dict:
     return {"prompt": settings.prompt, "strategy": settings.strategy, "preset": settings.preset,
             "target": settings.target, "drafts": settings.drafts, "sampling": vars(settings.sampling),
-            "tree": settings.tree.to_dict(), "max_new_tokens": settings.max_new_tokens}
+            "tree": settings.tree.to_dict(), "max_new_tokens": settings.max_new_tokens,
+            "prompt_format": settings.prompt_format}
 
 
 def settings_of(recording: Recording):
@@ -28,7 +29,7 @@ def settings_of(recording: Recording):
     try:
         return Settings(prompt=s["prompt"], strategy=s["strategy"], preset=s["preset"], target=s.get("target", ""),
                         drafts=s.get("drafts", ""), sampling=Sampling(**s["sampling"]), tree=TreeSpec(**s["tree"]),
-                        max_new_tokens=s["max_new_tokens"])
+                        max_new_tokens=s["max_new_tokens"], prompt_format=s.get("prompt_format", COMPLETION))
     except (TypeError, KeyError) as exc:
         raise RecordingError(f"settings are malformed ({exc})") from None
 
@@ -60,9 +61,9 @@ def recorded_meta(stack) -> dict:
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else ""
     return {"machine": gpu or describe().split(", torch")[0], "device": device, "details": describe(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "precision": stack.precision(),
-            "timing": ("each step alone; our lanes a step each in turn, the peers one after another to their end "
-                       "(specviz/app/race.py, time_lanes)"),
-            "models": {k: str(v) for k, v in models.items()}, "specviz": __version__}
+            "timing": TIMING,
+            "models": {k: str(v) for k, v in models.items()}, "specviz": __version__,
+            "end_tokens": sorted(end_tokens.of(stack.target.model, stack.tokenizer))}
 
 
 def record(settings) -> Recording:
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     dump(recording, args.out)
-    lanes = ", ".join(f"{n} {len(l.new_tokens)} tokens in {sum(s.wall_s for s in l.steps) + l.setup_s:.2f} s"
-                      for n, l in recording.lanes.items())
+    lanes = ", ".join(f"{n} {len(lane.new_tokens)} tokens in {sum(s.wall_s for s in lane.steps) + lane.setup_s:.2f} s"
+                      for n, lane in recording.lanes.items())
     print(f"recorded in {perf_counter() - started:.0f} s on {recording.recorded['machine']}: {lanes} -> {args.out}")
     return 0

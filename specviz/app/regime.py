@@ -50,7 +50,8 @@ def _measure(stack) -> dict:
             llama, why = llama_cpp.cost_curve(gguf, torch.get_num_threads(), SIZES), ""
         except llama_cpp.LlamaCppMissing as exc:
             why = str(exc)
-    probes = {name: probe_seconds(name) for name in probed_precisions()} if stack.target.model.device.type == "cpu" else {}
+    on_cpu = stack.target.model.device.type == "cpu"
+    probes = {name: probe_seconds(name) for name in probed_precisions()} if on_cpu else {}
     return {"ours": ours, "llama": llama, "why_no_llama": why, "probes": probes,
             "target": stack.target_name, "precision": stack.precision(),
             "plan": None if plan is None else plan.to_dict(), "prompt_reads": reads}
@@ -93,7 +94,7 @@ def regime_md(view: dict | None) -> str:
         text.append(f"*llama.cpp's curve is missing: {view['why_no_llama']}.*")
     if view["probes"]:
         fast = min(view["probes"], key=lambda p: view["probes"][p][1])
-        text.append(f"Per precision (one Qwen2-1.5B-shaped layer): verifying 16 tokens costs "
+        text.append("Per precision (one Qwen2-1.5B-shaped layer): verifying 16 tokens costs "
                     + ", ".join(f"{p} {c[16] / c[1]:.1f}×" for p, c in view["probes"].items())
                     + f" one token; {fast} reads one token fastest. What would change the regime: more cores, bf16 or "
                     "AMX units (bfloat16 batches cheaply where the CPU has them), a GPU.")

@@ -16,7 +16,7 @@ from .. import recording as rec
 from ..recording import Recording, RecordingError
 from .race import PeerLane, Race
 from .record import of_session, settings_of
-from .settings import OFFLINE_DEFAULT, UserError, parse_settings, preset_names
+from .settings import COMPLETION, OFFLINE_DEFAULT, UserError, parse_settings, preset_names
 from .stacks import get_stack
 
 MAX_PACE_S = 0.4        # Run and Compare replay a step in its recorded time, at most this long
@@ -44,8 +44,12 @@ def race_of(recording: Recording) -> Race | None:
                 precision=recording.recorded.get("precision", ""))
 
 
-def label(recording: Recording) -> str:
-    return html.escape(recording.label())
+def label(recording: Recording, short: bool = False) -> str:
+    """Where and when it was recorded; short: the machine without its instruction sets (the status line's)."""
+    text = recording.label()
+    if short:
+        text = f"recorded on {recording.recorded['machine'].split(', SIMD')[0]}, {recording.recorded['date'][:10]}"
+    return html.escape(text)
 
 
 def control_values(recording: Recording) -> dict:
@@ -60,7 +64,8 @@ def control_values(recording: Recording) -> dict:
                   temperature=1.0 if greedy else sampling.get("temperature"), top_k=sampling.get("top_k", 0),
                   top_p=sampling.get("top_p", 1.0), seed=sampling.get("seed", 0), budget=tree.get("budget"),
                   shape=tree.get("shape"), max_depth=tree.get("max_depth"), max_branch=tree.get("max_branch"),
-                  lookup=tree.get("lookup"), max_new_tokens=s["max_new_tokens"])
+                  lookup=tree.get("lookup"), max_new_tokens=s["max_new_tokens"],
+                  prompt_format=s.get("prompt_format", COMPLETION))
     try:
         parse_settings(**values)
     except UserError as exc:

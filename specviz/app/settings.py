@@ -34,14 +34,24 @@ CUSTOM = "custom model ids"
 BENCHMARK_FILE = Path(os.environ.get("SPECVIZ_BENCHMARK")
                       or Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "latest.json")
 
+PROMPT_FORMATS = ("chat", "completion")
+CHAT, COMPLETION = PROMPT_FORMATS
 PATTERN_EXAMPLE = "Pattern: days of the week"
 NATURAL_PROMPTS = {
     PATTERN_EXAMPLE: "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday, Tuesday,",
-    "Story: the lighthouse keeper": "Once upon a time, in a small village by the sea, there lived an old lighthouse keeper who",
+    "Story: the lighthouse keeper":
+        "Once upon a time, in a small village by the sea, there lived an old lighthouse keeper who",
     "Explain: why is the sky blue?": "Question: Why is the sky blue?\nAnswer:",
     "List: tips for learning to code": "Here are five tips for learning to program:\n1.",
     "Recipe: pancakes": "A simple recipe for pancakes.\n\nIngredients:\n-",
 }
+
+
+def format_for(example: str) -> str:
+    """The prompt format an example opens with: chat for the plain-language ones, which ask or tell something (where
+    the model has no chat template, a chat prompt is refused with one line); completion for code and the pattern,
+    which are continued as written."""
+    return CHAT if example in NATURAL_PROMPTS and example != PATTERN_EXAMPLE else COMPLETION
 
 
 class UserError(ValueError):
@@ -80,6 +90,7 @@ class Settings:
     sampling: Sampling = Sampling()
     tree: TreeSpec = default_tree("staged")
     max_new_tokens: int = DEFAULT_NEW_TOKENS
+    prompt_format: str = COMPLETION         # chat: the prompt goes through the model's chat template first
 
     def stack_key(self) -> tuple:
         """(preset name,) or (CUSTOM, target, drafts): the key of the shared loaded stack."""
@@ -103,13 +114,15 @@ def parse_number(value, name: str, low: float, high: float, integer: bool = True
 
 
 def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temperature, top_k, top_p, seed,
-                   budget, shape, max_depth, max_branch, lookup, max_new_tokens) -> Settings:
+                   budget, shape, max_depth, max_branch, lookup, max_new_tokens, prompt_format=COMPLETION) -> Settings:
     """Check the UI's values (the API can send anything) and turn them into engine settings."""
     prompt = prompt or ""
     if not prompt.strip():
         raise UserError("The prompt is empty: type some text or pick an example.")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise UserError(f"The prompt is too long ({len(prompt)} characters; at most {MAX_PROMPT_CHARS}).")
+    if prompt_format not in PROMPT_FORMATS:
+        raise UserError(f"Unknown prompt format {prompt_format!r}; choose {' or '.join(PROMPT_FORMATS)}.")
     if strategy not in STRATEGIES:
         raise UserError(f"Unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}.")
     if preset == CUSTOM and not custom_models_allowed():       # checked before anything is read or loaded
@@ -122,7 +135,8 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
         sampling = Sampling(seed=parse_number(seed, "seed", 0, 2**31 - 1))
     else:
         sampling = Sampling(temperature=parse_number(temperature, "temperature", 0.05, 5.0, integer=False),
-                            top_k=parse_number(top_k, "top-k", 0, 100000), top_p=parse_number(top_p, "top-p", 0.01, 1.0, False),
+                            top_k=parse_number(top_k, "top-k", 0, 100000),
+                            top_p=parse_number(top_p, "top-p", 0.01, 1.0, False),
                             seed=parse_number(seed, "seed", 0, 2**31 - 1))
     budget = parse_number(budget, "tree budget", 1, MAX_BUDGET)
     depth = parse_number(max_depth, "max depth", 1, 32)
@@ -138,7 +152,7 @@ def parse_settings(prompt, strategy, preset, target, drafts, sampling_mode, temp
                     min_score=DEFAULT_MIN_SCORE)    # the CLI's dynamic trees, so the race times the same
     new = parse_number(max_new_tokens, "max new tokens", 1, MAX_NEW_TOKENS)
     return Settings(prompt=prompt, strategy=strategy, preset=preset, target=(target or "").strip(),
-                    drafts=drafts or "", sampling=sampling, tree=tree, max_new_tokens=new)
+                    drafts=drafts or "", sampling=sampling, tree=tree, max_new_tokens=new, prompt_format=prompt_format)
 
 
 # The settings controls by name, in parse_settings' order: the page lists its components by these

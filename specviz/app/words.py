@@ -3,9 +3,8 @@ race columns and tables, all from trace records (HTML-escaped: token texts may c
 from __future__ import annotations
 
 import html
-import json
-from pathlib import Path
 
+from ..end_tokens import visible
 from ..markdown import md_table
 from ..round_cost import RoundCost, analysis, read_share
 from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
@@ -13,10 +12,10 @@ from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
 from ..strategies import STRATEGIES
 from ..trace import StageInfo, StepRecord
 from .. import llama_cpp
-from .settings import BENCHMARK_FILE
+from .race import IN_TURN, ONE_AFTER_ANOTHER
 
 def _quote(text: str) -> str:
-    return "`" + text.replace("\n", "↵").replace("`", "'") + "`"
+    return "`" + visible(text).replace("\n", "↵").replace("`", "'") + "`"
 
 
 def _drafted_by(step: StepRecord) -> str:
@@ -65,7 +64,8 @@ def step_caption(step: StepRecord, greedy: bool = True) -> str:
                      f"({'end of text' if step.finish_reason == 'eos' else 'max new tokens reached'}).")
     saved = made - 1
     lines.append(f"**Result:** {made} new token{'s' if made != 1 else ''} for one target pass"
-                 + (f"; plain decoding would have needed {made} passes, so {saved} {'was' if saved == 1 else 'were'} saved."
+                 + (f"; plain decoding would have needed {made} passes, so {saved} "
+                    f"{'was' if saved == 1 else 'were'} saved."
                     if saved > 0 else "; no pass saved this time, and the drafting time was spent in vain."))
     if step.finished:
         lines.append(f"The generation is finished ({'end of text' if step.finish_reason == 'eos' else 'token limit'}).")
@@ -96,12 +96,12 @@ def text_html(prompt: str, steps: list[StepRecord], stages: list[StageInfo] | No
         return '<div class="gen-text"><span class="prompt-text">Generated text appears here.</span></div>'
     colours = stage_colours(stages)
     shown = prompt if len(prompt) <= tail else "…" + prompt[-tail:]
-    parts = [f'<span class="prompt-text">{html.escape(shown)}</span>']
+    parts = [f'<span class="prompt-text">{html.escape(visible(shown))}</span>']
     for s in steps:
         latest = s is steps[-1]
         for text, stage in zip(s.committed_text, s.committed_stage):
             parts.append(f'<span class="tok" data-stage="{stage}" style="{_token_style(colours[stage], latest)}" '
-                         f'title="{html.escape(stage_label(stages, stage))}">{html.escape(text)}</span>')
+                         f'title="{html.escape(stage_label(stages, stage))}">{html.escape(visible(text))}</span>')
     return (legend_html(stages) if legend else "") + '<div class="gen-text">' + "".join(parts) + "</div>"
 
 
@@ -137,11 +137,10 @@ def race_column_html(strategy: str, lane, stats: dict, body: str | None = None) 
     return f'<div class="race-col" data-strategy="{html.escape(strategy)}">{head}{body}</div>'
 
 
-TIMED_ALONE = ("How it was timed: each step of each lane ran alone, with nothing else of the app computing (the page "
-               "heard of its progress only between steps, every few seconds). Our lanes took a step each in turn, the "
-               "one whose own clock showed the least time next, so that a change in the machine's speed touched them "
-               "alike; llama.cpp and HF ran one after another, each to its end. The race then replayed every lane at "
-               "its own times.")
+TIMED_ALONE = (f"**How it is timed.** Each step of each lane runs alone, with nothing else of the app computing (the "
+               f"page hears of its progress only between steps, every few seconds): {IN_TURN}, so that a change in the "
+               f"machine's speed touches them alike; {ONE_AFTER_ANOTHER}. The race then replays every lane at its own "
+               "times.")
 LANE_WORDS = {"llama_cpp": "llama.cpp's plain decoding", "llama_cpp_speculative": "llama.cpp's own speculation",
               "hf_assisted": "HF assisted generation"}
 
@@ -154,8 +153,8 @@ def race_time_note(total_s: float, lanes_s: float, timing_s: float, replay_s: fl
 
 
 def recorded_timing(recorded: dict) -> str:
-    how = recorded.get("timing") or "recorded before 2026-11-25: lanes stepped in turn, the page updated between steps"
-    return f"Timings as recorded ({how})."
+    how = recorded.get("timing") or "lanes stepped in turn, the page updated between steps"
+    return f"**How it was timed.** Timings as recorded ({how})."
 
 
 def timing_status(progress, elapsed_s: float) -> str:
@@ -188,6 +187,53 @@ def sameness_note(differing: list[str], greedy: bool) -> str:
         note += (f"{', '.join(theirs)} wrote other text: llama.cpp computes with 8-bit activations and products "
                  "that depend on the batch, so a near-tie can go the other way.")
     return note.strip()
+
+
+def verdict(stats: dict[str, dict]) -> str:
+    """The race's answer in one sentence: which lane was fastest, by how much, against the reference (llama.cpp's plain
+    decoding) and our baseline; the explanation is reference_note's, in the fold."""
+    rates = {name: s["tokens_per_s"] for name, s in stats.items() if s}
+    if not rates:
+        return "No lane made a token."
+    winner = max(rates, key=rates.get)
+    best, ref, base = rates[winner], rates.get(llama_cpp.PLAIN), rates.get("baseline")
+    against = ([f"{best / ref:.2f}× llama.cpp's plain decoding (the reference, {ref:.1f})"]
+               if ref and winner != llama_cpp.PLAIN else [])
+    against += [f"{best / base:.2f}× our baseline ({base:.1f})"] if base and winner != "baseline" else []
+    who = f"**{winner}**" + (" (llama.cpp's plain decoding, the reference)" if winner == llama_cpp.PLAIN else "")
+    sentence = f"{who} won at {best:.1f} tokens/s" + (": " + " and ".join(against) if against else "")
+    ours = {name: rate for name, rate in rates.items() if name in STRATEGIES}
+    fastest = max(ours, key=ours.get) if ours else None
+    if winner not in STRATEGIES and fastest not in (None, "baseline"):
+        sentence += f"; our fastest lane, {fastest}, made {ours[fastest]:.1f} ({ours[fastest] / best:.2f}×)"
+    elif fastest == "baseline" and len(ours) > 1:
+        sentence += "; no speculation beat our own plain decoding here"
+    return sentence + ("." if ref else " (llama.cpp did not run, so there is no reference).")
+
+
+def sameness_line(differing: list[str], greedy: bool) -> str:
+    """Whether every lane wrote the same text, in one sentence (sameness_note explains a difference)."""
+    if not differing:
+        return "Every lane wrote exactly baseline's text."
+    if not greedy:
+        return "Sampled text differs between lanes, as random draws do."
+    ours = [name for name in differing if name not in llama_cpp.PEERS]
+    return (f"Differs from baseline's text: {', '.join(differing)}"
+            + (" (llama.cpp's own numerics)." if not ours else " (How this was measured says why)."))
+
+
+def outcome(race, greedy: bool, timed_how: str) -> tuple[str, str]:
+    """A finished race's answer (who won, by how much, against what; whether every lane wrote the same text) and
+    what the "How this was measured" fold tells: how the lanes were timed, what the verdict rests on, where a
+    staged round's time went."""
+    stats = race.table_stats()
+    answer = f"{verdict(stats)} {sameness_line(race.differing(), greedy)}"
+    parts = [timed_how, f"**Against the reference.** {reference_note(stats)}",
+             f"**The texts.** {sameness_note(race.differing(), greedy)}"]
+    if race.skipped:
+        parts.append("**Not in the race.** " + " ".join(f"{name}: {why}" for name, why in race.skipped.items()))
+    analysis = round_note(race.stats(), baseline_whole_s=race.own_times().get("baseline", 0.0))
+    return answer, "\n\n".join(parts + ([analysis] if analysis else []))
 
 
 REFERENCE_WORDS = "llama.cpp plain, the fastest plain decoder here"
@@ -247,42 +293,3 @@ def round_note(stats: dict[str, dict], lane: str = "staged", baseline_whole_s: f
     cost = RoundCost.of(run["steps"], run["new_tokens"], run["wall_s"], run.get("phase_s", {}),
                         base["wall_s"] / base["new_tokens"], read_share(baseline_whole_s, base["wall_s"]))
     return analysis(lane, cost) if cost else ""
-
-
-# -- benchmark results -----------------------------------------------------------------------------
-
-def load_benchmark(path: Path = BENCHMARK_FILE) -> dict | None:
-    """The benchmark command's JSON, or None when it is absent or unreadable."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("results"), list) else None
-
-
-def benchmark_md(bench: dict | None) -> str:
-    if not bench:
-        return ("*No benchmark results yet.* The benchmark command (`python -m specviz.bench`) writes "
-                "`docs/benchmarks/latest.json`; its results appear here.")
-    def fmt(value, pattern):
-        return pattern.format(value) if isinstance(value, (int, float)) else "–"
-
-    rows = [[r.get("strategy", "?"), r.get("sampling", "?"), fmt(r.get("tokens_per_s_median"), "{:.1f}"),
-             fmt(r.get("speedup_vs_hf_generate"), "{:.2f}×"), fmt(r.get("tokens_per_target_forward"), "{:.2f}"),
-             fmt(r.get("bytes_relative_to_baseline"), "{:.2f}×"),
-             f"{fmt(r.get('exact_match'), '{}')} / {r.get('prompts', '?')}"] for r in bench["results"]]
-    table = md_table(["strategy", "sampling", "tokens/s (median)", "speed-up vs HF generate", "tokens per target pass",
-                      "memory traffic vs baseline", "identical outputs"], rows, "llrrrrr")
-    command = f"\n\nCommand: `{bench['command']}`" if bench.get("command") else ""
-    return benchmark_label(bench) + "\n\n" + table + command
-
-
-def benchmark_label(bench: dict) -> str:
-    """What a saved benchmark shows: its stack, precision, machine and date, said plainly, since the stack
-    racing above it may be another one on another machine."""
-    settings = bench.get("settings") or {}
-    stack = " + ".join(map(str, [settings.get("target", "?"), *settings.get("drafts", [])]))
-    precision = settings.get("precision") or settings.get("dtype") or "?"
-    return html.escape(f"A saved benchmark run, not the race above: {stack} in {precision}, "
-                       f"{settings.get('prompts', '?')} prompts × {settings.get('max_new_tokens', '?')} new tokens, "
-                       f"on {bench.get('machine', 'an unnamed machine')}, {bench.get('date', 'undated')}.")

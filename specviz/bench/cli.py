@@ -152,7 +152,7 @@ def bench(args, argv: list[str]) -> int:
                             progress=not args.no_progress, projection=args.projection,
                             device=args.device, dtype=stack.dtype, compile=args.compile))
     report["duration_s"] = perf_counter() - started
-    for note in report["settings"]["notes"]:
+    for note in [*report["settings"]["notes"], report["settings"]["length"]]:
         print(f"note: {note}", file=sys.stderr)
     print(f"models: {stack.target.name} with {', '.join(stack.drafts) or 'no drafter'}, {stack.precision()}"
           + (f" ({stack.precision_reason})" if stack.precision_reason else ""), file=sys.stderr)

@@ -16,6 +16,10 @@ from .report import compare_rows, reference_strategy, summarise
 from .settings import BenchError, parse_sampling, usable_strategies, with_seed
 
 WARMUP_TOKENS = 8
+# Every lane writes the same number of tokens, so that speeds compare like for like; the app and the CLI stop at the
+# model's end-of-text tokens instead (specviz/end_tokens.py)
+FIXED_LENGTH = ("every lane writes exactly {} tokens, past any end-of-text token, so that the lanes compare like for "
+                "like (the app and the CLI stop at the model's end of text)")
 
 
 class ForwardClock:
@@ -146,7 +150,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                            "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
                            "precision": stack.precision(), "precision_reason": stack.precision_reason,
                            "assistant": stack.assistant()[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,
-                           "notes": notes},
+                           "notes": notes, "length": FIXED_LENGTH.format(max_new_tokens)},
               "results": results, "per_prompt": per_prompt,
               "reference": reference.entry(ref, stack.precision(), f"measured in this run on the same prompts, "
                                            f"{torch.get_num_threads()} threads, prompt read included; median over "

@@ -4,8 +4,8 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512vl", "avx_vnni", "avx512_bf16", "avx512_fp16",
-              "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
+SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512vl", "avx_vnni", "avx512_bf16",
+              "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve")
 
 
 def cpu_info() -> tuple[str, list[str]]:

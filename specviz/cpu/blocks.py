@@ -22,7 +22,8 @@ GGUF = "gguf"                    # the precision's name (`--dtype gguf`)
 TYPES = reference.NAMES          # ggml type id -> name, for the formats the kernel reads
 ERRORS = {build.CONSTANTS["BLOCKS_BAD_TYPE"]: "a block type the kernel does not read",
           build.CONSTANTS["BLOCKS_BAD_SHAPE"]: "shapes the blocks do not fit",
-          build.CONSTANTS["BLOCKS_NOT_FINITE"]: "an input that is not finite (NaN or infinity)"}
+          build.CONSTANTS["BLOCKS_NOT_FINITE"]: "an input that is not finite (NaN or infinity)",
+          build.CONSTANTS["BLOCKS_NO_MEMORY"]: "too little memory to round a row twice"}
 
 
 @functools.cache
@@ -34,7 +35,8 @@ def _kernel():
     library.block_product.restype = ctypes.c_int
     library.block_packed_bytes.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
     library.block_packed_bytes.restype = ctypes.c_size_t
-    library.block_pack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    library.block_pack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                   ctypes.c_int]
     library.block_pack.restype = ctypes.c_int
     library.block_scratch_bytes.argtypes = [ctypes.c_int, ctypes.c_int]
     library.block_scratch_bytes.restype = ctypes.c_size_t
@@ -63,7 +65,8 @@ def packed(qtype: int, blocks: torch.Tensor, K: int) -> torch.Tensor | None:
     return out
 
 
-def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor, packed_blocks: torch.Tensor | None = None) -> torch.Tensor:
+def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor,
+            packed_blocks: torch.Tensor | None = None) -> torch.Tensor:
     """rows [n, K] float32 @ W.T -> [n, N], W the file's blocks [N, row bytes] of type `qtype` (and their packed copy,
     packed(), for many rows: the same bits, sooner)."""
     require = kernels.require
@@ -77,7 +80,8 @@ def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor, packed_blocks:
     kernels.require_tensor("blocks", blocks, torch.uint8, (None, row_bytes(qtype, K)))
     out = torch.empty(n, blocks.shape[0])
     scratch = torch.empty(_kernel().block_scratch_bytes(K, n), dtype=torch.uint8)
-    failed = _kernel().block_product(qtype, blocks.data_ptr(), None if packed_blocks is None else packed_blocks.data_ptr(),
+    failed = _kernel().block_product(qtype, blocks.data_ptr(),
+                                     None if packed_blocks is None else packed_blocks.data_ptr(),
                                      K, blocks.shape[0], rows.data_ptr(), n, out.data_ptr(), blocks.shape[0],
                                      torch.get_num_threads(), scratch.data_ptr())
     require(not failed, f"the {TYPES[qtype]} product was given {ERRORS.get(failed, failed)}")
@@ -138,7 +142,8 @@ class BlockEmbedding(torch.nn.Module):
         self.weight = blocks if isinstance(blocks, torch.nn.Parameter) else _frozen(blocks)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return _dequantized(self.qtype, self.weight[ids.reshape(-1).cpu()].numpy()).reshape(*ids.shape, self.embedding_dim)
+        rows = _dequantized(self.qtype, self.weight[ids.reshape(-1).cpu()].numpy())
+        return rows.reshape(*ids.shape, self.embedding_dim)
 
 
 def _dequantized(qtype: int, blocks: np.ndarray) -> torch.Tensor:

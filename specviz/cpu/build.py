@@ -35,7 +35,8 @@ from ..paths import cache_dir
 C = Path(__file__).with_name("c")                     # every C source and header of the library
 PORTABLE_SOURCES = ("blocks.c", "row_attention.c", "layer_loop.c")
 X86_SOURCES = ("rows_kernel.c", *PORTABLE_SOURCES)
-HEADERS = ("simd.h", "simd_neon.h", "specviz_cpu.h", "columns.h")  # in the library's name too: a change rebuilds it
+# in the library's name too: a change rebuilds it
+HEADERS = ("simd.h", "simd_neon.h", "specviz_cpu.h", "columns.h", "rounding.h")
 # -ffp-contract=off: a product and a sum written apart stay apart (layer_loop.c rotates as transformers does)
 COMMON = ("-O3", "-Wall", "-shared", "-fPIC", "-ffp-contract=off", f"-I{C}")
 X86 = ("-mavx2", "-mfma", "-mf16c", "-DSPECVIZ_ROWS_KERNEL")
@@ -84,12 +85,13 @@ def candidates(machine: str | None = None, simd: list[str] | None = None, switch
     switch = os.environ.get(SWITCH, "") if switch is None else switch
     best: list[Build] = []
     if machine in ("x86_64", "amd64") and {"avx2", "fma"} <= set(simd):
-        vnni = next((name for name in VNNI if name in simd and (name != "avx512_vnni" or {"avx512vl", "avx512bw"} <= set(simd))),
-                    None)
+        vnni = next((name for name in VNNI
+                     if name in simd and (name != "avx512_vnni" or {"avx512vl", "avx512bw"} <= set(simd))), None)
         if vnni == "avx512_vnni" and {"amx_tile", "amx_int8"} <= set(simd) and switch not in ("avx2", "vnni"):
             best.append(Build("AVX2 + AVX512-VNNI + AMX", X86 + VNNI[vnni] + AMX, X86_SOURCES))
         if vnni and switch != "avx2":
-            best.append(Build("AVX2 + " + ("AVX512-VNNI" if vnni == "avx512_vnni" else "AVX-VNNI"), X86 + VNNI[vnni], X86_SOURCES))
+            best.append(Build("AVX2 + " + ("AVX512-VNNI" if vnni == "avx512_vnni" else "AVX-VNNI"), X86 + VNNI[vnni],
+                              X86_SOURCES))
         best.append(Build("AVX2", X86, X86_SOURCES))
     elif machine in ("aarch64", "arm64"):
         if "asimddp" in simd:

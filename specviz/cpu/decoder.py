@@ -30,7 +30,8 @@ _START_CAPACITY = 256            # KV entries first allocated; doubled as needed
 @dataclass
 class Layer:
     input_norm: torch.Tensor
-    attention_in: list           # q, k, v's products (or their stacked one): hidden -> [n, (heads + 2 kv_heads) * head_dim]
+    # q, k, v's products (or their stacked one): hidden -> [n, (heads + 2 kv_heads) * head_dim]
+    attention_in: list
     output: torch.nn.Module
     post_norm: torch.Tensor
     mlp_in: list                 # gate, up's products (or their stacked one): hidden -> [n, 2 * intermediate]
@@ -54,8 +55,9 @@ def supported(model: torch.nn.Module) -> bool:
     return (is_quantized(model) and kernels.available() and config.model_type in FAMILIES
             and getattr(config, "hidden_act", "silu") == "silu" and rope in ("default", "linear", "llama3")
             and all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ())
-            and getattr(config, "pretraining_tp", 1) == 1 and (config.head_dim if getattr(config, "head_dim", None)
-                                                                else config.hidden_size // config.num_attention_heads) % 8 == 0)
+            and getattr(config, "pretraining_tp", 1) == 1
+            and (config.head_dim if getattr(config, "head_dim", None)
+                 else config.hidden_size // config.num_attention_heads) % 8 == 0)
 
 
 class Entries:
@@ -143,7 +145,8 @@ class Decoder:
             low, high = qk.chunk(2, -1)
             qk = qk * cos + torch.cat((-high, low), -1) * sin
             entries.keys[i, :, start:start + n] = qk[:, heads:].transpose(0, 1)
-            entries.values[i, :, start:start + n] = qkv[:, (heads + kv_heads) * dim:].view(n, kv_heads, dim).transpose(0, 1)
+            entries.values[i, :, start:start + n] = \
+                qkv[:, (heads + kv_heads) * dim:].view(n, kv_heads, dim).transpose(0, 1)
             attended = kernels.attend(qk[:, :heads], entries.keys[i], entries.values[i], visible, committed, self.scale)
             x = x + layer.output(attended.view(n, heads * dim))
             h = kernels.rms_norm(x, layer.post_norm, self.eps)

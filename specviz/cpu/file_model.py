@@ -1,9 +1,9 @@
 """A GGUF file's own model (`--dtype gguf`): its quantized blocks, memory-mapped and multiplied where they lie.
 
-transformers builds the architecture from the file's metadata; then every linear layer is a `BlockLinear` over its tensor's blocks, the input
-embedding a `BlockEmbedding`, and the norms and biases the file's float32 tensors. No weight is de-quantised or copied
-but a Llama's q and k rows, which llama.cpp's converter reorders for its rotary layout and which are put back in
-transformers' order here (whole rows of blocks move; their bytes do not change).
+transformers builds the architecture from the file's metadata; then every linear layer is a `BlockLinear` over its
+tensor's blocks, the input embedding a `BlockEmbedding`, and the norms and biases the file's float32 tensors. No
+weight is de-quantised or copied but a Llama's q and k rows, which llama.cpp's converter reorders for its rotary
+layout and which are put back in transformers' order here (whole rows of blocks move; their bytes do not change).
 
 Reading a file's metadata (a 152k-token vocabulary) takes 6-18 s, so the first read keeps its config, tokenizer and
 table of tensors (name, type, shape, where its bytes lie) in the user cache; later loads map the file and are ready
@@ -57,7 +57,8 @@ def read_metadata(path: Path) -> Path:
     AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(scratch)
     AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(scratch)
     table = {t.name: {"type": int(t.tensor_type), "shape": list(t.data.shape), "dtype": str(t.data.dtype),
-                      "offset": int(t.data_offset), "bytes": int(t.n_bytes)} for t in gguf.GGUFReader(str(path)).tensors}
+                      "offset": int(t.data_offset), "bytes": int(t.n_bytes)}
+             for t in gguf.GGUFReader(str(path)).tensors}
     (scratch / TABLE).write_text(json.dumps(table))
     kept.parent.mkdir(parents=True, exist_ok=True)
     if kept.is_dir() and not (kept / TABLE).is_file():      # left by an interrupted or older read
@@ -160,7 +161,8 @@ def requantizable(loaded):
     for parent in list(loaded.model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, BlockLinear):
-                linear = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None, device="meta")
+                linear = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                         device="meta")
                 linear.weight = torch.nn.Parameter(child.dequantized(), requires_grad=False)
                 if child.bias is not None:
                     linear.bias = torch.nn.Parameter(child.bias.detach().clone(), requires_grad=False)

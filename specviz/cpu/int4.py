@@ -7,15 +7,16 @@ a model's linear layers are multiplied
 by specviz's own kernel (`specviz/cpu/c/rows_kernel.c`, `rows_matmul_q4`): each input row rounded to int8 on one
 scale per 256 values, as llama.cpp's Q8_K does, and integer dot products (VNNI where the CPU has it). On a
 2-core AVX512 machine it reads a Qwen2.5-Coder-1.5B's 4-bit layers at about 37 GB/s for one token,
-against about 17 GB/s for PyTorch's own `_weight_int4pack_mm_for_cpu` (docs/BENCHMARKS.md). Where
-the kernel cannot run (no AVX2 or no C compiler) the layer takes PyTorch's kernel, which computes in
-bfloat16: the same weights, another numerical model (`kernel()` says which). Only the linear layers
-change: embeddings, norms and attention keep float32.
+against about 17 GB/s for PyTorch's own `_weight_int4pack_mm_for_cpu`. Where the kernel cannot run
+(no AVX2 or no C compiler) the layer takes PyTorch's kernel, which computes in bfloat16: the same
+weights, another numerical model (`kernel()` says which). Only the linear layers change: embeddings,
+norms and attention keep float32.
 
 A draft's precision moves acceptance only, never the output, so a draft may always take this. A
 target in `int4` is a different numerical model from the same target in float32: the exactness
 promise is then against our baseline in `int4`, and holds bit for bit because both kernels compute
-each row alone and an int4 model attends one token at a time (specviz/cpu/decoder.py, specviz/cpu/row_attention.py).
+each row alone and an int4 model attends one token at a time (specviz/cpu/decoder.py,
+specviz/cpu/row_attention.py).
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from . import build, kernels
 
 GROUP = build.CONSTANTS["Q4_GROUP"]     # weights per scale and offset (GGUF's Q4_0/Q4_1/Q4_K blocks are 32 wide)
 # A draft's: 4.5 bits a weight instead of 5, so a tenth less to read in each of its forwards (on 2 cores they are
-# memory-bound). Staged on HumanEval/57-65 and 120-123 (64 greedy tokens) took 73 and 55 rounds with the 0.5B draft's
-# groups 64 wide, 75 and 54 with 32, 84 and more with 128 (docs/BENCHMARKS.md). A draft's precision moves acceptance only.
+# memory-bound). Staged on HumanEval/57-65 and 120-123 (64 greedy tokens) took 73 and 55 rounds with the 0.5B
+# draft's groups 64 wide, 75 and 54 with 32, 84 and more with 128. A draft's precision moves acceptance only.
 WIDE_GROUP = build.CONSTANTS["Q4_WIDE_GROUP"]
 BLOCK = GROUP                           # the kernel's unit: weights packed and inputs rounded per 32 (c/rows_kernel.c)
 TILE = build.CONSTANTS["Q4_TILE"]       # output rows the kernel reads as one stream (c/rows_kernel.c)
@@ -85,7 +86,8 @@ class Int4Linear(torch.nn.Module):
             y = kernels.product_q4(self.packed, self.scales, self.zeros, rows.float(), self.out_features,
                                    group=self.group)[:, :self.kept]
         else:
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows.to(torch.bfloat16), self.packed, GROUP, self.scales_and_zeros)
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows.to(torch.bfloat16), self.packed, GROUP,
+                                                           self.scales_and_zeros)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.kept)
         return y if self.bias is None else y + self.bias
 
@@ -96,14 +98,16 @@ class Int4Linear(torch.nn.Module):
             return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_and_zeros.float()).T
         q, scale, zero = untiled(self.packed, self.scales, self.zeros, self.out_features, self.in_features, self.group)
         q, scale, zero = q[:self.kept], scale[:self.kept], zero[:self.kept]
-        spread = lambda t: t.float().repeat_interleave(self.group, 1)
+
+        def spread(t: torch.Tensor) -> torch.Tensor:
+            return t.float().repeat_interleave(self.group, 1)
         return (q.float() - 8) * spread(scale) + spread(zero)
 
 
 class ColumnsProduct(torch.nn.Module):
-    """An Int4Linear on specviz's kernel, its rows summed 8 or 16 outputs at a time (kernels.product_q4 with columns):
-    the same weights, no copy of them, other bits (a draft's prompt read: specviz/cpu/prompt_reader.py). The C layer loop
-    multiplies it so too (layer_loop.py)."""
+    """An Int4Linear on specviz's kernel, its rows summed 8 or 16 outputs at a time (kernels.product_q4 with
+    columns): the same weights, no copy of them, other bits (a draft's prompt read: specviz/cpu/prompt_reader.py).
+    The C layer loop multiplies it so too (layer_loop.py)."""
 
     def __init__(self, product: torch.nn.Module):
         super().__init__()
@@ -111,7 +115,8 @@ class ColumnsProduct(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.product
-        y = kernels.product_q4(p.packed, p.scales, p.zeros, x.float(), p.out_features, columns=True, group=p.group)[:, :p.kept]
+        y = kernels.product_q4(p.packed, p.scales, p.zeros, x.float(), p.out_features, columns=True,
+                               group=p.group)[:, :p.kept]
         return y if p.bias is None else y + p.bias
 
 
@@ -146,13 +151,15 @@ def tiled(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> tuple[tor
     row's values for them (8 with groups of 32, 4 with groups of 64)."""
     out_features, in_features = q.shape
     per_chunk = chunk_values(in_features // scale.shape[1])
-    pairs = q.reshape(out_features // TILE, TILE, in_features // (2 * BLOCK), 2, 2, BLOCK // 2)     # [..., block, half, 16]
+    # pairs: [..., block, half, 16]
+    pairs = q.reshape(out_features // TILE, TILE, in_features // (2 * BLOCK), 2, 2, BLOCK // 2)
     packed = (pairs[..., 0, :].flatten(-2) | (pairs[..., 1, :].flatten(-2) << 4)).transpose(1, 2).contiguous()
 
     def chunked(t: torch.Tensor) -> torch.Tensor:
         padded = torch.nn.functional.pad(t, (0, -t.shape[1] % per_chunk))
         return padded.reshape(out_features // TILE, TILE, -1, per_chunk).transpose(1, 2).contiguous()
-    return packed.reshape(out_features, -1), chunked(scale).reshape(out_features, -1), chunked(zero).reshape(out_features, -1)
+    return (packed.reshape(out_features, -1), chunked(scale).reshape(out_features, -1),
+            chunked(zero).reshape(out_features, -1))
 
 
 def retiled(t: torch.Tensor, rows: torch.Tensor, width: int) -> torch.Tensor:
@@ -171,7 +178,8 @@ def untiled(packed, scales, zeros, out_features: int, in_features: int, group: i
     groups_per_row, per_chunk = in_features // group, chunk_values(group)
 
     def unchunked(t: torch.Tensor) -> torch.Tensor:
-        return t.reshape(out_features // TILE, -1, TILE, per_chunk).transpose(1, 2).reshape(out_features, -1)[:, :groups_per_row]
+        rows = t.reshape(out_features // TILE, -1, TILE, per_chunk).transpose(1, 2).reshape(out_features, -1)
+        return rows[:, :groups_per_row]
     return q, unchunked(scales), unchunked(zeros)
 
 

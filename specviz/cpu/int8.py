@@ -2,11 +2,12 @@
 
 Each output row of a weight matrix keeps one float32 scale (its largest magnitude / 127) and its
 weights as int8, so a layer reads a quarter of float32's bytes. The rows kernel converts the weights
-to float32 as it reads them and accumulates in float32. On our 2-core AVX2 machines, with PyTorch's 4-bit
-kernel (before specviz's own, `int4.py`), a Qwen2.5-Coder-0.5B forward of 8 tokens took 141-155 ms in int4,
-141-146 in float32 and 102-107 here; one token 52-54 ms, as in int4 (docs/BENCHMARKS.md). Meant for drafts, whose precision moves
-acceptance only; as a target, `int8` is its own numerical model, exact against our int8 baseline
-(each row computed alone by the kernel, and one token at a time by specviz/cpu/decoder.py or row_attention.py).
+to float32 as it reads them and accumulates in float32. On our 2-core AVX2 machines a Qwen2.5-Coder-0.5B
+forward of 8 tokens took 102-107 ms here, 141-146 in float32 and 141-155 with PyTorch's 4-bit kernel
+(`_weight_int4pack_mm_for_cpu`, not specviz's own in `int4.py`); one token 52-54 ms, as with that kernel.
+Meant for drafts, whose precision moves acceptance only; as a target, `int8` is its own numerical model,
+exact against our int8 baseline (each row computed alone by the kernel, and one token at a time by
+specviz/cpu/decoder.py or row_attention.py).
 Without the kernel (no C compiler), the layer multiplies by its de-quantised weight: correct, slow.
 """
 from __future__ import annotations
@@ -30,7 +31,8 @@ class Int8Linear(torch.nn.Module):
         # Parameters (frozen) rather than buffers, so that weight counts include them
         self.weight_int8 = torch.nn.Parameter(torch.round(weight / scale[:, None]).to(torch.int8), requires_grad=False)
         self.scale = torch.nn.Parameter(scale, requires_grad=False)
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
+        self.bias = None if linear.bias is None else \
+            torch.nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()

@@ -6,7 +6,7 @@ norm each row alone (c/row_attention.c), a whole model's layers in one call (c/l
 the few-row products of float32, int8 and specviz's 4-bit weights (c/rows_kernel.c). Decoding feeds one token per
 forward and verifying a tree 2-16, so every linear layer multiplies a wide weight matrix by a few rows, and its cost
 is reading the weights: on our 2-core AVX2 machines MKL's products read a Qwen2.5-1.5B's float32 layers at 9-19
-GB/s, the rows kernel at 13-42 GB/s (`scripts/linear_layer_speeds.py`, docs/BENCHMARKS.md). Every kernel computes each
+GB/s, the rows kernel at 13-42 GB/s (timed with `scripts/linear_layer_speeds.py`). Every kernel computes each
 row by the same sequence of operations whatever rows come with it, so a tree's forward computes each token exactly
 as plain decoding does, bit for bit. Where the library did not build, or has no rows kernel (a CPU without AVX2),
 `product` and `product_int8` return None and the caller keeps PyTorch's product; `status()` says which, for reports.
@@ -37,14 +37,17 @@ def _loaded() -> ctypes.CDLL | None:
             entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4
             entry.restype = None
         for entry in (library.rows_matmul_q4, library.rows_matmul_q4_columns):
-            entry.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+            entry.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 4
+                              + [ctypes.c_void_p])
             entry.restype = None
-    library.attend_rows.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p]
+    library.attend_rows.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int] * 7
+                                    + [ctypes.c_float, ctypes.c_int, ctypes.c_void_p])
     library.attend_rows.restype = None
     library.rms_norm_rows.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
     library.rms_norm_rows.restype = None
-    library.decode_layers.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 6 + \
-        [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_void_p] + [ctypes.c_int] * 2 + [ctypes.c_float] * 2 + [ctypes.c_int]
+    library.decode_layers.argtypes = ([ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 6
+                                      + [ctypes.c_void_p] * 4 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
+                                      + [ctypes.c_int] * 2 + [ctypes.c_float] * 2 + [ctypes.c_int])
     library.decode_layers.restype = ctypes.c_int
     return library
 
@@ -83,7 +86,8 @@ def require(ok: bool, what: str) -> None:
 
 def require_tensor(name: str, t: torch.Tensor, dtype: torch.dtype, shape: tuple) -> None:
     """t is a contiguous CPU tensor of `dtype` and exactly `shape` (None: any size in that dimension)."""
-    require(t.dtype == dtype and t.device.type == "cpu", f"{name} must be a CPU {dtype} tensor, got {t.dtype} on {t.device}")
+    require(t.dtype == dtype and t.device.type == "cpu",
+            f"{name} must be a CPU {dtype} tensor, got {t.dtype} on {t.device}")
     require(t.dim() == len(shape) and all(want is None or want == got for want, got in zip(shape, t.shape)),
             f"{name} has shape {tuple(t.shape)}, expected {tuple('any' if d is None else d for d in shape)}")
     require(t.is_contiguous(), f"{name} must be contiguous")
@@ -132,25 +136,30 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     """rows @ W.T ([n, in] float32 -> [n, out]) for 4-bit weights in the layout of specviz/cpu/int4.py's
     tiled() (a scale and zero per `group` inputs: 32 or 64), each row rounded to int8 per 256 values as it is read.
     The caller checks rows_available().
-    columns: sum 8 outputs at a time, 16 with AVX512-VNNI where out is a multiple of 16 (rows_matmul_q4_columns: faster
-    for many rows, other bits; out a multiple of 8)."""
+    columns: sum 8 outputs at a time, 16 with AVX512-VNNI where out is a multiple of 16 (rows_matmul_q4_columns:
+    faster for many rows, other bits; out a multiple of 8)."""
     rows = rows.contiguous()
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
     n, K = rows.shape
-    require(K % 64 == 0 and K > 0, f"the 4-bit product reads inputs in pairs of 32-wide blocks: {K} is not a multiple of 64")
-    require(out_features % 4 == 0 and out_features > 0, f"the 4-bit product writes outputs in tiles of 4: {out_features} is not a multiple")
+    require(K % 64 == 0 and K > 0,
+            f"the 4-bit product reads inputs in pairs of 32-wide blocks: {K} is not a multiple of 64")
+    require(out_features % 4 == 0 and out_features > 0,
+            f"the 4-bit product writes outputs in tiles of 4: {out_features} is not a multiple")
     require(group in (32, 64), f"the 4-bit product takes groups of 32 or 64 inputs, not {group}")
     require_tensor("rows", rows, torch.float32, (n, K))
     require_tensor("packed weights", packed, torch.uint8, (out_features, K // 2))
     for name, t in (("scales", scales), ("zeros", zeros)):
         require_tensor(name, t, torch.bfloat16, (out_features, q4_groups(K, group)))
-    require(bool(torch.isfinite(rows).all()), "the 4-bit product was given an input that is not finite (NaN or infinity)")
+    require(bool(torch.isfinite(rows).all()),
+            "the 4-bit product was given an input that is not finite (NaN or infinity)")
     out = torch.empty(n, out_features)
-    scratch = torch.empty(n * (K + 8 * q4_blocks(K)), dtype=torch.uint8)     # the rows in int8, and per block two floats
-    require(not columns or out_features % 8 == 0, f"the 4-bit columns product writes 8 outputs at a time: {out_features} is not a multiple")
+    # the rows in int8, and per block two floats
+    scratch = torch.empty(n * (K + 8 * q4_blocks(K)), dtype=torch.uint8)
+    require(not columns or out_features % 8 == 0,
+            f"the 4-bit columns product writes 8 outputs at a time: {out_features} is not a multiple")
     product = _loaded().rows_matmul_q4_columns if columns else _loaded().rows_matmul_q4
-    product(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), group, out.data_ptr(), n, K, out_features,
-            torch.get_num_threads(), scratch.data_ptr())
+    product(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), group, out.data_ptr(), n, K,
+            out_features, torch.get_num_threads(), scratch.data_ptr())
     return out
 
 
@@ -192,7 +201,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / sqrt(mean(x^2) + eps) * weight for rows x [n, K] float32 (K a multiple of 8), each row alone
     (row_attention.c). The caller checks available()."""
     x = x.contiguous()
-    require(x.dim() == 2 and x.shape[1] % 8 == 0, f"RMS norm takes rows [n, K], K a multiple of 8: got {tuple(x.shape)}")
+    require(x.dim() == 2 and x.shape[1] % 8 == 0,
+            f"RMS norm takes rows [n, K], K a multiple of 8: got {tuple(x.shape)}")
     require_tensor("rows", x, torch.float32, (None, x.shape[1]))
     require_tensor("norm weight", weight, torch.float32, (x.shape[1],))
     out = torch.empty_like(x)

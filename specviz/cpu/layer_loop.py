@@ -25,8 +25,9 @@ class _Product(ctypes.Structure):
 
 
 class _Layer(ctypes.Structure):
-    _fields_ = [("input_norm", ctypes.c_void_p), ("q", _Product), ("k", _Product), ("v", _Product), ("output", _Product),
-                ("post_norm", ctypes.c_void_p), ("gate", _Product), ("up", _Product), ("down", _Product)]
+    _fields_ = [("input_norm", ctypes.c_void_p), ("q", _Product), ("k", _Product), ("v", _Product),
+                ("output", _Product), ("post_norm", ctypes.c_void_p), ("gate", _Product), ("up", _Product),
+                ("down", _Product)]
 
 
 def _readable(products: list) -> bool:
@@ -70,8 +71,8 @@ class LayerLoop:
                  eps: float, scale: float):
         self.held = layers           # the tensors the pointers below point into
         self.layers = (_Layer * len(layers))(*[
-            _Layer(l.input_norm.data_ptr(), *_parts(l.attention_in, 3), _product(l.output), l.post_norm.data_ptr(),
-                   *_parts(l.mlp_in, 2), _product(l.down)) for l in layers])
+            _Layer(layer.input_norm.data_ptr(), *_parts(layer.attention_in, 3), _product(layer.output),
+                   layer.post_norm.data_ptr(), *_parts(layer.mlp_in, 2), _product(layer.down)) for layer in layers])
         self.count, self.hidden, self.intermediate = len(layers), hidden, intermediate
         self.heads, self.kv_heads, self.head_dim, self.eps, self.scale = heads, kv_heads, head_dim, eps, scale
 
@@ -83,8 +84,9 @@ class LayerLoop:
     @staticmethod
     def applies(layers: list) -> bool:
         """Every product one the C loop multiplies, the norms' weights contiguous float32."""
-        return bool(layers) and all(all(_readable(p) for p in (l.attention_in, [l.output], l.mlp_in, [l.down]))
-                                    and _floats(l.input_norm) and _floats(l.post_norm) for l in layers)
+        return bool(layers) and all(
+            all(_readable(p) for p in (layer.attention_in, [layer.output], layer.mlp_in, [layer.down]))
+            and _floats(layer.input_norm) and _floats(layer.post_norm) for layer in layers)
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
             start: int, visible: torch.Tensor, committed: int) -> torch.Tensor:
@@ -94,8 +96,9 @@ class LayerLoop:
         x, cos, sin = x.contiguous(), cos.contiguous(), sin.contiguous()
         capacity, cols = keys.shape[2] if keys.dim() == 4 else 0, visible.shape[1]
         kernels.require(0 <= committed <= start and start + n <= capacity and committed + cols <= capacity
-                            and start + n == committed + cols, f"{n} new entries at {start} after {committed} committed "
-                            f"({cols} visible) do not fit a cache of {capacity}")
+                        and start + n == committed + cols,
+                        f"{n} new entries at {start} after {committed} committed ({cols} visible) do not fit a cache "
+                        f"of {capacity}")
         kernels.require_tensor("hidden states", x, torch.float32, (n, self.hidden))
         for name, t in (("cos", cos), ("sin", sin)):
             kernels.require_tensor(name, t, torch.float32, (n, self.head_dim))

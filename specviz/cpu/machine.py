@@ -63,7 +63,8 @@ def describe() -> str:
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     capability = torch.backends.cpu.get_cpu_capability()
     return (f"{name}, {os.cpu_count()} cores, SIMD {' '.join(simd) or 'unknown'}, torch {torch.__version__} "
-            f"({capability} kernels, {torch.get_num_threads()} threads; {kernels.status()}), {device}, {platform.system()} {platform.release()}")
+            f"({capability} kernels, {torch.get_num_threads()} threads; {kernels.status()}), {device}, "
+            f"{platform.system()} {platform.release()}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from time import perf_counter
 import torch
 import torch.nn.functional as F
 
-from . import kernels
 from .decoder import Decoder
 from .layer_loop import LayerLoop
 from .int4 import ColumnsProduct, Int4Linear

@@ -15,6 +15,7 @@ Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K = 2, 3, 6, 8, 12, 14
 BLOCK = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}
 NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
 F32 = np.float32
+ROUNDING_LOSS_LIMIT = 300           # specviz_cpu.h's: tests/test_blocks.py checks that the two agree
 
 
 def _half(raw: np.ndarray) -> np.ndarray:
@@ -110,9 +111,41 @@ def quantize_rows(qtype: int, x: np.ndarray) -> dict:
             "sx": (total.astype(F32) * scale).astype(F32).astype(np.float16).astype(F32)}
 
 
+def coarse_rows(qtype: int, x: np.ndarray, a: dict) -> np.ndarray:
+    """Which rows [n] of x (float32 [n, K]) their rounding `a` (quantize_rows) crushed: it lost more than
+    1 / ROUNDING_LOSS_LIMIT of the energy of the values other than each block's largest. blocks.c's coarse_row, in
+    its order: 8 lanes (j % 8) summed along the row, lanes added 0..7, the blocks' largest squares added in order."""
+    n, K = x.shape
+    per = BLOCK[qtype][0]
+    v = x.astype(np.float64)
+    e = v - np.repeat(a["d"].astype(np.float64), per, -1) * a["q"].astype(np.float64)
+    lost_lanes = np.cumsum((e * e).reshape(n, K // 8, 8), 1)[:, -1]            # cumsum: one value after another
+    energy_lanes = np.cumsum((v * v).reshape(n, K // 8, 8), 1)[:, -1]
+    largest = np.cumsum((v * v).reshape(n, K // per, per).max(-1), 1)[:, -1]
+    lost, energy = np.zeros(n), np.zeros(n)
+    for lane in range(8):
+        lost, energy = lost + lost_lanes[:, lane], energy + energy_lanes[:, lane]
+    return lost * ROUNDING_LOSS_LIMIT > energy - largest
+
+
 def product(qtype: int, w: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """x [n, K] float32 times the file's blocks w [N, bytes] -> [n, N] float32, as blocks.c computes it."""
-    u, a = unpack(qtype, w), quantize_rows(qtype, x)
+    """x [n, K] float32 times the file's blocks w [N, bytes] -> [n, N] float32, as blocks.c computes it: each row
+    rounded to int8; a row that rounding crushed (coarse_rows) rounded twice, its remainder's product added."""
+    x = x.astype(F32)
+    a = quantize_rows(qtype, x)
+    y = _rounded_product(qtype, w, x, a)
+    coarse = coarse_rows(qtype, x, a)
+    if coarse.any():
+        per = BLOCK[qtype][0]
+        first = (np.repeat(a["d"][coarse], per, -1) * a["q"][coarse].astype(F32)).astype(F32)
+        rest = (x[coarse] - first).astype(F32)
+        y[coarse] = (y[coarse] + _rounded_product(qtype, w, rest, quantize_rows(qtype, rest))).astype(F32)
+    return y
+
+
+def _rounded_product(qtype: int, w: np.ndarray, x: np.ndarray, a: dict) -> np.ndarray:
+    """x [n, K] rounded as `a` (quantize_rows) times the blocks w [N, bytes]: the integer sums and float formula."""
+    u = unpack(qtype, w)
     per = BLOCK[qtype][0]
     n, K = x.shape
     blocks = K // per

@@ -51,7 +51,8 @@ def row_attention(module, query, key, value, attention_mask, **kwargs):
         else:
             seen = seen.to(key.device)
             k, v = key.index_select(2, seen), value.index_select(2, seen)
-        out, _ = sdpa_attention_forward(module, query[:, :, row:row + 1], k.contiguous(), v.contiguous(), None, **kwargs)
+        out, _ = sdpa_attention_forward(module, query[:, :, row:row + 1], k.contiguous(), v.contiguous(), None,
+                                        **kwargs)
         outputs.append(out)
     return torch.cat(outputs, dim=1), None
 

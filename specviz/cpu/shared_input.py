@@ -23,9 +23,9 @@ class Stacked(torch.nn.Module):
 
     def __init__(self, layers: list[Int4Linear]):
         super().__init__()
-        tiles = tuple(torch.cat([getattr(l, name) for l in layers]) for name in ("packed", "scales", "zeros"))
-        bias = None if all(l.bias is None for l in layers) else \
-            torch.cat([l.bias if l.bias is not None else torch.zeros(l.out_features) for l in layers])
+        tiles = tuple(torch.cat([getattr(layer, name) for layer in layers]) for name in ("packed", "scales", "zeros"))
+        bias = None if all(layer.bias is None for layer in layers) else \
+            torch.cat([layer.bias if layer.bias is not None else torch.zeros(layer.out_features) for layer in layers])
         self.layer = Int4Linear.of_tiles(tiles, layers[0].in_features, tiles[0].shape[0], bias, layers[0].group)
         self.siblings = len(layers)
         # (input, output, slices taken): one tuple, so a reader never pairs one call's input with another's
@@ -62,9 +62,10 @@ def stack_siblings(model: torch.nn.Module) -> int:
     for parent in list(model.modules()):
         for names in SIBLINGS:
             layers = [getattr(parent, n, None) for n in names]
-            if not all(isinstance(l, Int4Linear) and l.own and l.kept == l.out_features for l in layers):
+            if not all(isinstance(layer, Int4Linear) and layer.own and layer.kept == layer.out_features
+                       for layer in layers):
                 continue
-            if len({(l.in_features, l.group) for l in layers}) != 1:
+            if len({(layer.in_features, layer.group) for layer in layers}) != 1:
                 continue
             shared = Stacked(layers)
             parent.add_module("_".join(n.split("_")[0] for n in names) + "_stacked", shared)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from ..end_tokens import visible
+
 from ..palette import stage_colours as kind_colours
 from ..trace import StageInfo
 
@@ -25,8 +27,8 @@ def stage_label(stages: list[StageInfo], index: int) -> str:
 
 
 def token_label(text: str, limit: int = 14) -> str:
-    """A token as a short visible label: newlines, tabs and spaces made visible."""
-    shown = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "·") or "∅"
+    """A token as a short visible label: newlines, tabs and spaces made visible, special tokens by name."""
+    shown = visible(text).replace("\n", "↵").replace("\t", "⇥").replace(" ", "·") or "∅"
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from ..metrics import accept_by_position
 from ..palette import LINE_COLOUR, ROOT_COLOUR, blend
 from ..trace import StepRecord
+from ..end_tokens import visible
 from .common import REJECTED_TINT, base_layout, empty_figure, stage_colours, stage_label, token_label
 
 # -- the speculative tree of one step ----------------------------------------------------------
@@ -58,7 +59,7 @@ def bonus_token(step: StepRecord) -> str | None:
 
 
 def node_hover(step: StepRecord, node, colour_label: str) -> str:
-    token = html.escape(repr(node.text), quote=False)
+    token = html.escape(repr(visible(node.text)), quote=False)
     if node.parent < 0:
         return f"<b>{token}</b><br>root: the last token already in the output"
     lines = [f"<b>{token}</b>  proposed by {html.escape(colour_label, quote=False)}",

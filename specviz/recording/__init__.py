@@ -6,8 +6,10 @@ precision, and every lane's trace records (specviz/trace.py) with their measured
 wraps each recorded lane in an object with the live decoder's interface (`steps`, `step()`,
 `finished`, ...), so the app draws recorded and live runs with the same code. Files from users are
 untrusted: `load()` checks size, format, version and every field's type, and refuses a bad file
-with one line. Making a recording (from an app session, or `python -m specviz.recording`) is
-specviz/app/record.py.
+with one line. Every lane ends at its first end-of-text token (`recorded["end_tokens"]`, or in a file
+that lacks them the tokens whose text names an end): a run recorded while the engine missed some of
+them is replayed as far as the engine now goes, with its recorded times. Making a recording (from an
+app session, or `python -m specviz.recording`) is specviz/app/record.py.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
+from .. import end_tokens
 from ..sampling import Sampling
 from ..environment import env_number
 from ..trace import StageInfo, StepRecord
@@ -47,6 +50,7 @@ class RecordedLane:
     sampling: Sampling
     recorded_steps: list[StepRecord]
     setup_s: float = 0.0
+    prompt_text: str = ""                   # the prompt as the model read it (in chat, inside its template)
     shown: int = 0
 
     @property
@@ -82,7 +86,13 @@ class RecordedLane:
         """A finished (or stopped) live decoder, as recorded."""
         return cls(decoder.strategy, list(decoder.prompt), list(decoder.stages),
                    {k: list(v) for k, v in decoder.model_costs().items()}, decoder.max_new_tokens,
-                   decoder.sampling, list(decoder.steps), setup_s, shown=len(decoder.steps))
+                   decoder.sampling, list(decoder.steps), setup_s, _prompt_text(decoder), shown=len(decoder.steps))
+
+
+def _prompt_text(decoder) -> str:
+    if isinstance(decoder, RecordedLane):
+        return decoder.prompt_text
+    return decoder.tokenizer.decode(decoder.prompt)
 
 
 @dataclass
@@ -198,6 +208,7 @@ class _LaneFile:
     sampling: Sampling
     steps: list[StepRecord]
     setup_s: float = 0.0
+    prompt_text: str = ""
 
 
 def _lane(data, where: str) -> RecordedLane:
@@ -215,7 +226,7 @@ def _lane(data, where: str) -> RecordedLane:
                 not 0 <= st < len(s.stages) for st in s.committed_stage):
             raise RecordingError(f"{where}.steps[{i}] names a stage it does not have")
     return RecordedLane(lane.strategy, lane.prompt, lane.stages, lane.costs, lane.max_new_tokens,
-                        lane.sampling, lane.steps, lane.setup_s)
+                        lane.sampling, lane.steps, lane.setup_s, lane.prompt_text)
 
 
 def from_dict(data) -> Recording:
@@ -227,7 +238,7 @@ def from_dict(data) -> Recording:
     settings = _check(data.get("settings"), dict, "settings")
     for key, kind in (("prompt", str), ("strategy", str), ("preset", str), ("max_new_tokens", int)):
         _check(settings.get(key), kind, f"settings.{key}")
-    recorded = _check(data.get("recorded"), dict[str, typing.Union[str, dict]], "recorded")
+    recorded = _check(data.get("recorded"), dict[str, typing.Union[str, dict, list[int]]], "recorded")
     for key in ("machine", "date", "device", "precision"):
         _check(recorded.get(key), str, f"recorded.{key}")
     lanes = {name: _lane(lane, f"lanes.{name}") for name, lane in _check(data.get("lanes"), dict, "lanes").items()}
@@ -240,7 +251,45 @@ def from_dict(data) -> Recording:
     for name, peer in peers.items():
         if not len(peer.arrivals) == len(peer.chunks) == len(peer.texts):
             raise RecordingError(f"peers.{name} is inconsistent")
-    return Recording(settings, recorded, lanes, race, peers, skipped)
+    recording = Recording(settings, recorded, lanes, race, peers, skipped)
+    cut_at_end(recording)
+    return recording
+
+
+def cut_at_end(recording: Recording) -> None:
+    """End every lane at its first end-of-text token. The steps up to it are what the engine makes now (the same
+    rounds, stopping there), so their recorded times stand; a peer keeps the chunks up to it."""
+    ends = set(recording.recorded.get("end_tokens") or ())
+    if not ends:
+        ends = {t for lane in recording.lanes.values() for s in lane.recorded_steps
+                for t, text in zip(s.committed_tokens, s.committed_text) if end_tokens.is_marker(text)}
+    if not ends:
+        return
+    texts = {t: text for lane in recording.lanes.values() for s in lane.recorded_steps
+             for t, text in zip(s.committed_tokens, s.committed_text)}
+    for lane in recording.lanes.values():
+        for i, step in enumerate(lane.recorded_steps):
+            ended = [k for k, token in enumerate(step.committed_tokens) if token in ends]
+            if ended:
+                keep = ended[0] + 1
+                step.committed_tokens, step.committed_text, step.committed_stage = (
+                    step.committed_tokens[:keep], step.committed_text[:keep], step.committed_stage[:keep])
+                step.finished, step.finish_reason = True, "eos"
+                del lane.recorded_steps[i + 1:]
+                break
+    for peer in recording.peers.values():
+        for i, chunk in enumerate(peer.chunks):
+            ended = [k for k, token in enumerate(chunk) if token in ends]
+            if ended:
+                kept = chunk[: ended[0] + 1]
+                known = all(t in texts for t in kept)
+                before = peer.texts[i - 1] if i else ""
+                peer.chunks[i] = kept
+                if known:           # the text up to the end (texts are decoded without special tokens)
+                    peer.texts[i] = before + "".join(texts[t] for t in kept if t not in ends and
+                                                     not end_tokens.SPECIAL.fullmatch(texts[t]))
+                del peer.chunks[i + 1:], peer.texts[i + 1:], peer.arrivals[i + 1:]
+                break
 
 
 def load(source: str | Path | bytes) -> Recording:

@@ -22,12 +22,18 @@
  * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group.
  * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K and Q6_K blocks take columns.h's path instead, on a copy of
  * the blocks packed at load (block_pack): 8 outputs at a time, the same integers and float formula; on AVX-512 with
- * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one). */
+ * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one).
+ *
+ * One rule departs from llama.cpp's arithmetic, decided by each row alone (rounding.h): a row that int8 rounding
+ * crushes, as the first position's attention sink does, is rounded twice (round_again). llama.cpp's next token after
+ * a one-token prompt is noise there (`def` -> `00000000`); here it is the file's model's. */
 #include "simd.h"
 #include "specviz_cpu.h"
+#include "rounding.h"
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #if defined(SIMD_AMX) && defined(__linux__)
 #include <cpuid.h>
 #include <pthread.h>
@@ -151,7 +157,8 @@ typedef struct {
     const float *d, *sx;
     const int16_t *bsum;
     const int32_t *sum;
-    int K, blocks;
+    const uint8_t *coarse;          /* per row: 1 where rounding crushed it (rounding.h) */
+    int K, blocks, coarse_rows;
 } Rows;
 
 static size_t rows_bytes(int K, int n) { return (size_t)n * (2 * (size_t)K + 64) + 64; }
@@ -165,9 +172,10 @@ static int quantize_rows(int type, const float *x, int n, int K, void *scratch, 
     float *d = (float *)(q + (((size_t)n * K + 63) & ~(size_t)63)), *sx = d + (size_t)n * blocks;
     int32_t *sum = (int32_t *)(sx + (size_t)n * blocks);
     int16_t *bsum = (int16_t *)(sum + (size_t)n * blocks);
-    int bad = 0;
-    _Pragma("omp parallel for schedule(static) num_threads(threads) reduction(|:bad) if (n >= 4)")   /* each row alone */
-    for (int r = 0; r < n; r++) {
+    uint8_t *coarse = (uint8_t *)(bsum + (size_t)n * K / 16);
+    int bad = 0, count = 0;
+    _Pragma("omp parallel for schedule(static) num_threads(threads) reduction(|:bad) reduction(+:count) if (n >= 4)")
+    for (int r = 0; r < n; r++) {                                                                   /* each row alone */
         if (k_quant(type))
             for (int b = 0; b < blocks; b++)
                 bad |= quantize_q8_k(x + (size_t)r * K + (size_t)b * QK_K, q + (size_t)r * K + (size_t)b * QK_K,
@@ -175,8 +183,12 @@ static int quantize_rows(int type, const float *x, int n, int K, void *scratch, 
         else
             bad |= quantize_q8_0(x + (size_t)r * K, K, q + (size_t)r * K, d + (size_t)r * blocks, sum + (size_t)r * blocks,
                                  sx + (size_t)r * blocks);
+        const float *row = x + (size_t)r * K, *scales = d + (size_t)r * blocks;
+        const int per = block_weights(type);
+        coarse[r] = (uint8_t)(!rounding_fine(q + (size_t)r * K, scales, K, per) && rounding_crushed(row, q + (size_t)r * K, scales, K, per));
+        count += coarse[r];
     }
-    *rows = (Rows){q, d, sx, bsum, sum, K, blocks};
+    *rows = (Rows){q, d, sx, bsum, sum, coarse, K, blocks, count};
     return bad;
 }
 
@@ -733,41 +745,81 @@ int block_pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int threa
     return 0;
 }
 
+/* y = the rounded rows times W, by the path their count and this build take */
+static void multiply(int type, const uint8_t *w, const uint8_t *packed, int K, int N, const Rows *rows, int n, float *y,
+                     int ldy, int threads, void *amx_scratch) {
+    const size_t row_bytes = (size_t)(K / block_weights(type)) * block_bytes(type);
+#if defined(SIMD_AMX) && defined(__linux__)
+    if (k_quant(type) && n >= AMX_MIN_ROWS(type) && block_amx()) {
+        amx_product(type, w, row_bytes, rows, n, y, ldy, N, threads, amx_scratch);
+        return;
+    }
+#else
+    (void)amx_scratch;
+#endif
+#if defined(COLUMNS_PATH)
+    if (packed && k_quant(type) && n >= COLUMN_MIN_ROWS(type)) {
+        columns_product(type, packed, rows, n, y, ldy, N, threads);
+        return;
+    }
+#elif defined(COLUMNS16_PATH)
+    if (packed && k_quant(type) && n >= COLUMN16_MIN_ROWS(type)) {
+        columns16_product(type, packed, rows, n, y, ldy, N, threads);
+        return;
+    }
+#else
+    (void)packed;
+#endif
+    switch (type) {
+    case GGUF_Q4_0: product_q4_0(w, row_bytes, rows, n, y, ldy, N, threads); break;
+    case GGUF_Q4_1: product_q4_1(w, row_bytes, rows, n, y, ldy, N, threads); break;
+    case GGUF_Q5_0: product_q5_0(w, row_bytes, rows, n, y, ldy, N, threads); break;
+    case GGUF_Q8_0: product_q8_0(w, row_bytes, rows, n, y, ldy, N, threads); break;
+    case GGUF_Q4_K: product_q4_k(w, row_bytes, rows, n, y, ldy, N, threads); break;
+    default: product_q6_k(w, row_bytes, rows, n, y, ldy, N, threads); break;
+    }
+}
+
+/* The rows that rounding crushed (rows->coarse): each one's remainder x - d q rounded to int8 in turn and multiplied,
+ * and added to its first product. Each row alone, in float32 as written: reference.py's product() does the same. */
+static int round_again(int type, const uint8_t *w, const uint8_t *packed, int K, int N, const float *x, const Rows *rows,
+                       int n, float *y, int ldy, int threads) {
+    const int m = rows->coarse_rows, per = block_weights(type);
+    float *rest = malloc(((size_t)m * K + (size_t)m * N) * sizeof(float));
+    void *scratch = malloc(block_scratch_bytes(K, m));
+    if (!rest || !scratch) {
+        free(rest);
+        free(scratch);
+        return BLOCKS_NO_MEMORY;
+    }
+    float *extra = rest + (size_t)m * K;
+    for (int r = 0, i = 0; r < n; r++) {
+        if (!rows->coarse[r]) continue;
+        for (int j = 0; j < K; j++)
+            rest[(size_t)i * K + j] = x[(size_t)r * K + j] - rows->d[(size_t)r * rows->blocks + j / per] * (float)rows->q[(size_t)r * K + j];
+        i++;
+    }
+    Rows again;
+    quantize_rows(type, rest, m, K, scratch, &again, threads);
+    multiply(type, w, packed, K, N, &again, m, extra, N, threads, (uint8_t *)scratch + rows_bytes(K, m));
+    for (int r = 0, i = 0; r < n; r++) {
+        if (!rows->coarse[r]) continue;
+        for (int o = 0; o < N; o++) y[(size_t)r * ldy + o] += extra[(size_t)i * N + o];
+        i++;
+    }
+    free(rest);
+    free(scratch);
+    return 0;
+}
+
 int block_product(int type, const uint8_t *w, const uint8_t *packed, int K, int N, const float *x, int n, float *y,
                   int ldy, int threads, void *scratch) {
     if (!block_bytes(type)) return BLOCKS_BAD_TYPE;
     if (K <= 0 || K % block_weights(type) || N <= 0 || n < 0 || ldy < N) return BLOCKS_BAD_SHAPE;
     Rows rows;
     if (quantize_rows(type, x, n, K, scratch, &rows, threads)) return BLOCKS_NOT_FINITE;
-    const size_t row_bytes = (size_t)(K / block_weights(type)) * block_bytes(type);
-#if defined(SIMD_AMX) && defined(__linux__)
-    if (k_quant(type) && n >= AMX_MIN_ROWS(type) && block_amx()) {
-        amx_product(type, w, row_bytes, &rows, n, y, ldy, N, threads, (uint8_t *)scratch + rows_bytes(K, n));
-        return 0;
-    }
-#endif
-#if defined(COLUMNS_PATH)
-    if (packed && k_quant(type) && n >= COLUMN_MIN_ROWS(type)) {
-        columns_product(type, packed, &rows, n, y, ldy, N, threads);
-        return 0;
-    }
-#elif defined(COLUMNS16_PATH)
-    if (packed && k_quant(type) && n >= COLUMN16_MIN_ROWS(type)) {
-        columns16_product(type, packed, &rows, n, y, ldy, N, threads);
-        return 0;
-    }
-#else
-    (void)packed;
-#endif
-    switch (type) {
-    case GGUF_Q4_0: product_q4_0(w, row_bytes, &rows, n, y, ldy, N, threads); break;
-    case GGUF_Q4_1: product_q4_1(w, row_bytes, &rows, n, y, ldy, N, threads); break;
-    case GGUF_Q5_0: product_q5_0(w, row_bytes, &rows, n, y, ldy, N, threads); break;
-    case GGUF_Q8_0: product_q8_0(w, row_bytes, &rows, n, y, ldy, N, threads); break;
-    case GGUF_Q4_K: product_q4_k(w, row_bytes, &rows, n, y, ldy, N, threads); break;
-    default: product_q6_k(w, row_bytes, &rows, n, y, ldy, N, threads); break;
-    }
-    return 0;
+    multiply(type, w, packed, K, N, &rows, n, y, ldy, threads, (uint8_t *)scratch + rows_bytes(K, n));
+    return rows.coarse_rows ? round_again(type, w, packed, K, N, x, &rows, n, y, ldy, threads) : 0;
 }
 
 const char *block_simd(void) { return SIMD_NAME; }

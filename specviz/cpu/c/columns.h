@@ -10,7 +10,7 @@
  *
  * The packed copy. Putting 16 outputs' quads side by side from the file's layout took 8 x 8 transposes and stores for
  * every block, again for every forward: at 16 rows a third of a Q4_K product's time, at 8 rows more than half
- * (AVX-512, Zen 4, 2026-11-27). So block_pack does it once, when a model loads: per 16 outputs (past the last output,
+ * (AVX-512, Zen 4). So block_pack does it once, when a model loads: per 16 outputs (past the last output,
  * the last again) and per block, a record of 64-byte lines, each line one quad of the 16 outputs (4 bytes each); the
  * 16 outputs' scales, mins and d side by side after them. A thread then reads one stream of records, and a line is a
  * vector: the 8-output path reads each line's half. The weights stay as the file packs them, 4 bits (and Q6_K's 2 more)
@@ -118,7 +118,7 @@ ALWAYS void prefetch_record(const int type, const uint8_t *rec) {
 #define COLUMN_ROWS 4               /* rows per pass over a block: their accumulators stay in registers */
 /* Fewer rows take the tile path; up to COLUMN_REGISTER_ROWS a block is unpacked in registers for each group of rows
  * (COLUMN_ROWS), more unpack it once into a buffer. As measured with the weights coming from memory (FLUSH=1
- * scripts/blocks_ab.py, Zen 4 held to AVX2, 2026-11-27): Q4_K's registers took 10-26% less time than the tiles at one
+ * scripts/blocks_ab.py, Zen 4 held to AVX2): Q4_K's registers took 10-26% less time than the tiles at one
  * row, 3-12% at 2, and 0-9% less than the buffer at 3-8; Q6_K, whose unpacking costs more, 12-13% less at 4 rows only
  * (slower than the tiles at 2-3, than the buffer at 5-8, where a record would be unpacked twice) */
 #define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 4)
@@ -268,8 +268,8 @@ static void columns_product(const int type, const uint8_t *packed, const Rows *x
  * an int32 multiply. The integers are the tile path's, and the float work per block the same formula lane by lane. */
 #define COLUMNS16 16
 #define COLUMN16_ROWS 8
-/* fewer rows take the tiles, as measured with the weights coming from memory (FLUSH=1 scripts/blocks_ab.py, Zen 4,
- * 2026-11-27): none of Q4_K (one row 1.5x sooner here); Q6_K below 5 (its packed copy is 30% more bytes to read) */
+/* fewer rows take the tiles, as measured with the weights coming from memory (FLUSH=1 scripts/blocks_ab.py, Zen 4):
+ * none of Q4_K (one row 1.5x sooner here); Q6_K below 5 (its packed copy is 30% more bytes to read) */
 #define COLUMN16_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 5)
 
 typedef struct {

@@ -10,7 +10,9 @@
 #include <immintrin.h>
 #include "simd.h"
 #include "specviz_cpu.h"
+#include "rounding.h"
 #include <stddef.h>
+#include <stdlib.h>
 
 #define MAX_O 8
 #define MAX_R 4
@@ -80,7 +82,7 @@ PRODUCT(1, rows_matmul_q8)
  * being d * (q - 8) + z (specviz/cpu/int4.py): per tile, per chunk of 8 blocks, the 4 rows' 8 values in turn
  * (B, the blocks of a row, padded to a multiple of 8 with zeros). A draft's weights may take one scale and offset per
  * 64 weights (group 64: a chunk's 4 values per row, each serving its pair of blocks): 4.5 bits a weight instead of 5,
- * a tenth less to read per forward, with the same acceptance (docs/BENCHMARKS.md). Each row of x is rounded to int8 per
+ * a tenth less to read per forward, with the same acceptance (int4.py's WIDE_GROUP). Each row of x is rounded to int8 per
  * chunk of 8 blocks (scale e = max |x| / 127), as llama.cpp's Q8_K does, so a block's product is an integer:
  * y = sum_chunks e sum_b d (q . x8) + sum_b (z - 8 d) e S, S the block's int sum. The integer dot products are exact
  * whichever instructions compute them (VNNI or AVX2), and each output's float operations run in one order
@@ -161,7 +163,7 @@ static void quantize_row(const float *x, int K, int Bp, int8_t *q, float *e, flo
 /* Blocks b8..b8+count-1 (one chunk: count even, at most 8) of a tile's rows into the accumulators: the
  * chunk's sum of d (q . x8) per output and row, then times the row's chunk scale e. One output at a time, so that
  * only its unpacked weights and scales and the rows' partial sums are live (AVX2 has 16 vector registers): 6-14% less
- * time than unpacking the tile's four outputs first, at 1-128 rows on AVX2 (a 0.5B layer's products, 2026-11-26);
+ * time than unpacking the tile's four outputs first, at 1-128 rows on AVX2 (a 0.5B layer's products);
  * each output's sums run in the same order either way. */
 static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restrict__ xq, const float *__restrict__ xe,
         const uint8_t *__restrict__ w, const uint16_t *__restrict__ d, int K, int Bp, int r0, int b8,
@@ -236,17 +238,80 @@ static void round_rows(const float *x, int n, int K, void *scratch, int8_t **xq,
     for (int r = 0; r < n; r++) quantize_row(x + (size_t)r * K, K, Bp, q + (size_t)r * K, scales + (size_t)r * Bp, sums + (size_t)r * Bp);
 }
 
-/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 4 (TILE); group 32 or 64. scratch: n * (K + 8 * Bp) bytes. */
-void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
-                    int n, int K, int N, int threads, void *scratch) {
-    const int Bp = (K / 32 + 7) / 8 * 8, per_chunk = chunk_values(group), Sp = Bp / 8 * per_chunk;
-    int8_t *xq;
-    float *xe, *xes;
-    round_rows(x, n, K, scratch, &xq, &xe, &xes, threads);
+/* y = the rounded rows times the 4-bit tiles, an output tile at a time (rows_matmul_q4's order) */
+static void tiles_q4(const int8_t *xq, const float *xe, const float *xes, const uint8_t *w, const uint16_t *d,
+                     const uint16_t *z, int per_chunk, float *y, int n, int K, int N, int threads) {
+    const int Bp = (K / 32 + 7) / 8 * 8, Sp = Bp / 8 * per_chunk;
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
     for (int t = 0; t < N / TILE; t++)
         outputs_q4(xq, xe, xes, w + (size_t)t * TILE * (K / 2), d + (size_t)t * TILE * Sp, z + (size_t)t * TILE * Sp, y, n, K, N,
                    t * TILE, per_chunk);
+}
+
+typedef void Q4Product(const int8_t *xq, const float *xe, const float *xes, const uint8_t *w, const uint16_t *d,
+                       const uint16_t *z, int per_chunk, float *y, int n, int K, int N, int threads);
+
+/* Whether quantize_row's rounding of row x crushed it (rounding.h), on one scale per chunk of 256 values, its values
+ * put back in order where the rule must look at them (quantize_row interleaves a pair of blocks' halves). */
+static int crushed_q4(const float *x, const int8_t *xq, const float *xe, int K) {
+    float chunk_scales[(K / 32 + 7) / 8];
+    for (int c = 0; c * 8 < K / 32; c++) chunk_scales[c] = xe[c * 8];
+    if (rounding_fine(xq, chunk_scales, K, 256)) return 0;
+    int8_t *ordered = malloc(K);
+    if (!ordered) return 0;             /* rounded once, as llama.cpp rounds every row */
+    for (int b = 0; b < K / 32; b++) {
+        const int8_t *pair = xq + (b & ~1) * 32 + (b & 1) * 16;
+        for (int i = 0; i < 32; i++) ordered[b * 32 + i] = pair[i < 16 ? i : i + 16];
+    }
+    const int crushed = rounding_crushed(x, ordered, chunk_scales, K, 256);
+    free(ordered);
+    return crushed;
+}
+
+/* The product of x's rows, each rounded to int8 by quantize_row; a row that rounding crushed rounded twice (rounding.h):
+ * its remainder x - e q rounded and multiplied again, and added. Decided by each row alone, so a row's bits stay the
+ * same in any batch. Where memory for that runs out, rows stay rounded once. */
+static void product_q4(Q4Product *product, const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z,
+                       int group, float *y, int n, int K, int N, int threads, void *scratch) {
+    const int Bp = (K / 32 + 7) / 8 * 8, per_chunk = chunk_values(group);
+    int8_t *xq;
+    float *xe, *xes;
+    round_rows(x, n, K, scratch, &xq, &xe, &xes, threads);
+    product(xq, xe, xes, w, d, z, per_chunk, y, n, K, N, threads);
+    int crushed[n], count = 0;
+    for (int r = 0; r < n; r++) count += crushed[r] = crushed_q4(x + (size_t)r * K, xq + (size_t)r * K, xe + (size_t)r * Bp, K);
+    if (!count) return;
+    float *rest = malloc(((size_t)count * K + (size_t)count * N) * sizeof(float));
+    void *again = malloc((size_t)count * (K + 8 * Bp));
+    if (rest && again) {
+        float *extra = rest + (size_t)count * K;
+        for (int r = 0, i = 0; r < n; r++) {
+            if (!crushed[r]) continue;
+            const int8_t *q = xq + (size_t)r * K;
+            for (int j = 0; j < K; j++) {
+                const int b = j / 32, at = (b & ~1) * 32 + (b & 1) * 16 + (j % 32 < 16 ? j % 32 : j % 32 + 16);
+                rest[(size_t)i * K + j] = x[(size_t)r * K + j] - xe[(size_t)r * Bp + b] * (float)q[at];
+            }
+            i++;
+        }
+        int8_t *again_q;
+        float *again_e, *again_es;
+        round_rows(rest, count, K, again, &again_q, &again_e, &again_es, threads);
+        product(again_q, again_e, again_es, w, d, z, per_chunk, extra, count, K, N, threads);
+        for (int r = 0, i = 0; r < n; r++) {
+            if (!crushed[r]) continue;
+            for (int o = 0; o < N; o++) y[(size_t)r * N + o] += extra[(size_t)i * N + o];
+            i++;
+        }
+    }
+    free(rest);
+    free(again);
+}
+
+/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 4 (TILE); group 32 or 64. scratch: n * (K + 8 * Bp) bytes. */
+void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
+                    int n, int K, int N, int threads, void *scratch) {
+    product_q4(tiles_q4, x, w, d, z, group, y, n, K, N, threads, scratch);
 }
 
 /* ---- 4-bit weights, many rows, for a draft's prompt read (rows_matmul_q4_columns) ----
@@ -342,7 +407,7 @@ static void columns8_q4(const int8_t *xq, const float *e, const float *es, const
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 /* With AVX-512's VNNI, 16 outputs (four tiles) at a time: a block's 8 quads of a row summed in int32 by one vpdpbusd
  * each (4 products and their sum a lane), then the same two fused multiply-adds, 16 lanes wide: the 0.5B draft read a
- * 128-token prompt in 320 ms against 436 with the 8 outputs (its products about 175 G multiply-adds/s; docs/BENCHMARKS.md). */
+ * 128-token prompt in 320 ms against 436 with the 8 outputs (its products about 175 G multiply-adds/s). */
 #define READ16_ROWS_AT_ONCE 8
 
 ALWAYS void columns16_block_q4(const __m512i q[8], const int at[8], const int8_t *xq, const float *e, const float *es,
@@ -415,17 +480,20 @@ static void columns16_q4(const int8_t *xq, const float *e, const float *es, cons
 }
 #endif
 
-/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 8; group 32 or 64. scratch: n * (K + 8 * Bp) bytes. */
-void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
-                            int n, int K, int N, int threads, void *scratch) {
-    int8_t *xq;
-    float *e, *es;
-    round_rows(x, n, K, scratch, &xq, &e, &es, threads);
+/* the columns' product: 16 outputs at a time where the build and N allow, else 8 */
+static void columns_q4(const int8_t *xq, const float *e, const float *es, const uint8_t *w, const uint16_t *d,
+                       const uint16_t *z, int per_chunk, float *y, int n, int K, int N, int threads) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
     if (N % 16 == 0) {
-        columns16_q4(xq, e, es, w, d, z, chunk_values(group), y, n, K, N, threads);
+        columns16_q4(xq, e, es, w, d, z, per_chunk, y, n, K, N, threads);
         return;
     }
 #endif
-    columns8_q4(xq, e, es, w, d, z, chunk_values(group), y, n, K, N, threads);
+    columns8_q4(xq, e, es, w, d, z, per_chunk, y, n, K, N, threads);
+}
+
+/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 8; group 32 or 64. scratch: n * (K + 8 * Bp) bytes. */
+void rows_matmul_q4_columns(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
+                            int n, int K, int N, int threads, void *scratch) {
+    product_q4(columns_q4, x, w, d, z, group, y, n, K, N, threads, scratch);
 }
