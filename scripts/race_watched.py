@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from specviz.app.race import COMPARED  # noqa: E402
+from specviz.app.race import COMPARED, SHOWN  # noqa: E402
 from specviz.prompts import load_prompts  # noqa: E402
 from specviz.strategies import STAGED_LOOKUP  # noqa: E402
 
@@ -67,7 +67,7 @@ def winner(lanes: dict[str, float]) -> str:
 def headless_race(url: str, args: list) -> dict[str, float]:
     from gradio_client import Client
     reply = Client(url, verbose=False).predict(*args, api_name="/on_compare")
-    return rates(reply[1 + len(COMPARED)])
+    return rates(reply[2 + len(SHOWN)])
 
 
 def watched_race(page) -> dict:
@@ -79,7 +79,7 @@ def watched_race(page) -> dict:
     while "Race finished" not in page.locator("#status").inner_text():
         time.sleep(0.2)
     verdict_s = time.monotonic() - started
-    columns = [page.locator(f"#race-{name}").inner_text() for name in COMPARED]
+    columns = [page.locator(f"#race-{name}").inner_text() for name in SHOWN]
     lanes_s = [float(m.group(1)) for m in (re.search(r"tokens · ([\d.]+) s", c) for c in columns) if m]
     return {"rates": rates(page.locator("#compare-table").inner_text()), "verdict_s": verdict_s, "lanes_s": lanes_s}
 
