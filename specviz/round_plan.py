@@ -6,7 +6,8 @@ target's forward of the tree, the draft's forwards by the tokens each fed), fade
 rate speculation makes here lately. Before a round: where R is below plain decoding's (one token per one-token
 forward) the round is a plain step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY
 plain steps in a row a round probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back
-when the text turns predictable (a probe accepted whole is followed by another). Otherwise the round drafts, and R
+when the text turns predictable (a probe accepted whole is followed by another; after one that failed the wait doubles,
+up to PROBE_MOST, until a round drafts again). Otherwise the round drafts, and R
 prices each guess while the tree grows: a guess joins while its calibrated chance is at least R x (c(n + 2) -
 c(n + 1)), what it adds to verifying n guesses; a node is expanded (a draft forward) while its likely child would also
 pay for that forward. Growing by R rather than by plain decoding's rate is what maximises tokens per second: a round's
@@ -25,7 +26,9 @@ from .trace import PlanRecord
 from .tree import Tree
 from .tree_plan import TreePlan, interpolate
 
-PROBE_EVERY = 3         # plain steps in a row before a probe
+PROBE_EVERY = 3         # plain steps in a row before a probe...
+PROBE_MOST = 12         # ...doubled after each probe that failed, up to this: a probe costs draft forwards, and on text
+                        # the draft cannot follow they would lose what the plain steps saved
 PROBE_GUESSES = 2       # a probe's chain
 FADE = 0.7              # the weight the past keeps at each drafted round in the running rate
 SHARE_FADE = 0.9        # ...and in the running share of draft levels that needed a forward
@@ -71,6 +74,7 @@ class RoundPlan:
     max_depth: int = 64
     max_branch: int = 16
     share: float = 1.0          # the share of draft levels that needed a forward of their own, in this run
+    probe_wait: int = PROBE_EVERY   # plain steps in a row before a probe, at this round
     chances: dict[int, float] = field(default_factory=dict)    # per node drafted: the chance the plan gave it
 
     @property
@@ -115,6 +119,7 @@ class RoundPlanner:
         # draft level
         self.tokens, self.seconds = PRIOR_TOKENS, costs.verify(2) + costs.level
         self.plain_run = 0          # plain steps since the last round that drafted
+        self.probe_wait = PROBE_EVERY   # plain steps in a row before the next probe
         self.probe_again = False
         self.read_prompt = False    # the draft's first forward reads the prompt: a cost of starting, not of a round
         self.on_finish = on_finish
@@ -127,10 +132,10 @@ class RoundPlanner:
     def plan(self) -> RoundPlan:
         recent = self.tokens / self.seconds
         kind = "speculate" if recent >= self.plain_rate else "plain"
-        if kind == "plain" and (self.plain_run >= PROBE_EVERY or self.probe_again):
+        if kind == "plain" and (self.plain_run >= self.probe_wait or self.probe_again):
             kind = "probe"
         plan = RoundPlan(kind, max(recent, self.plain_rate), self.tokens, self.seconds, self.costs, self.calibration,
-                         share=self.share)
+                         share=self.share, probe_wait=self.probe_wait)
         if kind == "probe":
             plan.max_depth, plan.max_branch = PROBE_GUESSES, 1
         self.last = plan
@@ -141,6 +146,10 @@ class RoundPlanner:
         each forward of the top draft model fed this round."""
         plan, accepted = self.last, set(path)
         self.probe_again = plan is not None and plan.kind == "probe" and len(path) - 1 >= PROBE_GUESSES
+        if plan is not None and plan.kind == "probe" and not self.probe_again:
+            self.probe_wait = min(2 * self.probe_wait, PROBE_MOST)
+        elif plan is not None and plan.kind == "speculate":
+            self.probe_wait = PROBE_EVERY
         drafted = plan is not None and plan.drafts and bool(draft_feeds)       # it paid for a draft forward
         self.plain_run = 0 if drafted else self.plain_run + 1
         if draft_feeds and not self.read_prompt:
@@ -173,7 +182,7 @@ class RoundPlanner:
                             recent_ms=round(plan.recent_s * 1e3, 2), plain_ms=round(self.costs.verify(1) * 1e3, 2),
                             rates=[round(r, 3) for r in self.calibration.depth_rates(SHOWN_DEPTHS)],
                             calibration=shown, reason="")
-        record.reason = reason(record)
+        record.reason = reason(record, plan.probe_wait)
         return record
 
 
@@ -192,15 +201,16 @@ def drafted_depths(tree: Tree, path: list[int]) -> tuple[int, int]:
     return reached, accepted
 
 
-def reason(plan: PlanRecord) -> str:
-    """Why a round had its shape, in a sentence, from a trace's plan record."""
+def reason(plan: PlanRecord, probe_wait: int = PROBE_EVERY) -> str:
+    """Why a round had its shape, in a sentence, from a trace's plan record (probe_wait: the plain steps in a row
+    before a probe, at that round)."""
     said = ", ".join(f"{rate:.0%} at depth {depth}" for depth, rate in enumerate(plan.rates[:3], 1))
     speed = plan.recent_tokens / plan.recent_ms * plan.plain_ms if plan.recent_ms > 0 else 0.0
     recent = (f"The last drafted rounds made {plan.recent_tokens:.1f} tokens in {plan.recent_ms:.0f} ms, {speed:.2f}x "
               f"a plain step's {plan.plain_ms:.0f} ms a token (their guesses were accepted {said})")
     if plan.kind == "plain":
-        return f"{recent}: this round is a plain step; a small guess probes after {PROBE_EVERY} plain steps in a row."
+        return f"{recent}: this round is a plain step; a small guess probes after {probe_wait} plain steps in a row."
     if plan.kind == "probe":
-        return (f"{recent}. After {PROBE_EVERY} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
+        return (f"{recent}. After {probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
                 "whatever they cost, to see whether the text has turned predictable.")
     return f"{recent}: this round drafts, and each guess joins while its calibrated chance beats that rate."

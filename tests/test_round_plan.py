@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specviz.calibration import BIN_MEANS, KEEP, STORED_CAP, Calibration
 from specviz.drafters import Drafter, LookupDrafter, ModelDrafter
 from specviz.engine import Decoder
-from specviz.round_plan import PROBE_EVERY, PROBE_GUESSES, Costs, RoundPlanner, reason
+from specviz.round_plan import PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
 from specviz.sampling import Sampling
 from specviz.strategies import default_tree
 from specviz.trace import RunRecord
@@ -87,14 +87,31 @@ def test_the_plan_guesses_where_guesses_pay_takes_plain_steps_where_none_does_an
     assert plan.expands(1, 0.95, 1, free=True, last=0.95) and not plan.expands(1, 0.05, 1, free=False, last=0.05)
     bad = planner()
     bad.tokens, bad.seconds = 1.1, 0.045            # 1.1 tokens in 45 ms: slower than a plain step's 30 ms a token
+    waits = [PROBE_EVERY, 2 * PROBE_EVERY, PROBE_MOST, PROBE_MOST]     # each failed probe doubles the wait
+    assert 2 * PROBE_EVERY < PROBE_MOST
     kinds = []
-    for _ in range(2 * PROBE_EVERY + 2):
+    for _ in range(sum(waits) + len(waits)):
         plan = bad.plan()
         kinds.append(plan.kind)
         tree = _chain_tree(PROBE_GUESSES if plan.kind == "probe" else 0)
         bad.observe(tree, [0], ["target", "model"], [2] if plan.kind == "probe" else [])
-    assert kinds == ["plain"] * PROBE_EVERY + ["probe"] + ["plain"] * PROBE_EVERY + ["probe"]
-    assert "plain step" in reason(bad.record(bad.plan(), ["model"]))
+    assert kinds == [kind for wait in waits for kind in ["plain"] * wait + ["probe"]]
+    assert f"probes after {PROBE_MOST} plain steps" in bad.record(bad.plan(), ["model"]).reason
+
+
+def test_a_round_that_drafts_again_brings_the_probes_back_to_their_first_wait():
+    p = planner()
+    p.tokens, p.seconds, p.read_prompt = 1.1, 0.045, True      # slower than plain steps: plain, then probes
+    for _ in range(PROBE_EVERY + 1 + 2 * PROBE_EVERY):
+        plan = p.plan()
+        p.observe(_chain_tree(PROBE_GUESSES if plan.kind == "probe" else 0), [0], ["target", "model"],
+                  [2] if plan.kind == "probe" else [])
+    assert p.probe_wait == 2 * PROBE_EVERY
+    p.tokens, p.seconds = 4.0, 0.080                            # the text turned predictable
+    plan = p.plan()
+    assert plan.kind == "speculate"
+    p.observe(_chain_tree(3), [0, 1, 2, 3], ["target", "model"], [1, 1, 1])
+    assert p.probe_wait == PROBE_EVERY
 
 
 def test_a_probe_accepted_whole_is_followed_by_another():
