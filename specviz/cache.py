@@ -20,7 +20,7 @@ from time import perf_counter
 import torch
 
 from .cpu.matmul import MAX_ROWS, engine_products, install, rows_product
-from .cpu.decoder import Decoder
+from .cpu.decoder import LlamaForward
 from .cpu.decoder import supported as decoder_supports
 from .cpu.prompt_reader import READ_ROWS, reader_of
 from .cpu.blocks import BlockLinear
@@ -109,7 +109,8 @@ class KVModel:
         self.weight_bytes, self.token_bytes = read_bytes(model, output_vocab)    # read per forward, per token
         self.fast = compiled is None and install(model)     # see specviz/cpu/matmul.py
         # a quantized Llama-family model runs its own forward (specviz/cpu/decoder.py), with its own KV cache
-        self.decoder = Decoder(model) if static_len is None and compiled is None and decoder_supports(model) else None
+        own = static_len is None and compiled is None and decoder_supports(model)
+        self.decoder = LlamaForward(model) if own else None
         # long committed feeds (a prompt read) through float copies of its products, where attached (prompt_reader.py)
         self.reader = reader_of(self.decoder, model) if self.decoder is not None else None
         self.head = None                 # an output layer computed here, not by the model

@@ -197,6 +197,10 @@ def sources() -> dict[str, str]:
     return {name: path.read_text() for name, path in modules().items()}
 
 
+def test_one_class_one_name():
+    assert twice_named(classes(sources())) == {}
+
+
 def test_the_core_checks_can_fail():
     assert "specviz.cpu.machine" in backend_modules(loaded_by(("specviz.tree", "specviz.cpu.machine")))
     assert backend_modules({"specviz.auto_choice", "specviz.cpu_tools", "specviz.tree"}) == ["specviz.auto_choice"]

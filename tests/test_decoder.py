@@ -7,7 +7,7 @@ import torch
 
 from specviz.cpu import kernels
 from specviz.cache import KVModel
-from specviz.cpu.decoder import Decoder, supported
+from specviz.cpu.decoder import LlamaForward, supported
 from specviz.models import LoadedModel, _quantized
 from specviz.tree import ancestor_matrix
 from test_int4 import gqa_model
@@ -24,7 +24,7 @@ def test_in_float32_it_computes_transformers_logits(make):
     prompt = [(7 * i) % 64 for i in range(60)]
     with torch.inference_mode():
         theirs = model(torch.tensor([prompt])).logits[0]
-        decoder = Decoder(model)
+        decoder = LlamaForward(model)
         hidden = decoder.forward(prompt, list(range(60)), torch.ones(60, 60, dtype=torch.bool).tril(), 0,
                                  decoder.entries(), 60)
         ours = model.get_output_embeddings()(hidden)
@@ -115,7 +115,7 @@ def test_its_layers_in_one_c_call_compute_what_its_steps_in_python_compute(make)
     steps, so only SiLU's exponential (C's against torch's) may move the last bits."""
     model = copy.deepcopy(make())
     _quantized(LoadedModel("m", model, None))
-    looped = Decoder(model)
+    looped = LlamaForward(model)
     stepped = copy.copy(looped)
     stepped.loop = None
     assert looped.loop is not None
@@ -135,7 +135,7 @@ def test_its_layers_in_one_c_call_compute_what_its_steps_in_python_compute(make)
 def test_layers_the_c_loop_cannot_read_take_the_python_steps():
     model = copy.deepcopy(tiny_model("llama", hidden=64))
     _quantized(LoadedModel("m", model, None))
-    assert Decoder(model).loop is not None
+    assert LlamaForward(model).loop is not None
     output = model.model.layers[1].self_attn.o_proj
     output.bias = torch.nn.Parameter(torch.zeros(output.out_features, dtype=torch.bfloat16), requires_grad=False)
-    assert Decoder(model).loop is None             # a bfloat16 bias: stepped in Python, not refused
+    assert LlamaForward(model).loop is None             # a bfloat16 bias: stepped in Python, not refused

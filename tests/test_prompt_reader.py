@@ -7,7 +7,7 @@ import torch
 
 from specviz.cache import KVModel
 from specviz.cpu import kernels, layer_loop, prompt_reader
-from specviz.cpu.decoder import Decoder
+from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.layer_loop import LayerLoop
 from specviz.models import LoadedModel, _quantized
 from specviz.metrics import summarise, time_split
@@ -29,7 +29,7 @@ def quantized_with_float_copy(noise: float = 0.0):
 def with_weights_of(quantized, float_model):
     """float_model with each linear layer's weight the one `quantized`'s products multiply by (biases kept)."""
     ref = copy.deepcopy(float_model)
-    for layer, mine in zip(Decoder(quantized).layers, ref.model.layers):
+    for layer, mine in zip(LlamaForward(quantized).layers, ref.model.layers):
         attention, mlp = mine.self_attn, mine.mlp
         qkv = torch.cat([p.dequantized() for p in layer.attention_in])
         for linear, weight in zip((attention.q_proj, attention.k_proj, attention.v_proj),
@@ -83,9 +83,9 @@ def test_a_long_feed_through_the_columns_computes_the_draft_own_products_in_anot
     with torch.inference_mode():
         own_logits = KVModel(model, "own").feed_committed(PROMPT)
         products = prompt_reader.copies(model, prompt_reader.COLUMNS)
-        assert products is not None and products[0]["down"].product is Decoder(model).layers[0].down
+        assert products is not None and products[0]["down"].product is LlamaForward(model).layers[0].down
         prompt_reader.attach(model, products)
-        assert prompt_reader.reader_of(Decoder(model), model).loop is not None       # in the C layer loop
+        assert prompt_reader.reader_of(LlamaForward(model), model).loop is not None       # in the C layer loop
         try:
             read_logits = KVModel(model, "read").feed_committed(PROMPT)
         finally:

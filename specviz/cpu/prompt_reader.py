@@ -26,7 +26,7 @@ from time import perf_counter
 import torch
 import torch.nn.functional as F
 
-from .decoder import Decoder
+from .decoder import LlamaForward
 from .layer_loop import LayerLoop
 from .int4 import ColumnsProduct, Int4Linear
 
@@ -54,7 +54,7 @@ def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
     """Per decoder layer of a quantized model, its products as `name` (a CANDIDATES entry) computes them, as
     decoder.Layer holds them: float copies (the weights its own products multiply by, de-quantised in memory: no file
     is read), or its own 4-bit weights summed 8 outputs at a time. None where the model's products cannot."""
-    layers = Decoder(model).layers
+    layers = LlamaForward(model).layers
     products = [p for layer in layers for p in (*layer.attention_in, layer.output, *layer.mlp_in, layer.down)]
     if name == COLUMNS:
         if not all(isinstance(p, Int4Linear) and p.own and p.out_features % 8 == 0 for p in products):
@@ -95,7 +95,7 @@ def reader_of(decoder, model: torch.nn.Module):
 def time_read(model: torch.nn.Module, tokens: int = PROMPT, reps: int = 3) -> float:
     """Seconds for the fastest of `reps` reads of a `tokens`-token prompt through the draft's layers as a KVModel of it
     would read them (the reader where one is attached), its KV cache written as decoding does."""
-    decoder = Decoder(model)
+    decoder = LlamaForward(model)
     reads = reader_of(decoder, model) or decoder
     vocab = model.get_input_embeddings().weight.shape[0]
     prompt, causal = [(7 * i) % vocab for i in range(tokens)], torch.ones(tokens, tokens, dtype=torch.bool).tril()
