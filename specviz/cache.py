@@ -84,7 +84,7 @@ def output_rows(layer: torch.nn.Module, ids: torch.Tensor):
 def restricts_output(layer: torch.nn.Module) -> bool:
     """Whether an output layer can be computed for some tokens only (float and int8 layers, int4 ones on
     specviz's kernel)."""
-    return isinstance(layer, (Int8Linear, BlockLinear)) or type(layer) is torch.nn.Linear or \
+    return isinstance(layer, (Int8Linear, BlockLinear, torch.nn.Linear)) or \
         (isinstance(layer, Int4Linear) and layer.own)
 
 

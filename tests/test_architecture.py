@@ -197,6 +197,11 @@ def sources() -> dict[str, str]:
     return {name: path.read_text() for name, path in modules().items()}
 
 
+def test_no_model_method_is_patched_at_run_time():
+    patched = {name: found for name, source in sources().items() if (found := method_patches(source))}
+    assert patched == {}
+
+
 def test_one_class_one_name():
     assert twice_named(classes(sources())) == {}
 
