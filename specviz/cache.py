@@ -14,11 +14,11 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from dataclasses import dataclass, field
 from time import perf_counter
 
 import torch
 
+from .backend import BUCKETS, ForwardLog, bucket
 from .cpu.matmul import MAX_ROWS, engine_products, install, rows_product
 from .cpu.decoder import LlamaForward
 from .cpu.decoder import supported as decoder_supports
@@ -29,24 +29,6 @@ from .cpu.int8 import Int8Linear
 
 # output layers whose rows for a vocabulary are a layer of their own
 QUANTIZED_HEADS = (Int8Linear, Int4Linear, BlockLinear)
-
-BUCKETS = (1, 2, 4, 8, 16, 32, 64)     # static mode: feeds are padded to one of these sizes
-
-
-def bucket(n: int) -> int:
-    """The padded size of an n-token feed; a feed larger than every bucket is not padded."""
-    return next((b for b in BUCKETS if b >= n), n)
-
-
-@dataclass
-class ForwardLog:
-    """Token counts of each forward pass and the KV entries each attended over (for bytes read)."""
-    tokens: list[int] = field(default_factory=list)
-    kv_entries: list[int] = field(default_factory=list)
-
-    def clear(self) -> None:
-        self.tokens.clear()
-        self.kv_entries.clear()
 
 
 def cache_layers(cache) -> list:
@@ -89,14 +71,17 @@ def restricts_output(layer: torch.nn.Module) -> bool:
 
 
 class KVModel:
-    """`output_vocab` (token ids): compute logits for these tokens only and give every other token
+    """A backend (specviz/backend.py) for transformers' models and specviz's CPU forwards.
+
+    `output_vocab` (token ids): compute logits for these tokens only and give every other token
     -inf. For a draft trained over a subset of the vocabulary this skips most of its output layer,
     which dominates a small model's cost; its distribution stays a proper one (over the subset)."""
 
     def __init__(self, model: torch.nn.Module, name: str, output_vocab: torch.Tensor | None = None,
-                 static_len: int | None = None, compiled=None):
+                 static_len: int | None = None, compiled=None, prompt_products: list[dict] | None = None):
         """static_len: preallocate a static cache of this many entries. compiled: a compiled copy
-        of the model (or of its body, with output_vocab) for bucket-sized feeds; needs static_len."""
+        of the model (or of its body, with output_vocab) for bucket-sized feeds; needs static_len.
+        prompt_products: a quantized draft's products for long committed feeds (prompt_reader.copies)."""
         if compiled is not None and static_len is None:
             raise ValueError("a compiled model needs a static cache (static_len)")
         self.model = model
@@ -111,8 +96,9 @@ class KVModel:
         # a quantized Llama-family model runs its own forward (specviz/cpu/decoder.py), with its own KV cache
         own = static_len is None and compiled is None and decoder_supports(model)
         self.decoder = LlamaForward(model) if own else None
-        # long committed feeds (a prompt read) through float copies of its products, where attached (prompt_reader.py)
-        self.reader = reader_of(self.decoder, model) if self.decoder is not None else None
+        # long committed feeds (a prompt read) through other products of its layers, where given (prompt_reader.py)
+        self.reader = reader_of(self.decoder, prompt_products) \
+            if self.decoder is not None and prompt_products is not None else None
         self.head = None                 # an output layer computed here, not by the model
         self.output_vocab = None
         if (self.fast or self.decoder is not None) and output_vocab is None:
@@ -295,7 +281,7 @@ class KVModel:
         self.pending = 0
         return logits
 
-    def copy_committed(self, other: "KVModel") -> None:
+    def copy_committed(self, other: KVModel) -> None:
         """Start from a copy of another KVModel's committed entries (the same model, dynamic caches)."""
         assert other.model is self.model and other.pending == 0 and self.length == 0 and self.static_len is None
         self.cache = other.cache.copy() if self.decoder is not None else copy.deepcopy(other.cache)

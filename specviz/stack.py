@@ -6,6 +6,7 @@ path to an .npz) and "lookup". `Stack.decoder()` builds a fresh `Decoder` for on
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from .auto_trigram import auto_trigram, draft_texts
 from .cache import KVModel, restricts_output
 from .cost_curve import cost_curves
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
+from .backend import Backend
 from .drafters.model import LEVEL_FEED
 from .tree import TreeSpec
 from .engine import Decoder, Prefill, prefill
@@ -47,6 +49,11 @@ def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) 
     The candidates take turns in each round, so this machine's drifting speed hits them alike."""
     sizes = (1, STAGED_LEVEL_TOKENS) if under_lower_stage else (1,)
     return [sum(curve.values()) for curve in cost_curves(models, sizes=sizes, context=64, reps=5)]
+
+
+def kv_backend(prompt_products: list[dict] | None = None) -> Backend:
+    """What makes a model's caches: a KVModel, given the products a draft reads prompts through (Stack.read_prompts)."""
+    return KVModel if prompt_products is None else functools.partial(KVModel, prompt_products=prompt_products)
 
 
 def draft_choice_key(spec: str, under_lower_stage: bool, target_dtype: str) -> str:
@@ -87,6 +94,7 @@ class Stack:
     precision_reason: str = ""      # under `auto`: why this precision, with the probe's timings (models.auto_reason)
     plans: dict = field(default_factory=dict, repr=False)   # tree_plan()'s answer, once read
     prompt_reads: dict = field(default_factory=dict, repr=False)   # read_prompts()'s answer, by draft spec
+    prompt_products: dict = field(default_factory=dict, repr=False)     # ...and the products it reads through
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
@@ -116,11 +124,11 @@ class Stack:
             name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
             choice = auto_choice.decided(name, lambda: prompt_reader.choose(draft.model)) if measure_now \
                 else auto_choice.stored(name)
-            if not choice or choice == self.prompt_reads.get(spec):      # nothing stored, or attached already
+            if not choice or choice == self.prompt_reads.get(spec):      # nothing stored, or in use already
                 continue
             self.prompt_reads[spec] = choice
             reads = choice["choice"] != prompt_reader.OWN
-            prompt_reader.attach(draft.model, prompt_reader.copies(draft.model, choice["choice"]) if reads else None)
+            self.prompt_products[spec] = prompt_reader.copies(draft.model, choice["choice"]) if reads else None
         return self.prompt_reads
 
     def restrict_draft_vocabulary(self) -> None:
@@ -228,7 +236,8 @@ class Stack:
             name = f"{name}@stage{stage}"      # forward logs are kept by name: keep names unique
         if isinstance(item, LoadedModel):
             return ModelDrafter(item.model, name=name, lower=lower, output_vocab=self._output_vocab(item, prompt),
-                                compiled=self.compiled_drafts.get(spec))
+                                compiled=self.compiled_drafts.get(spec),
+                                backend=kv_backend(self.prompt_products.get(spec)))
         return NgramDrafter(item, name=name)
 
     def _output_vocab(self, draft: LoadedModel, prompt: list[int]) -> torch.Tensor | None:
@@ -240,7 +249,9 @@ class Stack:
 
     def prefill(self, prompt_ids: list[int]) -> Prefill:
         """The target's and every draft model's read of the prompt, for decoders of it to copy."""
-        return prefill(self.target.model, prompt_ids, [m.model for m in self.draft_models().values()])
+        return prefill(prompt_ids, KVModel(self.target.model, "prefill"),
+                       [kv_backend(self.prompt_products.get(spec))(m.model, "prefill")
+                        for spec, m in self.draft_models().items()])
 
     def drafter_for(self, strategy: str, prompt: list[int] = ()) -> Drafter | None:
         """baseline: none; speculative and tree: the top stage alone; staged: the whole cascade."""
@@ -286,7 +297,8 @@ class Stack:
                 sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True,
                 prefilled: Prefill | None = None) -> Decoder:
         tree = self.planned(default_tree(strategy) if tree is None else tree)
-        return Decoder(self.target.model, self.tokenizer, prompt_ids, drafter=self.drafter_for(strategy, prompt_ids),
+        return Decoder(self.target.model, self.tokenizer, prompt_ids, backend=KVModel,
+                       drafter=self.drafter_for(strategy, prompt_ids),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
                        target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled,
                        static_len=self.static_len, prefilled=prefilled)

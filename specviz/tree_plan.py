@@ -31,10 +31,10 @@ import torch
 from . import auto_choice
 from .cost_curve import cost_curves
 from .drafters.model import LEVEL_FEED
+from .strategies import MAX_NODES
 from .tree import TreeSpec
 
-SIZES = (1, 2, 3, 4, 6, 8, 12, 16)      # tokens fed per target forward, as measured
-MAX_NODES = SIZES[-1] - 1              # drafted nodes a plan allows at most: the curve's end, the root included
+SIZES = (1, 2, 3, 4, 6, 8, 12, MAX_NODES + 1)     # tokens fed per target forward, as measured: up to a planned tree
 CONTEXT = 128                          # committed tokens before the timed forwards
 REPS = 3
 DRAFT_FEED = LEVEL_FEED               # a staged level's draft forward: the node and the lower stage's guess after it

@@ -10,8 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 SPECVIZ = Path(__file__).resolve().parents[1] / "specviz"
-CORE = {"tree", "sampling", "verify", "cache", "drafters", "engine", "trace", "metrics", "timing", "tree_builder",
-        "strategies", "cpu"}
+CORE = {"tree", "sampling", "verify", "backend", "cache", "drafters", "engine", "trace", "metrics", "timing",
+        "tree_builder", "strategies", "cpu"}
 CONSUMERS = {"stack", "presets", "plots", "palette", "app", "bench", "train", "cli", "recording"}
 MAX_LINES = 350
 REASON = "Longer than"        # a docstring that says "Longer than 350 lines because …" lets a module grow
@@ -195,6 +195,10 @@ def too_many_methods(found: dict[str, list[tuple[str, int]]]) -> list[str]:
 
 def sources() -> dict[str, str]:
     return {name: path.read_text() for name, path in modules().items()}
+
+
+def test_the_engine_core_loads_no_backend():
+    assert backend_modules(loaded_by(ENGINE_CORE)) == []
 
 
 def test_no_model_method_is_patched_at_run_time():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ..cache import KVModel
+from ..backend import Backend
 from ..metrics import PROMPT_READ
 from ..tree import Tree
 from ..verify import verify_greedy
@@ -41,11 +41,14 @@ class ModelDrafter(Drafter):
     kind = "model"
 
     def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
-                 lookahead: int | None = None, output_vocab: torch.Tensor | None = None, compiled=None):
+                 lookahead: int | None = None, output_vocab: torch.Tensor | None = None, compiled=None, *,
+                 backend: Backend):
         """compiled: a compiled copy of the model (of its body, with output_vocab) for bucket-sized feeds
-        (`models.compile_model`): used once `fit_static` gives this drafter a static cache."""
+        (`models.compile_model`): used once `fit_static` gives this drafter a static cache.
+        backend: makes the model's cache (e.g. cache.KVModel, given a draft's prompt reader)."""
         super().__init__()
-        self.kv = KVModel(model, name, output_vocab)
+        self.backend = backend
+        self.kv = backend(model, name, output_vocab)
         vocab = None if output_vocab is None else output_vocab.cpu()
         self._support = vocab if vocab is not None and bool((vocab[1:] > vocab[:-1]).all()) else None
         self.compiled = compiled
@@ -70,8 +73,8 @@ class ModelDrafter(Drafter):
 
     def fit_static(self, static_len):
         if self.compiled is not None:
-            self.kv = KVModel(self.kv.model, self.name, self.kv.output_vocab, static_len=static_len,
-                              compiled=self.compiled)
+            self.kv = self.backend(self.kv.model, self.name, self.kv.output_vocab, static_len=static_len,
+                                   compiled=self.compiled)
         if self.lower is not None:
             self.lower.fit_static(static_len)
 
