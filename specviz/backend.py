@@ -2,7 +2,7 @@
 
 The engine and the drafters feed a model trees of tokens and keep the accepted path through a `ModelCache`; they get
 the `Backend` that makes one from their caller (the stack, a test, the bench), which chose it and built it with what
-it needs. So the core imports no backend: `specviz/cache.py`'s KVModel is today's one implementation, for
+it needs. So the core imports no backend: `specviz/cache.py` holds the implementations, for
 transformers' models and specviz's CPU forwards.
 """
 from __future__ import annotations

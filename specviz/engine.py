@@ -58,7 +58,7 @@ class Decoder:
                  max_new_tokens: int = 64, target_name: str = "target",
                  stop_at_eos: bool = True, static_len: int | None = None, compiled=None,
                  prefilled: Prefill | None = None):
-        """backend: makes the target's cache (e.g. cache.KVModel). static_len: preallocate it with this many
+        """backend: makes the target's cache (e.g. cache.open_cache). static_len: preallocate it with this many
         entries (fixed shapes and addresses); compiled: a compiled copy of the target (`models.compile_model`),
         which needs a static cache and sizes one for this generation where static_len is not given.
         prefilled: this target's Prefill of this prompt, copied (a static cache reads the prompt itself)."""

@@ -18,7 +18,7 @@ from .cpu import prompt_reader
 from .cpu.decoder import supported as runs_own_forward
 from .cpu.machine import give_back_freed_memory
 from .auto_trigram import auto_trigram, draft_texts
-from .cache import KVModel, restricts_output
+from .cache import open_cache, restricts_output
 from .cost_curve import cost_curves
 from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .backend import Backend
@@ -52,8 +52,8 @@ def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) 
 
 
 def kv_backend(prompt_products: list[dict] | None = None) -> Backend:
-    """What makes a model's caches: a KVModel, given the products a draft reads prompts through (Stack.read_prompts)."""
-    return KVModel if prompt_products is None else functools.partial(KVModel, prompt_products=prompt_products)
+    """What makes a model's caches: open_cache, given the products a draft reads prompts through (read_prompts)."""
+    return open_cache if prompt_products is None else functools.partial(open_cache, prompt_products=prompt_products)
 
 
 def draft_choice_key(spec: str, under_lower_stage: bool, target_dtype: str) -> str:
@@ -156,11 +156,11 @@ class Stack:
                 for spec, draft in self.draft_models().items()]
             with torch.inference_mode():
                 for model, output_vocab, compiled in warm:
-                    KVModel(model, "compile", output_vocab, static_len=context, compiled=compiled).compile_buckets()
+                    open_cache(model, "compile", output_vocab, static_len=context, compiled=compiled).compile_buckets()
 
     def _draft_body(self, draft: LoadedModel) -> torch.nn.Module:
         """What a draft's static forwards run: the model, or its body where its output layer is computed
-        for a vocabulary of its own (cache.KVModel)."""
+        for a vocabulary of its own (kv_model.KVModel)."""
         return draft.model.base_model if self._output_vocab(draft, []) is not None else draft.model
 
     def _load_source(self, spec: str, dtype: str, device: str, auto: bool = False):
@@ -249,7 +249,7 @@ class Stack:
 
     def prefill(self, prompt_ids: list[int]) -> Prefill:
         """The target's and every draft model's read of the prompt, for decoders of it to copy."""
-        return prefill(prompt_ids, KVModel(self.target.model, "prefill"),
+        return prefill(prompt_ids, open_cache(self.target.model, "prefill"),
                        [kv_backend(self.prompt_products.get(spec))(m.model, "prefill")
                         for spec, m in self.draft_models().items()])
 
@@ -297,7 +297,7 @@ class Stack:
                 sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True,
                 prefilled: Prefill | None = None) -> Decoder:
         tree = self.planned(default_tree(strategy) if tree is None else tree)
-        return Decoder(self.target.model, self.tokenizer, prompt_ids, backend=KVModel,
+        return Decoder(self.target.model, self.tokenizer, prompt_ids, backend=open_cache,
                        drafter=self.drafter_for(strategy, prompt_ids),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
                        target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled,

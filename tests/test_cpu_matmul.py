@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specviz.cache import KVModel
+from specviz.cache import open_cache
 from specviz.cpu.matmul import MAX_ROWS, RowsLinear, engine_products, install, rows_product
 from tiny import tiny_model
 
@@ -42,7 +42,7 @@ def test_only_the_engine_on_its_own_thread_takes_the_rows_product():
 
 def test_engine_logits_match_the_stock_model():
     model = tiny_model("llama", seed=6)
-    kv = KVModel(model, "t")
+    kv = open_cache(model, "t")
     assert kv.fast
     tokens = [5, 9, 2, 7, 7, 1]
     with torch.inference_mode():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specviz.cpu import kernels
-from specviz.cache import KVModel
+from specviz.cache import OwnForwardKV, open_cache
 from specviz.cpu.decoder import LlamaForward, supported
 from specviz.models import LoadedModel, _quantized
 from specviz.tree import ancestor_matrix
@@ -37,7 +37,7 @@ def test_it_runs_quantized_llama_family_models_only():
     for model in (llama, gpt2):
         _quantized(LoadedModel("m", model, None))
     assert supported(llama) and not supported(gpt2)
-    assert KVModel(llama, "l").decoder is not None and KVModel(gpt2, "g").decoder is None
+    assert isinstance(open_cache(llama, "l"), OwnForwardKV) and not isinstance(open_cache(gpt2, "g"), OwnForwardKV)
 
 
 # (query heads, kv heads, values a head): the 1.5B's and the 0.5B's, an odd group, one head alone of a size not a
@@ -82,13 +82,13 @@ def test_committing_a_branch_keeps_the_entries_plain_feeding_writes():
     _quantized(LoadedModel("target", model, None))
     prefix = [(5 * i) % 256 for i in range(30)]
     with torch.inference_mode():
-        plain, tree = KVModel(model, "plain"), KVModel(model, "tree")
+        plain, tree = open_cache(model, "plain"), open_cache(model, "tree")
         for kv in (plain, tree):
             kv.feed_committed(prefix)
         plain.feed_committed([11, 99])
         tree.forward([11, 5, 99], [30, 31, 31], ancestor_matrix([-1, 0, 0]))     # keep the root and its 2nd child
         tree.commit([0, 2])
-        forked = KVModel(model, "forked")
+        forked = open_cache(model, "forked")
         forked.copy_committed(tree)
     for kv in (tree, forked):
         assert kv.committed == plain.committed == 32
@@ -101,10 +101,10 @@ def test_the_cache_grows_past_its_first_allocation():
     _quantized(LoadedModel("m", model, None))
     prompt = [(3 * i) % 64 for i in range(300)]
     with torch.inference_mode():
-        grown = KVModel(model, "grown")
+        grown = open_cache(model, "grown")
         grown.feed_committed(prompt[:200])
         first = grown.feed_committed(prompt[200:])          # 300 entries: past the first 256
-        whole = KVModel(model, "whole").feed_committed(prompt)
+        whole = open_cache(model, "whole").feed_committed(prompt)
     assert grown.cache.keys.shape[2] >= 300
     assert torch.equal(first, whole[200:])
 

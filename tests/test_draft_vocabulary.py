@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specviz.cpu import kernels
-from specviz.cache import KVModel, read_bytes, restricts_output
+from specviz.cache import open_cache, read_bytes, restricts_output
 from specviz.cpu.int4 import WIDE_GROUP, Int4Linear
 from specviz.drafters.katz import KatzTrigram
 from specviz.cpu.int8 import Int8Linear
@@ -62,7 +62,7 @@ def test_the_draft_predicts_only_corpus_special_and_prompt_tokens_and_reads_fewe
     stack.restrict_draft_vocabulary()
     vocab = stack._output_vocab(stack.loaded["draft"], PROMPT)
     assert vocab.tolist() == list(range(40)) + [44, 50, SPECIAL]
-    kv = KVModel(draft, "draft", vocab)
+    kv = open_cache(draft, "draft", vocab)
     assert kv.weight_bytes == full - 21 * (32 + 4)          # 21 int8 rows of 32 weights and their scales left out
     with torch.inference_mode():
         logits = kv.feed_committed([1, 2, 3])

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from specviz.cache import KVModel
+from specviz.cache import open_cache
 from specviz.cpu import kernels, layer_loop, prompt_reader
 from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.layer_loop import LayerLoop
@@ -55,17 +55,17 @@ def quantized_draft_stack(hidden: int | None = None):
 def test_a_long_feed_reads_through_the_float_copy_and_a_short_one_through_the_draft_own_products():
     model, float_copy = quantized_with_float_copy()
     with torch.inference_mode():
-        own_logits = KVModel(model, "own").feed_committed(PROMPT)
-        own_short = KVModel(model, "own, short").feed_committed(PROMPT[:5])
+        own_logits = open_cache(model, "own").feed_committed(PROMPT)
+        own_short = open_cache(model, "own, short").feed_committed(PROMPT[:5])
         products = prompt_reader.copies(model, "float32")
-        read = KVModel(model, "read", prompt_products=products)
+        read = open_cache(model, "read", prompt_products=products)
         assert read.reader is not None
         read_logits = read.feed_committed(PROMPT)
-        read_short = KVModel(model, "read, short", prompt_products=products).feed_committed(PROMPT[:5])
+        read_short = open_cache(model, "read, short", prompt_products=products).feed_committed(PROMPT[:5])
         hidden = with_weights_of(model, float_copy).model(torch.tensor([PROMPT])).last_hidden_state[0]
         floats = read._scores(hidden)                   # through the draft's own output layer
     assert torch.equal(read_short, own_short)           # a short feed: the draft's own products, bit for bit
-    assert KVModel(model, "after").reader is None
+    assert open_cache(model, "after").reader is None
     # the reader computes the model of the draft's 4-bit weights in float32; its own products round activations to
     # int8 on top
     assert torch.allclose(read_logits, floats, atol=1e-4 * floats.abs().max().item())
@@ -78,11 +78,11 @@ def test_a_long_feed_through_the_columns_computes_the_draft_own_products_in_anot
     8 outputs at a time: the same model to within float rounding, no copy of the weights."""
     model, _ = quantized_with_float_copy()
     with torch.inference_mode():
-        own_logits = KVModel(model, "own").feed_committed(PROMPT)
+        own_logits = open_cache(model, "own").feed_committed(PROMPT)
         products = prompt_reader.copies(model, prompt_reader.COLUMNS)
         assert products is not None and products[0]["down"].product is LlamaForward(model).layers[0].down
         assert prompt_reader.reader_of(LlamaForward(model), products).loop is not None       # in the C layer loop
-        read_logits = KVModel(model, "read", prompt_products=products).feed_committed(PROMPT)
+        read_logits = open_cache(model, "read", prompt_products=products).feed_committed(PROMPT)
     # the same products to within float rounding, which can move an activation across an int8 step in a later layer
     assert torch.allclose(read_logits, own_logits, atol=1e-2 * own_logits.abs().max().item())
     assert (read_logits - own_logits).abs().mean() < 1e-3 * own_logits.abs().mean()
@@ -128,7 +128,7 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
     assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0, "columns": 0.92}}
     speeds.update({"columns": 0.3})
     assert "its own weights many outputs at a time" in prompt_reader.describe(prompt_reader.choose(model))
-    assert KVModel(model, "after").reader is None                   # measuring leaves the model as it was
+    assert open_cache(model, "after").reader is None                   # measuring leaves the model as it was
     assert "bfloat16 copies of its weights" in prompt_reader.describe(chosen)
 
 

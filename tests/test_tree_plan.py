@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specviz import tree_plan
-from specviz.cache import KVModel
+from specviz.cache import open_cache
 from specviz.drafters import ModelDrafter
 from specviz.sampling import Sampling
 from specviz.strategies import default_tree
@@ -79,7 +79,7 @@ def test_the_builder_adds_a_guess_only_where_its_path_score_meets_its_minimum(pr
     that level, scores at least min_scores[k + j]; no guess past the minimums' end."""
     mins = tuple(sorted(scores))
     spec = TreeSpec(shape="dynamic", budget=budget, max_depth=8, max_branch=4, level_width=width, min_scores=mins)
-    drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=KVModel)
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache)
     tree, _ = build_tree(prompt[-1], prompt, drafter, spec, Sampling(), torch.Generator().manual_seed(0))
     drafted = len(tree) - 1
     assert drafted <= min(budget, len(mins))
@@ -94,8 +94,8 @@ def test_the_builder_adds_a_guess_only_where_its_path_score_meets_its_minimum(pr
 def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
     """The mutant that stops at the first minimum fails here: zero minimums must fill the budget."""
     spec = TreeSpec(shape="dynamic", budget=6, max_depth=8, level_width=2, min_scores=(0.0,) * 6)
-    tree, _ = build_tree(3, [1, 2, 3], ModelDrafter(tiny_model("llama", noise=0.3), backend=KVModel), spec, Sampling(),
-                         torch.Generator().manual_seed(0))
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache)
+    tree, _ = build_tree(3, [1, 2, 3], drafter, spec, Sampling(), torch.Generator().manual_seed(0))
     assert len(tree) - 1 == 6
 
 

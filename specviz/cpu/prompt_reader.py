@@ -69,7 +69,7 @@ def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
 
 def reader_of(decoder: LlamaForward, products: list[dict]) -> LlamaForward:
     """A copy of `decoder` (the quantized model's) whose products are `products` (copies() of the same model): what a
-    KVModel given them reads feeds of READ_ROWS tokens or more through."""
+    cache given them (kv_own.py) reads feeds of READ_ROWS tokens or more through."""
     reader = copy.copy(decoder)
     reader.layers = [replace(layer, **floats) for layer, floats in zip(decoder.layers, products)]
     # the columns in the C layer loop where the decoder has one (about 15% of a 128-token read spent between the
@@ -80,7 +80,7 @@ def reader_of(decoder: LlamaForward, products: list[dict]) -> LlamaForward:
 
 
 def time_read(model: torch.nn.Module, products: list[dict] | None = None, tokens: int = PROMPT, reps: int = 3) -> float:
-    """Seconds for the fastest of `reps` reads of a `tokens`-token prompt through the draft's layers as a KVModel of it
+    """Seconds for the fastest of `reps` reads of a `tokens`-token prompt through the draft's layers as a cache of it
     given `products` would read them (its own products where None), its KV cache written as decoding does."""
     decoder = LlamaForward(model)
     reads = decoder if products is None else reader_of(decoder, products)

@@ -45,7 +45,7 @@ class ModelDrafter(Drafter):
                  backend: Backend):
         """compiled: a compiled copy of the model (of its body, with output_vocab) for bucket-sized feeds
         (`models.compile_model`): used once `fit_static` gives this drafter a static cache.
-        backend: makes the model's cache (e.g. cache.KVModel, given a draft's prompt reader)."""
+        backend: makes the model's cache (e.g. cache.open_cache, given a draft's prompt reader)."""
         super().__init__()
         self.backend = backend
         self.kv = backend(model, name, output_vocab)
