@@ -32,7 +32,8 @@ from .models import (AUTO_DTYPE, LoadedModel, ModelLoadError, auto_precision, au
                      precision_name)
 from .sampling import Sampling
 from .strategies import default_tree, drafter_specs, is_ngram
-from .tree_plan import TreePlan, key as plan_key, stored_plan
+from .tree_plan import TreePlan, key as plan_key
+from .tree_plan_store import stored_plan
 
 DEFAULT_DRAFT = "assets/draft"
 DEFAULT_TRIGRAM = "trigram"

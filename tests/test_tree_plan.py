@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specviz import tree_plan
+from specviz import tree_plan, tree_plan_store
 from specviz.cache import open_cache
 from specviz.drafters import ModelDrafter
 from specviz.sampling import Sampling
@@ -102,7 +102,7 @@ def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
 def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_stack_reads_it(auto_choices, monkeypatch):
     # The tiny models' curves are timed for real; whether two timings in a row agree depends on what else the machine
     # runs (a fresh-clone CI run got None here beside the suite's other worker): the test below covers that.
-    monkeypatch.setattr(tree_plan, "agree", lambda *a, **k: True)
+    monkeypatch.setattr(tree_plan_store, "agree", lambda *a, **k: True)
     first = tiny_stack(("draft", "lookup"), plan=None)
     unplanned = first.planned(default_tree("staged"))        # a process that only generates never times anything
     assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not auto_choices.exists()
@@ -110,7 +110,7 @@ def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_sta
     planned = first.planned(default_tree("staged"))
     assert planned.min_scores == measured.min_scores()[:MAX_NODES] and planned.planned
     assert "tree plan: tiny-target" in auto_choices.read_text()
-    monkeypatch.setattr(tree_plan, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
+    monkeypatch.setattr(tree_plan_store, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
     second = tiny_stack(("draft", "lookup"), plan=None)
     assert second.tree_plan(measure_now=True) == TreePlan(measured.target, measured.draft, second.tree_plan().source)
     run = second.decoder([1, 2, 3], "staged", max_new_tokens=6).generate()
@@ -121,14 +121,14 @@ def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_sta
 
 def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_stored(auto_choices, monkeypatch):
     """On a busy machine a one-token forward of SmolLM2-135M was timed at 267 ms, 9 ms on a quiet one."""
-    assert tree_plan.agree({1: 0.0093, 2: 0.0104}, {1: 0.0095, 2: 0.0106})
-    assert not tree_plan.agree({1: 0.267, 2: 0.049}, {1: 0.0093, 2: 0.0104})
+    assert tree_plan_store.agree({1: 0.0093, 2: 0.0104}, {1: 0.0095, 2: 0.0106})
+    assert not tree_plan_store.agree({1: 0.267, 2: 0.049}, {1: 0.0093, 2: 0.0104})
     timings = iter([0.267, 0.009, 0.130, 0.011, 0.2])      # no two in a row agree
 
     def busy(models, **kw):
         one = next(timings)
         return [{1: one, 2: 0.0104, 16: 0.0375}, {1: 0.002, 2: 0.002, 16: 0.003}]
-    monkeypatch.setattr(tree_plan, "cost_curves", busy)
+    monkeypatch.setattr(tree_plan_store, "cost_curves", busy)
     stack = tiny_stack(("draft", "lookup"), plan=None)
     assert stack.tree_plan(measure_now=True) is None
     assert not auto_choices.exists() or "tree plan" not in auto_choices.read_text()
