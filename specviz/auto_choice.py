@@ -152,6 +152,13 @@ def decided(key: str, measure: Callable[[], object]) -> object:
         return value
 
 
+def learnt(key: str, value: object) -> None:
+    """Store a value learnt from decoding rather than timed (a model pair's calibration, specviz/calibration.py): no
+    clock is read, so a busy machine stores it as well as a quiet one."""
+    with _exclusive():
+        _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": "learnt"})
+
+
 def stored(key: str) -> object | None:
     """The stored value for `key` on this machine, or None: never measures."""
     entry = _read().get(key)

@@ -113,7 +113,12 @@ def generate(args) -> int:
               f"{stack.precision()}", file=sys.stderr)
         if stack.precision_reason:
             print(stack.precision_reason, file=sys.stderr)
-        if decoder.spec.planned:
+        if run.stats.get("rounds_by_plan"):
+            rounds = run.stats["rounds_by_plan"]
+            print(f"rounds planned from this run's acceptance and the cost curves: {rounds['speculate']} guessed, "
+                  f"{rounds['plain']} plain steps, {rounds['probe']} probes; last: {run.steps[-1].plan.reason}",
+                  file=sys.stderr)
+        if decoder.spec.planned and decoder.strategy == "staged":
             plan = stack.tree_plan()
             print(f"staged's tree: {describe(plan)}" if plan else f"staged's tree: the fixed rule (one path while the "
                   f"draft gives at least {STAGED_MIN_SCORE}): no plan is stored for this pair here yet "
@@ -155,6 +160,7 @@ def cli_json(run, decoder, dtype: str, precision: str) -> dict:
         "tokens_per_target_forward": s["tokens_per_target_forward"],
         "phase_share": s["phase_share"],
         "finish_reason": decoder.finish_reason,
+        "rounds_by_plan": s.get("rounds_by_plan"),
         "dtype": dtype,
         "precision": precision,
         "settings": run.settings,

@@ -25,6 +25,7 @@ from .trace import NodeRecord, RunRecord, StageInfo, StepRecord
 from .tree import ancestor_matrix
 from .strategies import MAX_NEW_TOKENS
 from .verify import verify_greedy, verify_sampling
+from .round_plan import RoundPlanner
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,12 @@ class Decoder:
                  tree: TreeSpec = TreeSpec(), sampling: Sampling = Sampling(),
                  max_new_tokens: int = 64, target_name: str = "target",
                  stop_at_eos: bool = True, static_len: int | None = None, compiled=None,
-                 prefilled: Prefill | None = None):
+                 prefilled: Prefill | None = None, planner: RoundPlanner | None = None):
         """backend: makes the target's cache (e.g. cache.open_cache). static_len: preallocate it with this many
         entries (fixed shapes and addresses); compiled: a compiled copy of the target (`models.compile_model`),
         which needs a static cache and sizes one for this generation where static_len is not given.
-        prefilled: this target's Prefill of this prompt, copied (a static cache reads the prompt itself)."""
+        prefilled: this target's Prefill of this prompt, copied (a static cache reads the prompt itself).
+        planner: plans each round before it is drafted (specviz/round_plan.py), within the tree's budget and depth."""
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
@@ -88,6 +90,7 @@ class Decoder:
                              f"tree need a KV cache of {needed} entries; the static cache holds {static_len}")
         self.target = backend(target, target_name, static_len=static_len, compiled=compiled)
         self.drafter = drafter
+        self.planner = planner if drafter is not None else None
         self.stages = [StageInfo(target_name, "target")]
         if drafter is not None:
             drafter.attach(1, self.timer)
@@ -124,9 +127,10 @@ class Decoder:
             raise RuntimeError("generation already finished")
         started = perf_counter()
         context = self.tokens
-        with self.timer.phase("tree"):      # choosing children; drafter forwards are timed inside
+        with self.timer.phase("tree"):      # planning and choosing children; drafter forwards are timed inside
+            plan = self.planner.plan() if self.planner is not None else None
             tree, dists = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator,
-                                     self.eos)
+                                     self.eos, plan)
         with self.timer.phase("verify"):
             positions = [self.target.committed + d for d in tree.depths]
             logits = self.target.forward(tree.tokens, positions, ancestor_matrix(tree.parents))
@@ -142,7 +146,9 @@ class Decoder:
             new, by = self._truncate(new, by)
             position = len(self.new_tokens)
             self.tokens = context + new
-            record = self._record(tree, verdict, new, by, position)
+            record = self._record(tree, verdict, new, by, position, plan)
+            if plan is not None:
+                self._learn(tree, verdict.path, record)
         record.phase_s = self.timer.take()
         record.wall_s = perf_counter() - started
         self.steps.append(record)
@@ -160,7 +166,15 @@ class Decoder:
             self.finished, self.finish_reason = True, "length"
         return new, by
 
-    def _record(self, tree, verdict, new, by, position) -> StepRecord:
+    def _learn(self, tree, path, record) -> None:
+        """Tell the planner what the round yielded, and let it keep what it learnt once the generation ends."""
+        models = self.drafter.kv_models()
+        feeds = record.forwards.get(models[0].name, []) if models else []
+        self.planner.observe(tree, path, [stage.kind for stage in self.stages], feeds)
+        if self.finished:
+            self.planner.finish()
+
+    def _record(self, tree, verdict, new, by, position, plan=None) -> StepRecord:
         accepted = set(verdict.path)
         nodes = [NodeRecord(id=i, token=tree.tokens[i], text=self._text(tree.tokens[i]),
                             parent=tree.parents[i], depth=tree.depths[i], rank=tree.ranks[i],
@@ -168,7 +182,7 @@ class Decoder:
                             draft_prob=None if i == 0 else tree.draft_probs[i],
                             target_prob=None if i == 0 else verdict.target_probs[i],
                             accept_prob=None if i == 0 else verdict.accept_probs[i],
-                            accepted=i in accepted)
+                            accepted=i in accepted, calibrated=None if plan is None else plan.chances.get(i))
                  for i in range(len(tree))]
         logs = {kv.name: kv.log for kv in self.kv_models()}
         costs = self.model_costs()
@@ -180,7 +194,8 @@ class Decoder:
                           accepted_path=list(verdict.path), committed_tokens=new,
                           committed_text=[self._text(t) for t in new], committed_stage=by,
                           phase_s={}, forwards=forwards, bytes_read=read, wall_s=0.0,
-                          position=position, finished=self.finished, finish_reason=self.finish_reason)
+                          position=position, finished=self.finished, finish_reason=self.finish_reason,
+                          plan=None if plan is None else self.planner.record(plan, [s.kind for s in self.stages[1:]]))
 
     def model_costs(self) -> dict[str, tuple[int, int, int]]:
         """Per model, the target first: its cache's costs() (weight bytes per forward, KV bytes per cached

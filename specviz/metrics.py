@@ -76,6 +76,9 @@ def summarise(steps: list[StepRecord], costs: dict[str, tuple[int, int]] | None 
         "phase_s": dict(phases),
         "phase_share": {k: v / wall for k, v in phases.items()} if wall > 0 else {},
     }
+    plans = [s.plan.kind for s in steps if s.plan is not None]
+    if plans:       # planned rounds (specviz/round_plan.py): how many were plain steps, probes, or speculated
+        stats["rounds_by_plan"] = {kind: plans.count(kind) for kind in ("speculate", "plain", "probe")}
     if costs and prompt_tokens is not None and target in costs and new_tokens:
         base = baseline_bytes(costs[target], prompt_tokens, new_tokens)
         stats["bytes_relative_to_baseline"] = total_read / base

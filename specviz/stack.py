@@ -7,7 +7,7 @@ path to an .npz) and "lookup". `Stack.decoder()` builds a fresh `Decoder` for on
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +31,10 @@ from .models import (AUTO_DTYPE, LoadedModel, ModelLoadError, auto_precision, au
                      GGUF, check_dtype, check_tokenizers_match, compile_model, draft_precisions, is_gguf, load_model,
                      precision_name)
 from .sampling import Sampling
-from .strategies import default_tree, drafter_specs, is_ngram
-from .tree_plan import TreePlan, key as plan_key
+from .calibration import Calibration
+from .round_plan import Costs, RoundPlanner
+from .strategies import CHAIN_LENGTH, default_tree, drafter_specs, is_ngram
+from .tree_plan import DRAFT_FEED, TreePlan, key as plan_key
 from .tree_plan_store import stored_plan
 
 DEFAULT_DRAFT = "assets/draft"
@@ -289,10 +291,31 @@ class Stack:
         return plan_key(self.target_name, self.dtype, Path(draft.name).name or draft.name, draft.dtype)
 
     def planned(self, tree: TreeSpec) -> TreeSpec:
-        """A planned spec with this machine's stored minimum scores filled in (others, and a planned one where no plan
-        is stored, as they are: the fixed rule)."""
+        """A planned spec with this machine's stored minimum scores filled in, its budget and depth within what its
+        curves allow (others as they are; a planned one where no plan is stored grows the fixed rule: staged's minimum
+        score, speculative's chain of CHAIN_LENGTH)."""
         plan = self.tree_plan() if tree.planned and not tree.min_scores else None
-        return plan.tree(tree) if plan is not None else tree
+        if plan is not None:
+            return plan.tree(tree)
+        if tree.planned and not tree.min_scores and tree.shape == "chain":
+            return replace(tree, budget=CHAIN_LENGTH, max_depth=CHAIN_LENGTH)
+        return tree
+
+    def round_planner(self, strategy: str, tree: TreeSpec, sampling: Sampling) -> RoundPlanner | None:
+        """Speculative's and staged's rounds planned from this machine's curves and a calibration that starts from the
+        pair's stored one (specviz/round_plan.py); None for a spec not planned or where no curves are stored. The
+        calibration a run ends with is stored for the next only where the pair's curves are stored too: a stack
+        given curves by hand (a test, a sweep) leaves the machine's store alone."""
+        plan = self.tree_plan() if tree.planned and strategy in ("speculative", "staged") else None
+        if plan is None:
+            return None
+        key = self.plan_name().replace("tree plan", f"calibration of {strategy}, "
+                                       f"{'greedy' if sampling.greedy else 'sampled'}", 1)
+        stored = auto_choice.stored(key)
+        store = (lambda calibration: auto_choice.learnt(key, calibration.to_store())) \
+            if auto_choice.stored(self.plan_name()) is not None else None
+        costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1)
+        return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), on_finish=store)
 
     def decoder(self, prompt_ids: list[int], strategy: str, tree: TreeSpec | None = None,
                 sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True,
@@ -302,7 +325,8 @@ class Stack:
                        drafter=self.drafter_for(strategy, prompt_ids),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
                        target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled,
-                       static_len=self.static_len, prefilled=prefilled)
+                       static_len=self.static_len, prefilled=prefilled,
+                       planner=self.round_planner(strategy, tree, sampling))
 
     def encode(self, prompt: str) -> list[int]:
         if not prompt or not prompt.strip():

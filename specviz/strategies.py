@@ -4,14 +4,16 @@ and the app ask.
 | strategy      | drafters                                  | default tree                              |
 | ------------- | ----------------------------------------- | ----------------------------------------- |
 | `baseline`    | none                                      | none (the root alone)                     |
-| `speculative` | the top stage                             | a chain of CHAIN_LENGTH tokens            |
+| `speculative` | the top stage                             | a chain, each round's length planned      |
 | `tree`        | the top stage                             | dynamic, DYNAMIC_BUDGET nodes, min score  |
 | `staged`      | the whole cascade (a model on top)        | a narrow dynamic tree (one path while the |
 |               |                                           | draft is sure), plus a context-lookup     |
 |               |                                           | branch                                    |
 
 `TreeSpec()` itself is the engine's neutral tree (no minimum score, no lookup); the strategies'
-defaults are `default_tree(strategy)`.
+defaults are `default_tree(strategy)`. Staged's tree and speculative's chain are planned round by round where the
+stack has this machine's cost curves (specviz/round_plan.py); a size or a minimum score given by hand, and the `tree`
+strategy, keep a fixed rule (the static case, for teaching and for A/B runs).
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from .tree import SHAPES, TreeSpec
 
 STRATEGIES = ("baseline", "speculative", "tree", "staged")
 MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
-CHAIN_LENGTH = 3               # speculative's chain: feeds of up to ~4 tokens cost what one does on a CPU
+CHAIN_LENGTH = 3               # speculative's chain where it is not planned: feeds of up to ~4 tokens cost what one
+                               # does on a CPU
+PLANNED_CHAIN = 8              # speculative's planned chain at most
 DYNAMIC_BUDGET = 16            # tree: drafted nodes per round at most
 STAGED_LOOKUP = 3              # context-lookup tokens staged verifies by default: feeds of up to ~4-8 tokens cost
                                # little more than one on a CPU (bench --cost-curve), longer ones do
@@ -69,8 +73,8 @@ def default_tree(strategy: str, budget: int | None = None, lookup: int | None = 
     if lookup is None:
         lookup = STAGED_LOOKUP if strategy == "staged" else 0
     if strategy == "speculative":
-        length = budget or CHAIN_LENGTH
-        return TreeSpec(shape="chain", budget=length, max_depth=length, lookup=lookup)
+        length = budget or PLANNED_CHAIN
+        return TreeSpec(shape="chain", budget=length, max_depth=length, lookup=lookup, planned=budget is None)
     # min_score: stop growing where the draft is unsure. On a CPU each verified token costs 5-20% of
     # a one-token forward (bench --cost-curve), more than an unlikely node's chance of acceptance.
     if strategy == "staged":

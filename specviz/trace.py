@@ -22,12 +22,25 @@ class NodeRecord:
     target_prob: float | None   # p(token | parent) under the target; None for the root
     accept_prob: float | None   # chance the target accepted it when tried; None if never tried
     accepted: bool
+    calibrated: float | None = None     # the chance of acceptance the round's plan gave it (specviz/calibration.py)
 
 
 @dataclass
 class StageInfo:
     name: str
     kind: str                   # "target", "model", "ngram" or "lookup"
+
+
+@dataclass
+class PlanRecord:
+    """Why a planned round had its shape (specviz/round_plan.py)."""
+    kind: str                   # "speculate", "plain" or "probe"
+    recent_tokens: float        # what the recent drafted rounds made a round, the bonus token included...
+    recent_ms: float            # ...in so many milliseconds, by the cost curves
+    plain_ms: float             # a plain step's milliseconds
+    rates: list[float]          # per depth 1, 2, ...: the chance that a guess reached there was accepted, lately
+    calibration: dict[str, list[list[float]]]   # per stage kind, depth bucket and score bin: the calibrated chance
+    reason: str                 # the plan in a sentence (round_plan.reason)
 
 
 @dataclass
@@ -47,6 +60,7 @@ class StepRecord:
     position: int                            # output tokens before this step
     finished: bool = False
     finish_reason: str = ""                  # "eos", "length" or ""
+    plan: PlanRecord | None = None           # a planned round's plan; None where the tree's shape was fixed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,6 +70,8 @@ class StepRecord:
         data = dict(data)
         data["stages"] = [StageInfo(**s) for s in data["stages"]]
         data["nodes"] = [NodeRecord(**n) for n in data["nodes"]]
+        if data.get("plan") is not None:
+            data["plan"] = PlanRecord(**data["plan"])
         return cls(**data)
 
 

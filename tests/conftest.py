@@ -6,44 +6,29 @@ import torch
 from hypothesis import HealthCheck, settings
 
 torch.set_num_threads(1)    # tiny models: threads only add overhead, and CI has two cores
+# the tests need no network after setup: models load from the local caches, in this process and in the ones it starts,
+# with no request to the hub first
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 settings.register_profile("specviz", deadline=None, suppress_health_check=[HealthCheck.too_slow],
                           max_examples=int(os.environ.get("SPECVIZ_EXAMPLES", "25")))
 settings.load_profile("specviz")
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: loads the real SmolLM2 model")
-    config.addinivalue_line("markers", "browser: drives the app in headless chromium")
-    config.addinivalue_line("markers", "alone: compares timings, so no other test of this run computes meanwhile")
+# tests/test_blocks.py's tests that compile blocks.c anew (for every instruction set, changed copies that must fail,
+# ARM64 under qemu): slow, as the other kernel builds are, marked here so that the file keeps to the kernels alone
+KERNEL_BUILDS = {"test_every_build_computes_the_definition_bit_for_bit",
+                 "test_a_kernel_that_sums_in_another_order_for_many_rows_fails_these_tests",
+                 "test_a_columns_product_that_sums_in_another_order_fails_these_tests",
+                 "test_an_amx_product_that_sums_in_another_order_fails_these_tests",
+                 "test_arm64_builds_compute_the_definition_bit_for_bit_under_emulation"}
 
 
-@pytest.fixture(autouse=True)
-def _alone_when_timing(request):
-    """Tests marked `alone` run while the other xdist worker waits: every test holds a shared lock while it runs
-    and an `alone` test an exclusive one, and a turnstile lets a waiting `alone` test in before new shared holders.
-    (A worker's module fixtures may still be set up meanwhile; the timing checks leave room for that.)"""
-    run = getattr(request.config, "workerinput", {}).get("testrunuid")     # None: one process, nothing beside it
-    try:
-        import fcntl
-    except ImportError:                     # no file locks here: tests run side by side as before
-        fcntl = None
-    if run is None or fcntl is None:
-        yield
-        return
-    import tempfile
-    base = Path(tempfile.gettempdir()) / f"specviz-tests-{run}"
-    alone = request.node.get_closest_marker("alone") is not None
-    with open(f"{base}.turnstile", "a") as turnstile, open(f"{base}.lock", "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        if not alone:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+@pytest.hookimpl(tryfirst=True)         # before `-m` selects: a browser test is a slow one too
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("browser") is not None or getattr(item, "originalname", None) in KERNEL_BUILDS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -112,22 +113,45 @@ def spin(seconds: float) -> int:
     return turns
 
 
-@pytest.mark.alone
-@pytest.mark.skipif(auto_choice.cpu_seconds() is None, reason="no /proc/stat to tell who used the cores")
+def recorded_clocks(monkeypatch, readings: list[tuple[tuple[float, float], float]]) -> None:
+    """The machine's clocks replaced by recorded readings, one per call of OthersWatch: (the cores' busy and all
+    seconds since boot, this process's own CPU seconds). Read at the start and at the end of each measurement."""
+    machine, own = iter([r[0] for r in readings]), iter([r[1] for r in readings])
+    monkeypatch.setattr(auto_choice, "cpu_seconds", lambda: next(machine))
+    clock = types.SimpleNamespace(**{name: getattr(time, name) for name in ("strftime", "gmtime")})
+    clock.process_time = lambda: next(own)
+    monkeypatch.setattr(auto_choice, "time", clock)
+
+
 def test_what_is_timed_while_others_compute_is_used_but_never_stored(store, monkeypatch):
-    """The process's own work while it measures is no load; two other processes spinning on every core are, and
-    what was measured meanwhile is this process's alone (a later one measures again)."""
+    """The process's own work while it measures is no load; others' work past BUSY_SHARE of the cores is, and
+    what was measured meanwhile is this process's alone (a later one measures again). On two cores, 0.5 s of wall
+    time is 1 core-second: the process's own 0.5 s of busy time leaves others none; 1 s busy is others' 50%."""
     monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
-    assert auto_choice.decided("own work", lambda: spin(0.6) and "stored") == "stored"
+    recorded_clocks(monkeypatch, [((100.0, 400.0), 5.0), ((100.5, 401.0), 5.5),      # own work: others 0%
+                                  ((110.0, 410.0), 6.0), ((111.0, 411.0), 6.5),      # others 50%
+                                  ((120.0, 420.0), 7.0), ((120.75, 421.0), 7.5),     # others 25%: not past it
+                                  ((130.0, 430.0), 8.0), ((130.0, 430.0), 8.0)])     # no time passed: no load
+    assert auto_choice.decided("own work", lambda: "stored") == "stored"
+    assert auto_choice.decided("busy", lambda: "measured while busy") == "measured while busy"
+    assert auto_choice.decided("a quarter", lambda: "stored too") == "stored too"
+    stored = json.loads(store.read_text())["machines"][auto_choice.machine()]
+    assert "own work" in stored and "a quarter" in stored and "busy" not in stored
+    assert auto_choice.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
+    assert auto_choice.decided("busy", lambda: "again") == "at rest"
+
+
+@pytest.mark.skipif(auto_choice.cpu_seconds() is None, reason="no /proc/stat to tell who used the cores")
+def test_the_watch_sees_other_processes_spin_on_every_core():
+    """The real clocks: processes spinning on every core take more than BUSY_SHARE of them from this one. Any other
+    load on the machine (the other test worker) only adds to what the watch sees, so this holds beside it."""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
         time.sleep(0.3)                         # they are running
-        assert auto_choice.decided("busy", lambda: spin(0.6) and "measured while busy") == "measured while busy"
+        watch = auto_choice.OthersWatch()
+        spin(0.6)
+        assert watch.share() > auto_choice.BUSY_SHARE
     finally:
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
-    stored = json.loads(store.read_text())["machines"][auto_choice.machine()]
-    assert "own work" in stored and "busy" not in stored
-    assert auto_choice.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
-    assert auto_choice.decided("busy", lambda: "again") == "at rest"

@@ -74,6 +74,7 @@ def paths_to_force() -> list[int]:
     return [i for i, b in enumerate(builds) if b.openmp] + [len(builds) - 1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", paths_to_force())
 def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, best, kernel_builds, which):
     import torch
@@ -83,6 +84,7 @@ def test_each_build_this_machine_runs_forced_gives_the_same_bits(tmp_path, best,
     assert all(torch.equal(a, b) for a, b in zip(results, best[1])), (status, best[0])
 
 
+@pytest.mark.slow
 def test_a_build_that_fails_hands_over_and_the_status_says_why(tmp_path, kernel_builds):
     broken = build.Build("AVX9", ("-mno-such-flag",), build.PORTABLE_SOURCES)
     portable = build.Build("portable C", ("-DSPECVIZ_PORTABLE",), build.PORTABLE_SOURCES)

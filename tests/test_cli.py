@@ -1,4 +1,8 @@
-"""End to end through the command line with the real SmolLM2 model (offline)."""
+"""End to end through the command line with the real SmolLM2 model (offline): `specviz generate`'s main in this
+process (the interpreter's start and torch's import cost more than a 135M model's run), and once through a real
+`python -m specviz` process."""
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -14,15 +18,28 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def cli(*args, timeout=600):
-    """The offline preset unless a test names another: the default is chosen per machine."""
+    """`python -m specviz generate` in a process of its own. The offline preset unless a test names another: the
+    default is chosen per machine."""
     preset = [] if "--preset" in args else ["--preset", "offline"]
     return subprocess.run([sys.executable, "-m", "specviz", "generate", *preset, *args], capture_output=True,
                           text=True, env=ENV, timeout=timeout)
 
 
+def in_process(*args, reference=False) -> subprocess.CompletedProcess:
+    """`specviz generate` through the same main as `python -m specviz`, in this process, the offline preset unless a
+    test names another. No reference unless asked: llama.cpp's own run beside each is tested in
+    tests/test_llama_cpp.py."""
+    from specviz.cli import main
+    preset = [] if "--preset" in args else ["--preset", "offline"]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["generate", *preset, *args, *([] if reference else ["--no-reference"])])
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
 def generate_json(strategy, *extra):
-    result = cli("--prompt", PROMPT, "--strategy", strategy, "--max-new-tokens", "24", "--dtype", "float32",
-                 "--json", *extra)
+    result = in_process("--prompt", PROMPT, "--strategy", strategy, "--max-new-tokens", "24", "--dtype", "float32",
+                        "--json", *extra)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
 
@@ -54,7 +71,7 @@ def test_tree_with_lookup_drafter_only_equals_baseline(baseline):
 
 @pytest.mark.slow
 def test_human_readable_output(baseline):
-    result = cli("--prompt", PROMPT, "--strategy", "baseline", "--max-new-tokens", "24", "--dtype", "float32")
+    result = in_process("--prompt", PROMPT, "--strategy", "baseline", "--max-new-tokens", "24", "--dtype", "float32")
     assert result.returncode == 0
     assert result.stdout.strip() == baseline["text"].strip()
     assert "tokens per target forward" in result.stderr
@@ -104,16 +121,16 @@ def test_bad_input_through_the_real_interpreter():
 def test_cuda_without_a_gpu_is_a_clear_error():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert_one_line_error(cli("--prompt", "x", "--device", "cuda"), "CUDA")
+    assert_one_line_error(in_process("--prompt", "x", "--device", "cuda"), "CUDA")
 
 
 @pytest.mark.slow
 def test_unloadable_model_and_prompt_too_long(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    assert_one_line_error(cli("--prompt", "x", "--draft", str(tmp_path)), "could not load")
+    assert_one_line_error(in_process("--prompt", "x", "--draft", str(tmp_path)), "could not load")
     long_prompt = tmp_path / "long.txt"
     long_prompt.write_text("x = 1\n" * 3000)
-    assert_one_line_error(cli("--prompt-file", str(long_prompt), "--strategy", "baseline"), "context")
+    assert_one_line_error(in_process("--prompt-file", str(long_prompt), "--strategy", "baseline"), "context")
 
 
 @pytest.mark.slow
@@ -125,4 +142,5 @@ def test_draft_with_another_tokenizer_is_refused(tmp_path):
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
     PreTrainedTokenizerFast(tokenizer_object=tokenizer).save_pretrained(tmp_path)
     tiny_model("llama").save_pretrained(tmp_path)
-    assert_one_line_error(cli("--prompt", "x", "--strategy", "tree", "--draft", str(tmp_path)), "different tokenizers")
+    assert_one_line_error(in_process("--prompt", "x", "--strategy", "tree", "--draft", str(tmp_path)),
+                          "different tokenizers")

@@ -38,6 +38,7 @@ def compiled_draft():
     return (draft, *counted(draft))
 
 
+@pytest.mark.slow          # torch.compile's inductor builds C++ for each graph
 @pytest.mark.parametrize("strategy,drafter", [
     ("baseline", lambda: None),
     ("tree", lambda: ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache, lower=LookupDrafter(64))),
@@ -55,6 +56,7 @@ def test_compiled_target_runs_bucket_sized_feeds_and_keeps_greedy_output(compile
     assert calls[0] == 8 and len(calls) == 1 + len(decoder.steps)    # the 7-token prefill, then every round
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lower", ["lookup", "model"])
 def test_compiled_drafts_run_bucket_sized_feeds_over_the_targets_static_length_and_keep_greedy_output(
         compiled_calls, compiled_draft, lower):
@@ -108,19 +110,21 @@ def test_a_static_cache_too_small_for_the_generation_is_refused():
         Decoder(tiny_model("llama"), TOK, [1, 2, 3], backend=open_cache, max_new_tokens=40, static_len=64)
 
 
+@pytest.mark.slow
 def test_cli_compile_flag_gives_the_eager_output(tmp_path):
-    """`generate --compile` end to end on a tiny saved model with a word-level tokenizer."""
-    from test_cli import cli
+    """`generate --compile` end to end on a tiny saved model with a word-level tokenizer (its main in this process)."""
+    from test_cli import in_process
 
     save_with_word_tokenizer(tiny_model("llama"), tmp_path)
     args = ("--prompt", "w3 w4 w5 w6", "--target", str(tmp_path), "--strategy", "baseline",
             "--max-new-tokens", "6", "--dtype", "float32", "--json")    # not auto: its pick may differ per process
-    eager, compiled = cli(*args), cli(*args, "--compile")
+    eager, compiled = in_process(*args), in_process(*args, "--compile")
     assert compiled.returncode == 0, compiled.stderr[-2000:]
     assert json.loads(compiled.stdout)["tokens"] == json.loads(eager.stdout)["tokens"]
     assert json.loads(compiled.stdout)["new_tokens"] == 6
 
 
+@pytest.mark.slow
 def test_the_gpu_exactness_script_finds_every_strategy_identical_on_a_tiny_qwen2_pair():
     """scripts/gpu_exactness.py, which a lent GPU runs at the 1.5B's size (issue 33), here at tiny sizes."""
     import subprocess

@@ -1,8 +1,6 @@
 """llama.cpp as a peer and the reference, on the shipped SmolLM2 GGUF file (tiny and fast): its programs' output
 and clocks, the bench rows, the race lanes, the reference label, and one line where llama.cpp is missing."""
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,9 +11,11 @@ from specviz.bench import run_bench
 from specviz.presets import load_preset
 from specviz.prompts import Prompt
 from specviz.sampling import Sampling
+from test_cli import in_process
 
 PROMPT = 'def running_max(values: list[int]) -> list[int]:\n    """Return the running maximum of values."""\n'
 GGUF = llama_cpp.gguf_file("smollm2-135m")
+pytestmark = pytest.mark.slow            # llama.cpp's programs on the real SmolLM2 file, and the model itself
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +126,8 @@ def test_without_llama_cpp_the_rows_lanes_and_cli_say_so_in_one_line(tmp_path, m
     assert [r["strategy"] for r in report["results"]] == ["baseline"]
     assert report["settings"]["notes"] == [f"llama_cpp skipped: {llama_cpp.missing_reason('llama_cpp', GGUF, GGUF)}"]
     assert "not installed here" in report["settings"]["notes"][0] and report["reference"]["strategy"] == "baseline"
-    result = subprocess.run([sys.executable, "-m", "specviz", "generate", "--preset", "offline", "--prompt", PROMPT,
-                             "--strategy", "baseline", "--max-new-tokens", "4", "--dtype", "float32", "--json"],
-                            capture_output=True, text=True,
-                            env={**__import__("os").environ, llama_cpp.DIR_ENV: str(tmp_path)})
+    result = in_process("--prompt", PROMPT, "--strategy", "baseline", "--max-new-tokens", "4", "--dtype", "float32",
+                        "--json", reference=True)
     assert result.returncode == 0, result.stderr[-1000:]
     out = json.loads(result.stdout)
     assert out["reference"]["tokens_per_s"] is None and "not installed here" in out["reference"]["how"]
@@ -137,9 +135,8 @@ def test_without_llama_cpp_the_rows_lanes_and_cli_say_so_in_one_line(tmp_path, m
 
 
 def test_the_cli_gives_its_speed_against_the_reference():
-    result = subprocess.run([sys.executable, "-m", "specviz", "generate", "--preset", "offline", "--prompt", PROMPT,
-                             "--strategy", "staged", "--max-new-tokens", "8", "--dtype", "float32"],
-                            capture_output=True, text=True)
+    result = in_process("--prompt", PROMPT, "--strategy", "staged", "--max-new-tokens", "8", "--dtype", "float32",
+                        reference=True)
     assert result.returncode == 0, result.stderr[-1000:]
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("reference: llama.cpp plain decoding (llama-completion) of the same GGUF file, ")
@@ -152,9 +149,12 @@ def test_llama_bench_gives_its_cost_curve():
     assert set(curve) == {1, 4} and all(0 < seconds < 10 for seconds in curve.values())
 
 
-def test_the_regime_panel_draws_ours_llama_cpp_and_each_precision(self_drafted):
+def test_the_regime_panel_draws_ours_llama_cpp_and_each_precision(self_drafted, monkeypatch):
     from specviz.app import regime
 
+    # each precision's probe layer as made-up seconds: the panel draws whatever was measured (the real probe is
+    # tests/test_presets.py's), and a worker that has not timed it yet would take a minute here
+    monkeypatch.setattr(regime, "probe_seconds", lambda name: {n: 0.01 * (1 + n / 8) for n in (1, 2, 4, 8, 16)})
     view = regime.regime_view(self_drafted)
     precisions = regime.probed_precisions()
     assert "gguf" in precisions and set(view["probes"]) == set(precisions)

@@ -95,11 +95,13 @@ def _trusts_the_draft(tree, probs, dists, generator):
     return Verdict(path, sample(probs[node], generator), [1.0] * len(tree), target_probs_of_nodes(tree, probs))
 
 
-@pytest.mark.parametrize("broken", [_trusts_the_draft, _forgets_the_residual])
-def test_a_broken_verifier_fails_the_test(stack, monkeypatch, broken):
+# samples each broken verifier needs: trusting the draft is a gross bias (p below 1e-100 at 300 samples); a forgotten
+# residual is a subtle one (p near 1e-13 at 1000, 1e-2 at 300)
+@pytest.mark.parametrize("broken,n", [(_trusts_the_draft, 300), (_forgets_the_residual, N)])
+def test_a_broken_verifier_fails_the_test(stack, monkeypatch, broken, n):
     monkeypatch.setattr(engine, "verify_sampling", broken)
     exact = next_token_distribution(stack.target.model, PROMPT, SAMPLING)
-    spec = counts(stack, "speculative")
+    spec = counts(stack, "speculative", n=n)
     assert goodness_of_fit(spec, exact).p_value < 1e-4
     if broken is _trusts_the_draft:       # a gross bias shows against plain samples too
         assert homogeneity(spec, counts(stack, "baseline", n=300, seed=10_000)).p_value < 1e-4

@@ -64,6 +64,7 @@ def clear_probe(models) -> None:
     auto_choice.forget()
 
 
+@pytest.mark.slow
 def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):
     import specviz.models as models
     assert all(models._probe_layer(name, feeds=(1,), repeats=1)[1] > 0 for name in models.cpu_precisions())

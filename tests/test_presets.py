@@ -52,6 +52,7 @@ def test_an_operator_may_name_the_default_stack(monkeypatch):
         presets.default_preset()
 
 
+@pytest.mark.slow
 def test_the_token_time_is_predicted_from_the_probe_layer_here():
     import specviz.presets as presets
     seconds = presets.predicted_token_seconds()

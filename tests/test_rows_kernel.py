@@ -57,6 +57,7 @@ def _status_in_a_fresh_process(env: dict) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow
 def test_switched_off_or_without_a_compiler_it_says_so_and_torch_multiplies(tmp_path):
     off = "torch (specviz's kernels are off: SPECVIZ_ROWS_KERNEL=0)"
     assert _status_in_a_fresh_process({kernels.SWITCH: "0"}) == off

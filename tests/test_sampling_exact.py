@@ -122,6 +122,7 @@ CASES = [   # name, sampling, tree, the draft's output vocabulary (None: all tok
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,sampling,spec,output_vocab", CASES, ids=[c[0] for c in CASES])
 def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec, output_vocab):
     vocab = 5

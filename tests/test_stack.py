@@ -63,13 +63,23 @@ def test_default_trees():
     assert (staged.level_width, staged.min_score, tree.level_width) == (1, 0.5, 4)
 
 
+@pytest.fixture
+def target_probe(monkeypatch, auto_choices):
+    """The target's probe layer timed as made-up seconds (float32 fastest): these tests choose a draft's precision,
+    and the real probe (a 1.5B-shaped layer in every precision, tests/test_models.py) would take seconds each."""
+    import specviz.models as models
+    monkeypatch.setattr(models, "_probe_layer", lambda dtype, **_: {n: (1.0 if dtype == "float32" else 2.0) * n
+                                                                      for n in models.PROBE_FEEDS})
+    return auto_choices
+
+
 def _save_target_and_draft(folder):
     """A tiny target and a perturbed draft, saved as model folders that share a word tokenizer."""
     for name, noise in (("target", 0.0), ("draft", 0.2)):
         save_with_word_tokenizer(tiny_model("llama", noise=noise), folder / name)
 
 
-def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(tmp_path, monkeypatch, auto_choices):
+def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(tmp_path, monkeypatch, target_probe):
     """Staged feeds its draft levels of ~16 tokens; a chain feeds it one at a time. The dtype probe
     must time what the stack will run: a bfloat16 draft that is fast per token but slow per batch
     (an AVX2 CPU) stays float32 under a lower stage."""
@@ -94,7 +104,7 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
 
 @pytest.mark.parametrize("fastest", ["bfloat16", "int4", "int8"])
 def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tmp_path, monkeypatch, fastest,
-                                                                                auto_choices):
+                                                                                target_probe):
     """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 or
     int4 draft still writes baseline's tokens."""
     import specviz.stack as stack_module

@@ -1,5 +1,6 @@
 """Training helpers that shape the shipped draft's data."""
 import numpy as np
+import pytest
 import torch
 
 from specviz.train import load_labelled, save_labelled, teacher_forced_labels
@@ -68,6 +69,7 @@ def test_sampled_continuations_stay_with_their_own_prompts():
         assert continuation == [t for t in alone if t != 63]
 
 
+@pytest.mark.slow
 def test_draft_text_command_writes_what_the_draft_continues(tmp_path):
     from specviz.auto_trigram import read_draft_text
     from specviz.train.cli import main

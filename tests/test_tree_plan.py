@@ -144,6 +144,7 @@ def test_interpolate_is_linear_between_sizes_and_past_the_last_two():
     assert TreePlan(curve, curve).cost(3) == 16.0
 
 
+@pytest.mark.slow
 def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_at_one_token_each(tmp_path):
     """scripts/tree_settings_sweep.py --modelled on the offline stack: plain decoding priced at one one-token forward
     a token (its other phases' clocks aside), every setting's tokens baseline's, and priced times that follow the

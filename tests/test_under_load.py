@@ -28,22 +28,38 @@ def command(preset, strategy, dtype) -> list[str]:
              "--max-new-tokens", TOKENS, "--json", "--no-reference"] + (["--preset", preset] if preset else []))
 
 
-def outcome(process: subprocess.Popen) -> dict:
-    out, err = process.communicate(timeout=600)
-    assert process.returncode == 0, err[-2000:]
-    run = json.loads(out.strip().splitlines()[-1])
+# The runs alone, one after another in one process (`specviz generate`'s own main, as `python -m specviz` calls it):
+# one interpreter's start instead of seven, and the same default thread count as a process of its own
+IN_TURN = ("import contextlib, io, json, sys\nfrom specviz.cli import main\n"
+           "for argv in json.loads(sys.argv[1]):\n"
+           "    out = io.StringIO()\n"
+           "    with contextlib.redirect_stdout(out):\n"
+           "        assert main(argv) == 0, argv\n"
+           "    print(out.getvalue().strip().splitlines()[-1], flush=True)\n")
+
+
+def fields(line: str) -> dict:
+    run = json.loads(line)
     return {key: run[key] for key in ("tokens", "preset", "target", "precision", "precision_reason")}
 
 
-def start(run) -> subprocess.Popen:
+def outcome(process: subprocess.Popen) -> list[dict]:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-2000:]
+    return [fields(line) for line in out.strip().splitlines() if line.startswith("{")]
+
+
+def start(argv: list[str]) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "SPECVIZ_PRESET"}
-    return subprocess.Popen(command(*run), cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def test_processes_started_together_on_a_busy_machine_write_what_each_writes_alone():
-    alone = {run: outcome(start(run)) for run in ALONE}
-    together = {run: start(run) for run in TOGETHER}          # each busy with the others while it loads and probes
-    loaded = {run: outcome(process) for run, process in together.items()}
+    in_turn = outcome(start([sys.executable, "-c", IN_TURN, json.dumps([command(*run)[3:] for run in ALONE])]))
+    assert len(in_turn) == len(ALONE)
+    alone = dict(zip(ALONE, in_turn))
+    together = {run: start(command(*run)) for run in TOGETHER}   # each busy with the others while it loads and probes
+    loaded = {run: outcome(process)[-1] for run, process in together.items()}
     for run in TOGETHER:          # baseline's text alone, the same stack and precision, auto's choice from the store
         got, expected = dict(loaded[run]), dict(alone[(run[0], "baseline", run[2])])
         assert got.pop("precision").startswith(expected.pop("precision")), run     # staged's names its draft's too

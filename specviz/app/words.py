@@ -6,7 +6,9 @@ import html
 
 from ..end_tokens import visible
 from ..markdown import md_table
+from ..calibration import BIN_MEANS, DEPTH_STARTS, SCORE_EDGES
 from ..round_cost import RoundCost, analysis, read_share
+from ..round_plan import reason
 from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
 from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
 from ..strategies import STRATEGIES
@@ -34,8 +36,9 @@ def _colour_name(stages: list[StageInfo], index: int) -> str:
 def step_caption(step: StepRecord, greedy: bool = True) -> str:
     """What happened in one step, in plain words for someone new to speculative decoding."""
     made = len(step.committed_tokens)
+    planned = f" **Plan:** {reason(step.plan)}" if step.plan is not None else ""
     if len(step.nodes) == 1 and step.strategy != "baseline":
-        return (f"**Step {step.step + 1}.** The helpers had no guess this time, so the target made one token "
+        return (f"**Step {step.step + 1}.**{planned} The helpers had no guess this time, so the target made one token "
                 f"alone, {_quote(''.join(step.committed_text))}, exactly as plain decoding would.")
     if len(step.nodes) == 1:
         return (f"**Step {step.step + 1} (plain decoding).** The target model read the text and predicted "
@@ -45,7 +48,7 @@ def step_caption(step: StepRecord, greedy: bool = True) -> str:
     accepted = len(step.accepted_path) - 1
     branches = sum(1 for n in step.nodes[1:] if n.rank > 0)
     shape = "a single chain" if branches == 0 else f"a tree with {branches + 1} branches"
-    lines = [f"**Step {step.step + 1}.** **Draft:** cheap helpers guessed {drafted} tokens ahead as {shape} "
+    lines = [f"**Step {step.step + 1}.**{planned} **Draft:** cheap helpers guessed {drafted} tokens ahead as {shape} "
              f"({_drafted_by(step)}).",
              f"**Verify:** the target model checked all {drafted} guesses in **one** forward pass"
              + (", keeping a guess when it is also the target's own top choice." if greedy else
@@ -70,6 +73,31 @@ def step_caption(step: StepRecord, greedy: bool = True) -> str:
     if step.finished:
         lines.append(f"The generation is finished ({'end of text' if step.finish_reason == 'eos' else 'token limit'}).")
     return " ".join(lines)
+
+
+def calibration_md(step: StepRecord, kind: str = "model") -> str:
+    """The draft's confidence beside what this run found it worth: per bin of the draft's path score, the calibrated
+    chance of acceptance by depth, as the round's plan used it (empty for a round that was not planned)."""
+    table = (step.plan.calibration if step.plan is not None else {}).get(kind)
+    if not table:
+        return ""
+    edges = (0.0, *SCORE_EDGES, 1.0)
+    depths = [f"depth {start}" + ("+" if i == len(DEPTH_STARTS) - 1 else "" if DEPTH_STARTS[i + 1] == start + 1
+                                  else f"-{DEPTH_STARTS[i + 1] - 1}") for i, start in enumerate(DEPTH_STARTS)]
+    rows = [[f"{edges[b]:.2f}-{edges[b + 1]:.2f}", f"{BIN_MEANS[b]:.2f}",
+             *(f"{row[b]:.2f}" for row in table[: len(DEPTH_STARTS)])] for b in range(len(BIN_MEANS))]
+    return md_table(["the draft's path score", "taken at its word", *depths], rows, "l" + "r" * (1 + len(depths)))
+
+
+def plan_note(lane: str, stats: dict) -> str:
+    """Whether a lane's planned rounds fell back to plain steps, for a verdict (empty where none did)."""
+    rounds = stats.get("rounds_by_plan") or {}
+    plain, probes = rounds.get("plain", 0), rounds.get("probe", 0)
+    if not plain:
+        return ""
+    return (f"{lane} took {plain} of its {sum(rounds.values())} rounds as plain steps, where its recent guesses "
+            f"were not expected to pay for themselves, and probed with a small guess {probes} time"
+            f"{'s' if probes != 1 else ''}.")
 
 
 def legend_html(stages: list[StageInfo] | None) -> str:
@@ -292,4 +320,4 @@ def round_note(stats: dict[str, dict], lane: str = "staged", baseline_whole_s: f
         return ""
     cost = RoundCost.of(run["steps"], run["new_tokens"], run["wall_s"], run.get("phase_s", {}),
                         base["wall_s"] / base["new_tokens"], read_share(baseline_whole_s, base["wall_s"]))
-    return analysis(lane, cost) if cost else ""
+    return " ".join(part for part in (analysis(lane, cost) if cost else "", plan_note(lane, run)) if part)

@@ -54,6 +54,10 @@ class Drafter(ABC):
         vocabulary (a draft model's output vocabulary); None: any token."""
         return None
 
+    def has_scores(self, tree: Tree, node: int) -> bool:
+        """Whether expanding `node` needs no forward of its own: its scores came with an earlier feed."""
+        return False
+
     def proposer_stage(self, tree: Tree, parent: int, token: int) -> int:
         """The stage to credit for proposing `token` under `parent` (for display)."""
         return self.stage

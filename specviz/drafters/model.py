@@ -144,6 +144,9 @@ class ModelDrafter(Drafter):
             return []
         return self.lower.guess(sequence, self.lookahead)
 
+    def has_scores(self, tree, node):
+        return () in self.fed and tuple(tree.path_tokens(node)[1:]) in self.fed
+
     def proposer_stage(self, tree, parent, token):
         key = tuple(tree.path_tokens(parent)[1:]) + (token,)
         return self.stage + 1 if key in self.guessed else self.stage

@@ -66,6 +66,8 @@ def node_hover(step: StepRecord, node, colour_label: str) -> str:
              f"depth {node.depth}, choice {node.rank + 1} among its siblings",
              f"draft probability q = {_prob(node.draft_prob)}",
              f"target probability p = {_prob(node.target_prob)}"]
+    if node.calibrated is not None:
+        lines.append(f"chance the plan gave it, calibrated on this run = {_prob(node.calibrated)}")
     if node.accept_prob is None:
         lines.append("not checked: a node above it was rejected")
     else:

@@ -1,0 +1,327 @@
+"""Rounds planned from a calibration learnt in the run (specviz/calibration.py, specviz/round_plan.py): the
+calibration's arithmetic, the planner's choices, a draft that lies about its confidence, a useless draft, the plan in
+the trace, and exactness with planned rounds."""
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specviz.cache import open_cache
+from specviz.calibration import BIN_MEANS, KEEP, STORED_CAP, Calibration
+from specviz.drafters import Drafter, LookupDrafter, ModelDrafter
+from specviz.engine import Decoder
+from specviz.round_plan import PROBE_EVERY, PROBE_GUESSES, Costs, RoundPlanner, reason
+from specviz.sampling import Sampling
+from specviz.strategies import default_tree
+from specviz.trace import RunRecord
+from specviz.tree import TreeSpec
+from specviz.tree_plan import DRAFT_FEED, TreePlan
+from test_sampling_exact import chi2, chi2_critical, exact_two_token_distribution
+from tiny import TinyTokenizer, tiny_model, tiny_stack
+
+TOK = TinyTokenizer()
+CHAIN = TreeSpec(shape="chain", budget=8, max_depth=8, planned=True)
+TREE = TreeSpec(shape="dynamic", budget=12, max_depth=12, level_width=1, lookup=3, planned=True)
+
+
+def cpu_plan() -> TreePlan:
+    """Curves of the shape a 2-core CPU measures (the 1.5B target, its 0.5B draft): a plain token 30 ms, verifying
+    2 tokens 31, 8 tokens 54, 16 tokens 103; a draft level about a third of a plain token."""
+    target = {1: 0.030, 2: 0.031, 3: 0.036, 4: 0.041, 6: 0.047, 8: 0.054, 12: 0.078, 16: 0.103}
+    return TreePlan(target, {1: 0.009, DRAFT_FEED: 0.010, 4: 0.012, 8: 0.016, 16: 0.03}, "a CPU's shape")
+
+
+def planner(feed=1, calibration=None) -> RoundPlanner:
+    return RoundPlanner(Costs.of(cpu_plan(), feed), calibration or Calibration())
+
+
+def missed(calibration, rounds, score=0.95, depths=(1, 2)):
+    for _ in range(rounds):
+        calibration.observe([("model", d, score, False) for d in depths], reached=1, accepted=0)
+
+
+def test_the_calibration_starts_from_the_drafts_word_and_learns_what_its_guesses_yield():
+    calibration = Calibration()
+    assert calibration.chance("model", 1, 0.95) == BIN_MEANS[5] and calibration.chance("model", 4, 0.1) == BIN_MEANS[0]
+    missed(calibration, 6)
+    assert calibration.chance("model", 1, 0.95) < 0.3           # what it said was worth little
+    assert calibration.chance("model", 6, 0.95) < 0.3           # deeper buckets start from what shallower ones learnt
+    assert calibration.chance("model", 1, 0.1) == BIN_MEANS[0]  # other bins and kinds keep their prior
+    assert calibration.chance("lookup", 1, 1.0) == Calibration().chance("lookup", 1, 1.0)
+    assert calibration.depth_rates(2)[0] < 0.3
+
+
+def test_old_evidence_fades_so_the_calibration_follows_the_text():
+    calibration = Calibration()
+    missed(calibration, 20)
+    low = calibration.chance("model", 1, 0.95)
+    for _ in range(12):
+        calibration.observe([("model", 1, 0.95, True)], reached=1, accepted=1)
+    assert low < 0.2 and calibration.chance("model", 1, 0.95) > 0.6
+    assert 0 < KEEP < 1
+
+
+def test_a_run_stores_its_calibration_as_the_next_runs_prior_weighted_by_the_guesses_behind_it():
+    first = Calibration()
+    missed(first, 10, depths=(1,))
+    stored = first.to_store()
+    assert stored["model"][0][5] == [0.0, 10.0]                     # mean, guesses
+    json.dumps(stored)
+    second = Calibration(stored)
+    assert second.chance("model", 1, 0.95) < 0.25                   # starts where the first ended
+    missed(second, 10, depths=(1,))
+    assert second.to_store()["model"][0][5] == [0.0, 20.0]
+    capped = Calibration({"model": [[[0.5, 10 * STORED_CAP]] * 7] * 4}).to_store()
+    assert capped["model"][0][0][1] == STORED_CAP
+
+
+def test_the_plan_guesses_where_guesses_pay_takes_plain_steps_where_none_does_and_probes_every_few():
+    good = planner()
+    for _ in range(5):
+        good.calibration.observe([("model", d, 0.9, True) for d in (1, 2, 3)], reached=4, accepted=3)
+    good.tokens, good.seconds = 4.0, 0.080          # the last drafted rounds made 4 tokens in 80 ms
+    plan = good.plan()
+    assert plan.kind == "speculate" and plan.rate == pytest.approx(50.0)
+    assert plan.need(0) == pytest.approx(50 * 0.001) and plan.need(2) == pytest.approx(50 * 0.005)
+    assert plan.expands(1, 0.95, 1, free=True, last=0.95) and not plan.expands(1, 0.05, 1, free=False, last=0.05)
+    bad = planner()
+    bad.tokens, bad.seconds = 1.1, 0.045            # 1.1 tokens in 45 ms: slower than a plain step's 30 ms a token
+    kinds = []
+    for _ in range(2 * PROBE_EVERY + 2):
+        plan = bad.plan()
+        kinds.append(plan.kind)
+        tree = _chain_tree(PROBE_GUESSES if plan.kind == "probe" else 0)
+        bad.observe(tree, [0], ["target", "model"], [2] if plan.kind == "probe" else [])
+    assert kinds == ["plain"] * PROBE_EVERY + ["probe"] + ["plain"] * PROBE_EVERY + ["probe"]
+    assert "plain step" in reason(bad.record(bad.plan(), ["model"]))
+
+
+def test_a_probe_accepted_whole_is_followed_by_another():
+    p = planner()
+    p.tokens, p.seconds, p.plain_run, p.read_prompt = 1.0, 0.05, PROBE_EVERY, True
+    assert p.plan().kind == "probe"
+    p.observe(_chain_tree(PROBE_GUESSES), list(range(PROBE_GUESSES + 1)), ["target", "model"], [1, 3])
+    assert p.tokens / p.seconds < 1 / 0.030 and p.plan().kind == "probe"     # not yet worth it, but probed again
+    p.observe(_chain_tree(PROBE_GUESSES), [0], ["target", "model"], [1, 3])
+    assert p.plan().kind == "plain"
+
+
+def _chain_tree(length):
+    from specviz.tree import Tree
+    tree = Tree.with_root(0)
+    for depth in range(length):
+        tree.add(depth, depth + 1, 1, 0.9)
+    return tree
+
+
+class Overconfident(ModelDrafter):
+    """A mutant that inflates its probabilities: the same first choices, each claimed near certain."""
+
+    def expand(self, tree, nodes, context):
+        return [None if row is None else _sure(row) for row in super().expand(tree, nodes, context)]
+
+
+def _sure(row):
+    row = row.clone()
+    row[row.argmax()] += 20.0
+    return row
+
+
+class AlwaysDrafts(RoundPlanner):
+    """A planner whose rounds always draft at one rate (3 tokens in 60 ms): what shrinks its trees is the calibration
+    alone."""
+
+    def observe(self, *args):
+        super().observe(*args)
+        self.tokens, self.seconds = 3.0, 0.060
+
+
+def overconfident_run(learns: bool = True, planner_kind=AlwaysDrafts):
+    calibration = Calibration()
+    if not learns:
+        calibration.observe = lambda *args: None
+    plan = planner_kind(Costs.of(cpu_plan(), DRAFT_FEED), calibration)
+    plan.tokens, plan.seconds = 3.0, 0.060
+    drafter = Overconfident(tiny_model("llama", noise=0.3), backend=open_cache)
+    return Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter,
+                   strategy="staged", tree=TREE, planner=plan, max_new_tokens=60).generate()
+
+
+def test_an_overconfident_draft_is_caught_within_a_few_rounds_and_its_trees_shrink():
+    run = overconfident_run()
+    sizes = [len(s.nodes) - 1 for s in run.steps]
+    own = [sum(n.stage == 1 for n in s.nodes) for s in run.steps]          # the draft's own guesses (not lookup's)
+    claimed = [n.draft_prob for s in run.steps for n in s.nodes[1:] if n.stage == 1]
+    assert sum(claimed) / len(claimed) > 0.95                               # it claims near certainty...
+    taken = sum(len(s.accepted_path) - 1 for s in run.steps) / sum(sizes)
+    assert taken < 0.6                                                      # ...and is right far less often
+    assert own[0] >= 8 and max(own[3:]) <= own[0] / 2, own                 # caught within three rounds
+    assert run.steps[-1].plan.calibration["model"][0][-1] < 0.8            # what its 0.97+ is worth, learnt
+    plain = Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5], backend=open_cache, max_new_tokens=60).generate()
+    assert run.tokens == plain.tokens
+    unlearnt = [sum(n.stage == 1 for n in s.nodes) for s in overconfident_run(learns=False).steps]
+    assert sum(size >= 8 for size in unlearnt) >= len(unlearnt) / 2       # a calibration that never learns: no catch
+    # the planner itself: the rounds' yield drops it to plain steps after the first, and it drafts little thereafter
+    planned = overconfident_run(planner_kind=RoundPlanner)
+    assert planned.steps[1].plan.kind == "plain" and planned.stats["rounds_by_plan"]["plain"] >= len(planned.steps) / 2
+
+
+class Switching(Drafter):
+    """A draft that knows nothing (an unrelated model) until `at` tokens were written, then everything (the target
+    itself): its text turns predictable."""
+    kind = "model"
+
+    def __init__(self, useless, oracle, at):
+        super().__init__()
+        self.useless, self.oracle, self.at, self.name = useless, oracle, at, "switching"
+        self.written, self.start_len = 0, 0
+
+    def attach(self, stage, timer):
+        super().attach(stage, timer)
+        self.useless.attach(stage, timer)
+        self.oracle.attach(stage, timer)
+
+    def start(self, tokens, prefilled=None):
+        self.start_len = len(tokens) + 1
+        self.useless.start(tokens)
+        self.oracle.start(tokens)
+
+    def active(self):
+        return self.oracle if self.written >= self.at else self.useless
+
+    def expand(self, tree, nodes, context):
+        self.written = len(context) - self.start_len
+        return self.active().expand(tree, nodes, context)
+
+    def has_scores(self, tree, node):
+        return self.active().has_scores(tree, node)
+
+    def commit(self, tree, path, context):
+        self.useless.commit(tree, path, context)
+        self.oracle.commit(tree, path, context)
+        self.written = len(context) + len(path) - self.start_len
+
+    def guess(self, sequence, n):
+        return []
+
+    def kv_models(self):
+        return [self.active().kv, (self.useless if self.active() is self.oracle else self.oracle).kv]
+
+
+def test_a_useless_draft_falls_back_to_plain_steps_and_speculation_comes_back_when_the_text_turns_predictable():
+    target = tiny_model("llama")
+    drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless", backend=open_cache),
+                        ModelDrafter(target, name="oracle", backend=open_cache),
+                        at=24)
+    run = Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, strategy="speculative", tree=CHAIN,
+                  planner=planner(), max_new_tokens=90).generate()
+    kinds = [s.plan.kind for s in run.steps]
+    before = [s for s in run.steps if s.position < 24]
+    after = [s for s in run.steps if s.position >= 40]
+    assert [s.plan.kind for s in before].count("plain") >= len(before) // 2, kinds     # fell back
+    assert "probe" in kinds[: len(before) + 1]
+    assert all(s.plan.kind == "speculate" for s in after[1:]), kinds                    # came back
+    assert sum(len(s.committed_tokens) for s in after) / len(after) > 3
+    assert run.stats["rounds_by_plan"]["plain"] >= PROBE_EVERY
+    assert run.tokens == Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, max_new_tokens=90).generate().tokens
+
+
+def test_the_trace_says_why_each_round_had_its_shape_and_round_trips_through_json():
+    stack = tiny_stack(("draft", "lookup"), plan=cpu_plan)
+    run = stack.decoder([3, 1, 4, 1, 5, 9, 2, 6], "staged", max_new_tokens=16).generate()
+    step = run.steps[0]
+    assert step.plan is not None and step.plan.reason and step.plan.kind in ("speculate", "plain", "probe")
+    assert set(step.plan.calibration) == {"model", "ngram", "lookup"} & set(step.plan.calibration)
+    assert all(n.calibrated is not None for n in step.nodes[1:])
+    back = RunRecord.from_dict(json.loads(json.dumps(run.to_dict())))
+    assert back.steps[0].plan == step.plan and back.steps[0].nodes == step.nodes
+    fixed = stack.decoder([3, 1, 4, 1, 5, 9, 2, 6], "staged", default_tree("staged", min_score=0.3),
+                          max_new_tokens=4).generate()
+    assert all(s.plan is None for s in fixed.steps)                      # settings given by hand: not planned
+
+
+def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_are_stored(auto_choices, monkeypatch):
+    from specviz import auto_choice, tree_plan_store
+    pinned = tiny_stack(("draft", "lookup"), plan=cpu_plan)
+    pinned.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
+    assert not auto_choices.exists()                                     # a stack given curves by hand stores nothing
+    monkeypatch.setattr(tree_plan_store, "measure", lambda *a: cpu_plan().to_dict())
+    stack = tiny_stack(("draft", "lookup"), plan=None)
+    assert stack.tree_plan(measure_now=True) is not None
+    stack.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
+    keys = [k for k in json.loads(auto_choices.read_text())["machines"][auto_choice.machine()] if "calibration" in k]
+    assert keys == [stack.plan_name().replace("tree plan", "calibration of speculative, greedy")]
+    learnt = auto_choice.stored(keys[0])
+    assert sum(cell[1] for row in learnt["model"] for cell in row) > 0
+    assert stack.round_planner("speculative", CHAIN, Sampling()).calibration.stored == learnt
+
+
+@settings(max_examples=25, deadline=None)
+@given(prompt=st.lists(st.integers(0, 63), min_size=1, max_size=10),
+       strategy=st.sampled_from(["speculative", "staged"]),
+       one=st.floats(0.005, 0.05), slope=st.floats(0.0, 1.0), level=st.floats(0.0, 0.5), misses=st.integers(0, 12),
+       n=st.integers(1, 30))
+def test_planned_rounds_write_baselines_tokens(prompt, strategy, one, slope, level, misses, n):
+    """Whatever the curves and whatever the rounds taught the calibration: plain steps, probes and trees alike."""
+    target = tiny_model("llama")
+    curve = {k: one * (1 + slope * (k - 1)) for k in (1, 2, 3, 4, 6, 8, 12, 16)}
+    calibration = Calibration()
+    missed(calibration, misses)
+    lower = LookupDrafter(64) if strategy == "staged" else None
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3), lower=lower, backend=open_cache)
+    spec = TREE if strategy == "staged" else CHAIN
+    plan = RoundPlanner(Costs.of(TreePlan(curve, {1: level * one, DRAFT_FEED: level * one}), 1), calibration)
+    run = Decoder(target, TOK, prompt, backend=open_cache, drafter=drafter, strategy=strategy, tree=spec, planner=plan,
+                  max_new_tokens=n).generate()
+    assert run.tokens == Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=n).generate().tokens
+
+
+@pytest.mark.parametrize("opening", ["speculate", "probe"])
+def test_planned_rounds_sample_two_tokens_exactly_as_the_target(opening):
+    """The second round's shape depends on what the first accepted (the rate and the calibration learn from it):
+    decided before the round is drafted, it leaves the distribution exact. `probe`: the first round probes after plain
+    steps, the second is a plain step or a probe."""
+    vocab = 5
+    target = tiny_model("llama", vocab=vocab, hidden=16)
+    draft = tiny_model("llama", vocab=vocab, hidden=16, noise=0.8)
+    prompt = [1, 3, 2, 4, 1, 3]
+    sampling = Sampling(temperature=1.0)
+    expected = exact_two_token_distribution(target, prompt, sampling)
+    counts = torch.zeros(vocab * vocab)
+    spec = TreeSpec(shape="dynamic", budget=6, max_depth=3, max_branch=3, lookup=2, lookup_ngram=1, planned=True)
+    kinds = set()
+    for seed in range(2000):
+        plan = planner(DRAFT_FEED)
+        if opening == "probe":
+            plan.tokens, plan.seconds, plan.plain_run = 1.0, 0.05, PROBE_EVERY
+        run = Decoder(target, TOK, prompt, backend=open_cache, drafter=ModelDrafter(draft, backend=open_cache),
+                      tree=spec, strategy="staged",
+                      sampling=Sampling(1.0, seed=seed), planner=plan, max_new_tokens=2).generate()
+        counts[run.tokens[0] * vocab + run.tokens[1]] += 1
+        kinds.update((s.step, s.plan.kind) for s in run.steps)
+    stat, df = chi2(counts, expected)
+    assert stat < chi2_critical(df), (stat, df)
+    assert (0, opening) in kinds and any(step == 1 for step, _ in kinds)
+
+
+def test_the_app_words_say_why_a_round_had_its_shape_and_that_a_lane_fell_back_to_plain_steps():
+    from specviz.app.words import calibration_md, plan_note, step_caption
+    from specviz.metrics import summarise
+    target = tiny_model("llama")
+    drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless", backend=open_cache),
+                        ModelDrafter(target, name="oracle", backend=open_cache),
+                        at=24)
+    run = Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, strategy="speculative", tree=CHAIN,
+                  planner=planner(), max_new_tokens=40).generate()
+    plain = next(s for s in run.steps if s.plan.kind == "plain")
+    assert "**Plan:**" in step_caption(plain) and "plain step" in step_caption(plain)
+    guessed = next(s for s in run.steps if s.plan.kind == "speculate" and len(s.nodes) > 1)
+    assert "this round drafts" in step_caption(guessed)
+    table = calibration_md(plain)
+    assert "the draft's path score" in table and "0.97-1.00" in table and "depth 5+" in table
+    note = plan_note("speculative", summarise(run.steps))
+    assert note.startswith("speculative took") and "plain steps" in note
+    assert plan_note("staged", {"rounds_by_plan": {"speculate": 9, "plain": 0, "probe": 0}}) == ""
+    assert calibration_md(Decoder(target, TOK, [3, 1], backend=open_cache, max_new_tokens=2).generate().steps[0]) == ""
