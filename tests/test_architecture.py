@@ -210,6 +210,11 @@ def test_one_class_one_name():
     assert twice_named(classes(sources())) == {}
 
 
+def test_no_class_has_more_than_15_methods():
+    assert MAX_METHODS == 15
+    assert too_many_methods(classes(sources())) == []
+
+
 def test_the_core_checks_can_fail():
     assert "specviz.cpu.machine" in backend_modules(loaded_by(("specviz.tree", "specviz.cpu.machine")))
     assert backend_modules({"specviz.auto_choice", "specviz.cpu_tools", "specviz.tree"}) == ["specviz.auto_choice"]

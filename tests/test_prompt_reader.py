@@ -104,7 +104,7 @@ def test_strategies_whose_draft_reads_prompts_another_way_write_baseline_text(st
     else:
         kind = prompt_reader.FloatProduct
         monkeypatch.setattr(kind, "forward", lambda self, x, f=kind.forward: calls.append(len(x)) or f(self, x))
-    stack.prompt_products["draft"] = products
+    stack.prompt_reads.products["draft"] = products
     base = stack.decoder(PROMPT, "baseline", max_new_tokens=24, stop_at_eos=False).generate().tokens
     ours = stack.decoder(PROMPT, strategy, max_new_tokens=24, stop_at_eos=False).generate().tokens
     assert ours == base
@@ -140,21 +140,24 @@ def test_a_stack_measures_its_draft_prompt_read_only_when_asked_and_later_stacks
     monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(1) or
                         {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.5, "float32": 1.2}})
     first = quantized_stack()
-    assert first.read_prompts() == {} and not auto_choices.exists()         # generating alone never times anything
-    assert first.prompt_products.get("draft") is None and first.drafter_for("staged").kv.reader is None
-    assert first.read_prompts(measure_now=True)["draft"]["choice"] == "bfloat16" and measured == [1]
+    assert first.prompt_reads.read(first.draft_models()) == {} and not auto_choices.exists()  # generating never times
+    assert first.prompt_reads.products.get("draft") is None and first.drafter_for("staged").kv.reader is None
+    assert first.prompt_reads.read(first.draft_models(), measure_now=True)["draft"]["choice"] == "bfloat16"
+    assert measured == [1]
     assert "prompt read: draft" in auto_choices.read_text()
     second = quantized_stack()
-    assert second.read_prompts()["draft"]["choice"] == "bfloat16" and measured == [1]
+    assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16" and measured == [1]
     assert second.drafter_for("staged").kv.reader is not None        # the stack's drafters get the reader
-    assert second.prompt_products["draft"][0]["down"].weight.dtype == torch.bfloat16
-    assert second.read_prompts(measure_now=True)["draft"]["choice"] == "bfloat16" and measured == [1]
+    assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.bfloat16
+    assert second.prompt_reads.read(second.draft_models(), measure_now=True)["draft"]["choice"] == "bfloat16"
+    assert measured == [1]
     # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
     monkeypatch.setenv("SPECVIZ_REMEASURE", "1")
     monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(2) or
                         {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
-    assert second.read_prompts(measure_now=True)["draft"]["choice"] == "float32" and measured == [1, 2]
-    assert second.prompt_products["draft"][0]["down"].weight.dtype == torch.float32
+    assert second.prompt_reads.read(second.draft_models(), measure_now=True)["draft"]["choice"] == "float32"
+    assert measured == [1, 2]
+    assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.float32
 
 
 def test_the_draft_prompt_read_is_its_own_phase_of_the_first_round_only():

@@ -249,13 +249,13 @@ def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_a
     assert not auto_choices.exists()                                     # a stack given curves by hand stores nothing
     monkeypatch.setattr(tree_plan_store, "measure", lambda *a: cpu_plan().to_dict())
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.tree_plan(measure_now=True) is not None
+    assert stack.plans.tree_plan(measure_now=True) is not None
     stack.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
     keys = [k for k in json.loads(auto_choices.read_text())["machines"][auto_choice.machine()] if "calibration" in k]
-    assert keys == [stack.plan_name().replace("tree plan", "calibration of speculative, greedy")]
+    assert keys == [stack.plans.name().replace("tree plan", "calibration of speculative, greedy")]
     learnt = auto_choice.stored(keys[0])
     assert sum(cell[1] for row in learnt["model"] for cell in row) > 0
-    assert stack.round_planner("speculative", CHAIN, Sampling()).calibration.stored == learnt
+    assert stack.plans.round_planner("speculative", CHAIN, Sampling()).calibration.stored == learnt
 
 
 @settings(max_examples=25, deadline=None)

@@ -130,12 +130,12 @@ def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_store
         return [{1: one, 2: 0.0104, 16: 0.0375}, {1: 0.002, 2: 0.002, 16: 0.003}]
     monkeypatch.setattr(tree_plan_store, "cost_curves", busy)
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.tree_plan(measure_now=True) is None
+    assert stack.plans.tree_plan(measure_now=True) is None
     assert not auto_choices.exists() or "tree plan" not in auto_choices.read_text()
-    assert stack.planned(default_tree("staged")).min_scores == ()
+    assert stack.plans.planned(default_tree("staged")).min_scores == ()
     timings = iter([0.267, 0.0093, 0.0095])                # the last two agree: the faster kept
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.tree_plan(measure_now=True).target[1] == 0.0093
+    assert stack.plans.tree_plan(measure_now=True).target[1] == 0.0093
 
 
 def test_interpolate_is_linear_between_sizes_and_past_the_last_two():
