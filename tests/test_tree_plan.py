@@ -104,18 +104,19 @@ def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_sta
     # runs (a fresh-clone CI run got None here beside the suite's other worker): the test below covers that.
     monkeypatch.setattr(tree_plan_store, "agree", lambda *a, **k: True)
     first = tiny_stack(("draft", "lookup"), plan=None)
-    unplanned = first.planned(default_tree("staged"))        # a process that only generates never times anything
+    unplanned = first.plans.planned(default_tree("staged"))        # a process that only generates never times anything
     assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not auto_choices.exists()
-    measured = first.tree_plan(measure_now=True)
-    planned = first.planned(default_tree("staged"))
+    measured = first.plans.tree_plan(measure_now=True)
+    planned = first.plans.planned(default_tree("staged"))
     assert planned.min_scores == measured.min_scores()[:MAX_NODES] and planned.planned
     assert "tree plan: tiny-target" in auto_choices.read_text()
     monkeypatch.setattr(tree_plan_store, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
     second = tiny_stack(("draft", "lookup"), plan=None)
-    assert second.tree_plan(measure_now=True) == TreePlan(measured.target, measured.draft, second.tree_plan().source)
+    stored = second.plans.tree_plan(measure_now=True)
+    assert stored == TreePlan(measured.target, measured.draft, second.plans.tree_plan().source)
     run = second.decoder([1, 2, 3], "staged", max_new_tokens=6).generate()
     assert run.settings["tree"]["min_scores"] == list(planned.min_scores)
-    by_hand = second.planned(default_tree("staged", min_score=0.3))     # settings given by hand are not planned
+    by_hand = second.plans.planned(default_tree("staged", min_score=0.3))     # settings given by hand are not planned
     assert by_hand.min_scores == () and by_hand.min_score == 0.3
 
 
