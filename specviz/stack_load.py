@@ -35,8 +35,8 @@ def load_drafts(target: LoadedModel, drafts: list[str], dtype: str, device: str,
 
 
 def load_draft(target: LoadedModel, drafts: list[str], spec: str, dtype: str, device: str, auto: bool = False):
-    """The model or n-gram table behind one drafter spec. Under `auto` a draft model on a CPU runs in the precision
-    draft_precision chose; a draft that is no GGUF file beside a GGUF target is chosen for the same way."""
+    """The model or n-gram table behind one drafter spec. Under `auto`, or beside a GGUF target where the draft is no
+    GGUF file, a draft model on a CPU runs in the precision draft_precision.fastest_draft chose."""
     if spec == "trigram:auto":
         return auto_trigram(target.tokenizer, Path(target.name).name or target.name, draft_texts(drafts))
     if is_ngram(spec):
