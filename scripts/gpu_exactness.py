@@ -14,6 +14,7 @@ from time import perf_counter
 import torch
 
 from specviz.bench.projection import PROJECTION_SIZES, random_model
+from specviz.cache import open_cache
 from specviz.drafters import LookupDrafter, ModelDrafter
 from specviz.engine import Decoder
 from specviz.models import compile_model
@@ -58,9 +59,10 @@ def main() -> int:
         outputs = {}
         for strategy in ("baseline", "speculative", "tree", "staged"):
             drafter = None if strategy == "baseline" else ModelDrafter(
-                draft, compiled=compiled_draft, lower=LookupDrafter(vocab) if strategy == "staged" else None)
+                draft, compiled=compiled_draft, lower=LookupDrafter(vocab) if strategy == "staged" else None,
+                backend=open_cache)
             started = perf_counter()
-            decoder = Decoder(target, NumberTokenizer(), prompt, drafter=drafter, strategy=strategy,
+            decoder = Decoder(target, NumberTokenizer(), prompt, backend=open_cache, drafter=drafter, strategy=strategy,
                               tree=default_tree(strategy), max_new_tokens=args.max_new_tokens, stop_at_eos=False,
                               compiled=compiled_target)
             outputs[strategy] = decoder.generate().tokens

@@ -44,7 +44,7 @@ def curves_of(stack) -> dict[str, dict[int, float]]:
     context, the draft over its vocabulary, the faster of two interleaved measurements at each size (a busy machine
     gives a worse model, not no model)."""
     draft = stack.loaded[stack.drafts[0]]
-    models, vocabs = [stack.target.model, draft.model], [None, stack._output_vocab(draft, [])]
+    models, vocabs = [stack.target.model, draft.model], [None, stack.vocabulary.for_draft(draft, [])]
     with torch.inference_mode():
         first, second = (cost_curves(models, SIZES, CONTEXT, REPS, vocabs) for _ in range(2))
     return {name: {n: min(a[n], b[n]) for n in SIZES}
@@ -80,21 +80,21 @@ def main(preset: str, prompt_file: str, out: str, *settings: str, new_tokens: in
     stack = load_preset(preset)
     curves = curves_of(stack) if modelled else None
     draft_name = drafter_name(stack.drafts[0]) if modelled else None
-    if curves and stack.plan_name() is not None:
-        stack.plans[stack.plan_name()] = TreePlan(curves[stack.target_name], curves[draft_name], "this sweep's curves")
+    if curves:
+        stack.plans.pin(TreePlan(curves[stack.target_name], curves[draft_name], "this sweep's curves"))
     chosen = parse_sampling(sampling, 0)
     prompts = [(p.id, stack.encode(p.text)) for p in load_prompts(prompt_file)]
-    vocabulary = stack.draft_vocabulary
+    vocabulary = stack.vocabulary.tokens
 
     def run_setting(strategy, ids, tokens, tree, options, seed=0):
         full_vocab, fixed = options
-        stack.draft_vocabulary = None if full_vocab else vocabulary
+        stack.vocabulary.tokens = None if full_vocab else vocabulary
         if fixed:
-            stack.round_planner = lambda *args: None        # this run only: the tree grown without a round planner
+            stack.plans.round_planner = lambda *args: None    # this run only: the tree grown without a round planner
         try:
             return run_strategy(stack, strategy, ids, with_seed(chosen, seed), tokens, tree)
         finally:
-            vars(stack).pop("round_planner", None)
+            vars(stack.plans).pop("round_planner", None)
 
     for _, strategy, tree, full_vocab in settings:          # warm-up
         run_setting(strategy, prompts[0][1], 8, tree, full_vocab)

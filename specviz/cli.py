@@ -17,6 +17,7 @@ from .locations import DEFAULT_TARGET
 from .models import AUTO_DTYPE, PRECISION_HELP, PRECISIONS, ModelLoadError
 from .presets import PRESETS, default_preset, load_preset
 from .sampling import Sampling
+from .stack_compile import compile_models
 from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
 from .tree_plan import describe
 
@@ -92,7 +93,7 @@ def generate(args) -> int:
     preset = args.preset or ("offline" if args.target else default_preset(args.device))
     stack = load_preset(preset, args.dtype, args.device, target=args.target, drafts=drafts)
     if args.compile:
-        stack.compile()
+        stack.compiled = compile_models(stack.target, stack.draft_models(), stack.vocabulary)
     prompt_ids = stack.encode(prompt)
     started = perf_counter()
     decoder = stack.decoder(prompt_ids, args.strategy, tree, sampling, args.max_new_tokens)
@@ -119,12 +120,12 @@ def generate(args) -> int:
                   f"{rounds['plain']} plain steps, {rounds['probe']} probes; last: {run.steps[-1].plan.reason}",
                   file=sys.stderr)
         if decoder.spec.planned and decoder.strategy == "staged":
-            plan = stack.tree_plan()
+            plan = stack.plans.tree_plan()
             print(f"staged's tree: {describe(plan)}" if plan else f"staged's tree: the fixed rule (one path while the "
                   f"draft gives at least {STAGED_MIN_SCORE}): no plan is stored for this pair here yet "
                   "(python -m specviz.prepare stores the presets', the bench and the app any pair's)", file=sys.stderr)
         if decoder.drafter is not None:
-            for spec, choice in stack.prompt_reads.items():
+            for spec, choice in stack.prompt_reads.choices.items():
                 print(f"{spec}: {prompt_reader.describe(choice)}", file=sys.stderr)
         if ref is not None:
             print(reference_line(speed, ref), file=sys.stderr)

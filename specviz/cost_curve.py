@@ -10,7 +10,7 @@ from time import perf_counter
 
 import torch
 
-from .cache import KVModel
+from .cache import open_cache
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 
@@ -27,7 +27,7 @@ def cost_curves(models: list[torch.nn.Module], sizes=SIZES, context: int = 256, 
     """cost_curve for several models, interleaved within each round too: on a VM whose memory speed
     drifts by tens of percent over seconds, models timed one after the other are compared at
     different speeds. output_vocabs: per model, the tokens it predicts (a draft's restricted vocabulary)."""
-    kvs = [KVModel(model, "cost", vocab) for model, vocab in zip(models, output_vocabs or [None] * len(models))]
+    kvs = [open_cache(model, "cost", vocab) for model, vocab in zip(models, output_vocabs or [None] * len(models))]
     vocabs = [model.get_input_embeddings().weight.shape[0] for model in models]
     best = [dict.fromkeys(sizes, float("inf")) for _ in models]
     with torch.inference_mode():

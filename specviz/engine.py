@@ -2,7 +2,8 @@
 
 `Decoder` holds one generation's state (caches, output, random stream); models are shared and
 read-only, so many decoders (app sessions) can use the same loaded models. `step()` returns the
-round's trace record; `generate()` is the loop over `step()`.
+round's trace record; `generate()` is the loop over `step()`. The caller passes the backend that makes
+the target's cache (specviz/backend.py): the engine never asks which one it is.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from time import perf_counter
 import torch
 
 from . import end_tokens
-from .cache import BUCKETS, KVModel
+from .backend import BUCKETS, Backend, ModelCache
 from .drafters.base import Drafter
 from .drafters.model import LONGEST_GUESS
 from .tree import TreeSpec
@@ -35,34 +36,32 @@ class Prefill:
     prompt in about 3 s on our CPU. A draft's copy changes no output: it moves acceptance only."""
     model: torch.nn.Module
     tokens: tuple[int, ...]
-    kv: KVModel
-    drafts: tuple[KVModel, ...] = ()
+    kv: ModelCache
+    drafts: tuple[ModelCache, ...] = ()
 
-    def cache_of(self, model: torch.nn.Module) -> KVModel | None:
+    def cache_of(self, model: torch.nn.Module) -> ModelCache | None:
         """This model's read of the prompt, if it is here."""
         return next((kv for kv in (self.kv, *self.drafts) if kv.model is model), None)
 
 
-def prefill(target: torch.nn.Module, prompt_ids: list[int], drafts: list[torch.nn.Module] = ()) -> Prefill:
-    def read(model):
-        kv = KVModel(model, "prefill")
-        kv.read_prompt(prompt_ids)
-        return kv
-
+def prefill(prompt_ids: list[int], target: ModelCache, drafts: list[ModelCache] = ()) -> Prefill:
+    """The prompt read into fresh caches of the target and of draft models (made by their backends)."""
     with torch.inference_mode():
-        return Prefill(target, tuple(prompt_ids[:-1]), read(target), tuple(read(model) for model in drafts))
+        for kv in (target, *drafts):
+            kv.read_prompt(prompt_ids)
+    return Prefill(target.model, tuple(prompt_ids[:-1]), target, tuple(drafts))
 
 
 class Decoder:
-    def __init__(self, target: torch.nn.Module, tokenizer, prompt_ids: list[int], *,
+    def __init__(self, target: torch.nn.Module, tokenizer, prompt_ids: list[int], *, backend: Backend,
                  drafter: Drafter | None = None, strategy: str = "baseline",
                  tree: TreeSpec = TreeSpec(), sampling: Sampling = Sampling(),
                  max_new_tokens: int = 64, target_name: str = "target",
                  stop_at_eos: bool = True, static_len: int | None = None, compiled=None,
                  prefilled: Prefill | None = None, planner: RoundPlanner | None = None):
-        """static_len: preallocate the target's KV cache with this many entries (fixed shapes and
-        addresses); compiled: a compiled copy of the target (`models.compile_model`), which needs
-        a static cache and sizes one for this generation where static_len is not given.
+        """backend: makes the target's cache (e.g. cache.open_cache). static_len: preallocate it with this many
+        entries (fixed shapes and addresses); compiled: a compiled copy of the target (`models.compile_model`),
+        which needs a static cache and sizes one for this generation where static_len is not given.
         prefilled: this target's Prefill of this prompt, copied (a static cache reads the prompt itself).
         planner: plans each round before it is drafted (specviz/round_plan.py), within the tree's budget and depth."""
         if not prompt_ids:
@@ -89,7 +88,7 @@ class Decoder:
         if static_len is not None and static_len < needed:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({max_new_tokens}) and a "
                              f"tree need a KV cache of {needed} entries; the static cache holds {static_len}")
-        self.target = KVModel(target, target_name, static_len=static_len, compiled=compiled)
+        self.target = backend(target, target_name, static_len=static_len, compiled=compiled)
         self.drafter = drafter
         self.planner = planner if drafter is not None else None
         self.stages = [StageInfo(target_name, "target")]
@@ -199,11 +198,11 @@ class Decoder:
                           plan=None if plan is None else self.planner.record(plan, [s.kind for s in self.stages[1:]]))
 
     def model_costs(self) -> dict[str, tuple[int, int, int]]:
-        """Per model, the target first: KVModel.costs() (weight bytes per forward, KV bytes per cached
+        """Per model, the target first: its cache's costs() (weight bytes per forward, KV bytes per cached
         token, weight bytes per token fed)."""
         return {kv.name: kv.costs() for kv in self.kv_models()}
 
-    def kv_models(self) -> list[KVModel]:
+    def kv_models(self) -> list[ModelCache]:
         """The target's cache, then those of the drafter's models, top stage first."""
         return [self.target] + (self.drafter.kv_models() if self.drafter is not None else [])
 

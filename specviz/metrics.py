@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .cache import ForwardLog
+from .backend import ForwardLog
 from .trace import StepRecord
 
 

@@ -335,7 +335,7 @@ def check_tokenizers_match(target: LoadedModel, draft: LoadedModel) -> None:
 def compile_model(model: torch.nn.Module):
     """torch.compile the model for decoding: CUDA graphs on a GPU ("reduce-overhead"), inductor's
     fused kernels on a CPU. Shapes stay fixed because the engine pads feeds to a few bucket sizes
-    over a static KV cache (`cache.KVModel`); on a GPU each bucket and cache length compiles once (a
+    over a static KV cache (`kv_static.StaticKV`); on a GPU each bucket and cache length compiles once (a
     graph per shape). On a CPU, where compiling is the test suite's and no user's fast path, a second
     shape makes torch recompile it once with sizes as variables: 2 compilations instead of 7 (cold, the
     replay test's compiled projection took 49 s instead of 125)."""

@@ -91,12 +91,12 @@ def main(argv: list[str] | None = None) -> int:
             stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
                           lambda: load_preset(name, AUTO_DTYPE))
             plan = timed(f"measuring preset {name}'s cost curves for staged's tree",
-                         lambda: stack.tree_plan(measure_now=True))
+                         lambda: stack.plans.tree_plan(measure_now=True))
             say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "
                 "(the curves did not repeat themselves: a busy machine?); staged grows the fixed rule until "
                 "`python -m specviz.prepare` runs on a machine at rest")
             reads = timed(f"measuring how preset {name}'s draft reads prompts fastest",
-                          lambda: stack.read_prompts(measure_now=True))
+                          lambda: stack.prompt_reads.read(stack.draft_models(), measure_now=True))
             for spec, choice in reads.items():
                 say(f"{spec}: {prompt_reader.describe(choice)}")
     except ModelLoadError as exc:

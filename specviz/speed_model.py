@@ -62,7 +62,7 @@ def tree_tokens(paths: list[tuple[int, ...]], rates: list[float]) -> float:
 
 
 @dataclass
-class Costs:
+class FittedCosts:
     """Seconds per round, fitted to a run's steps: verification grows linearly with tokens verified."""
     verify_fixed: float
     verify_per_token: float
@@ -76,8 +76,8 @@ class Costs:
         return draft_forwards * self.draft_per_forward + self.verify(verified) + self.overhead
 
 
-def fit_costs(steps: list[StepRecord], more_steps: list[StepRecord] = ()) -> Costs:
-    """Costs from `steps` (drafting, overhead) and the verification passes of both step lists (a
+def fit_costs(steps: list[StepRecord], more_steps: list[StepRecord] = ()) -> FittedCosts:
+    """The costs from `steps` (drafting, overhead) and the verification passes of both step lists (a
     wider range of tokens verified, e.g. plain decoding's one-token passes, makes the line better)."""
     points = [(sum(s.forwards.get(s.stages[0].name, [])), s.phase_s.get("verify", 0.0))
               for s in [*steps, *more_steps] if len(s.forwards.get(s.stages[0].name, [])) == 1]
@@ -92,7 +92,7 @@ def fit_costs(steps: list[StepRecord], more_steps: list[StepRecord] = ()) -> Cos
     # the prompt read's forward is timed apart (PROMPT_READ): left out of the draft's cost per forward
     draft_forwards = sum(len(s.forwards.get(top, [])) - (PROMPT_READ in s.phase_s) for s in steps) if top else 0
     outside = sum(time_split(s.phase_s, s.wall_s)["overhead"] for s in steps)
-    return Costs(fixed, slope, draft_s / draft_forwards if draft_forwards else 0.0,
+    return FittedCosts(fixed, slope, draft_s / draft_forwards if draft_forwards else 0.0,
                  max(0.0, outside) / len(steps) if steps else 0.0)
 
 
@@ -132,7 +132,7 @@ def explain(steps: list[StepRecord], baseline_s: float = 0.0) -> Explanation | N
                        predicted * baseline_s / round_s if baseline_s and round_s else None)
 
 
-def chain_curve(alpha: float, costs: Costs, baseline_s: float, lengths=range(0, 11)) -> list[dict]:
+def chain_curve(alpha: float, costs: FittedCosts, baseline_s: float, lengths=range(0, 11)) -> list[dict]:
     """Per chain length k: expected tokens per pass and the predicted speed against plain decoding
     (k one-token draft forwards, then one pass verifying k + 1 tokens)."""
     return [{"k": k, "tokens": chain_tokens(alpha, k),

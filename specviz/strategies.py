@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .tree import SHAPES, TreeSpec
-from .tree_plan import MAX_NODES
 
 STRATEGIES = ("baseline", "speculative", "tree", "staged")
 MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
@@ -38,6 +37,7 @@ DEFAULT_MIN_SCORE = 0.2        # tree: a path joins while the draft gives it thi
 # machine's cost curves (specviz/tree_plan.py); the fixed rule is for a stack that cannot plan, and for settings
 # given by hand.
 STAGED_BUDGET, STAGED_MIN_SCORE, STAGED_LEVEL_WIDTH = 6, 0.5, 1
+MAX_NODES = 15                 # drafted nodes a planned tree allows at most: tree_plan's cost curves end at one more
 AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
 
 

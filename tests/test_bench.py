@@ -267,7 +267,7 @@ def test_projection_flag():
 def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timing(monkeypatch):
     """The plumbing of `bench --compile`, for the target and the draft model; the real torch.compile is
     exercised in test_compiled.py."""
-    from specviz import stack as stack_module
+    from specviz import stack_compile
     from specviz.cache import BUCKETS
 
     calls = []
@@ -278,13 +278,13 @@ def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timin
             return model(**inputs)
         return run
 
-    monkeypatch.setattr(stack_module, "compile_model", counting_compile)
+    monkeypatch.setattr(stack_compile, "compile_model", counting_compile)
     stack = tiny_stack()
     out = run_bench(stack, PROMPTS, ["baseline", "staged"], ["greedy"], max_new_tokens=8, progress=False,
                     warmup=False, compile=True)
     assert out["settings"]["compiled"] is True
-    assert stack.static_len is not None and stack.static_len % 256 == 0
-    assert out["settings"]["static_cache_entries"] == stack.static_len
+    assert stack.compiled.static_len is not None and stack.compiled.static_len % 256 == 0
+    assert out["settings"]["static_cache_entries"] == stack.compiled.static_len
     target, draft = stack.target.model, stack.loaded["draft"].model
     warm = [(target, size) for size in (1, *BUCKETS)] + [(draft, size) for size in (1, *BUCKETS)]
     assert calls[:len(warm)] == warm       # compile_buckets, before any generation

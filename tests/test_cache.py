@@ -4,7 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specviz.cache import KVModel, bucket
+from specviz.cache import open_cache, bucket
 from specviz.tree import Tree, ancestor_matrix
 from tiny import tiny_model
 
@@ -12,7 +12,7 @@ FAMILIES = [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), ("gpt2", "e
 
 
 def plain_cache(model, tokens):
-    kv = KVModel(model, "plain")
+    kv = open_cache(model, "plain")
     logits = kv.feed_committed(tokens)
     return kv, logits
 
@@ -30,7 +30,7 @@ def test_tree_logits_equal_sequential_logits_and_commit_equals_plain_cache(famil
     model = tiny_model(family, attn=attn)
     prefix = data.draw(st.lists(st.integers(0, 63), min_size=1, max_size=10))
     tree = random_tree(data, 64)
-    kv = KVModel(model, "tree")
+    kv = open_cache(model, "tree")
     kv.feed_committed(prefix)
     logits = kv.forward(tree.tokens, [len(prefix) + d for d in tree.depths], ancestor_matrix(tree.parents))
     for node in range(len(tree)):
@@ -49,7 +49,7 @@ def test_tree_logits_equal_sequential_logits_and_commit_equals_plain_cache(famil
 def test_boolean_mask_is_not_what_we_pass():
     """Eager attention adds the mask: ours must be an additive float mask with -inf-like blocks."""
     model = tiny_model("llama", attn="eager")
-    kv = KVModel(model, "t")
+    kv = open_cache(model, "t")
     kv.feed_committed([1, 2, 3])
     tree = Tree.with_root(4)
     a = tree.add(0, 5, 1, 0.5)
@@ -61,7 +61,7 @@ def test_boolean_mask_is_not_what_we_pass():
 
 
 def test_forward_log_counts_tokens_and_kv_entries():
-    kv = KVModel(tiny_model("llama"), "t")
+    kv = open_cache(tiny_model("llama"), "t")
     kv.feed_committed([1, 2, 3, 4])
     kv.forward([5, 6], [4, 5], torch.ones(2, 2, dtype=torch.bool).tril())
     assert kv.log.tokens == [4, 2]
@@ -73,7 +73,7 @@ def test_forward_log_counts_tokens_and_kv_entries():
 def test_output_vocab_gives_the_full_models_logits_on_the_subset_and_minus_inf_elsewhere(family):
     model = tiny_model(family)
     subset = torch.tensor([0, 3, 7, 8, 20, 63])
-    full, restricted = KVModel(model, "full"), KVModel(model, "subset", output_vocab=subset)
+    full, restricted = open_cache(model, "full"), open_cache(model, "subset", output_vocab=subset)
     tokens, positions = [5, 9, 2], [0, 1, 2]
     visible = torch.ones(3, 3, dtype=torch.bool).tril()
     expected, got = full.forward(tokens, positions, visible), restricted.forward(tokens, positions, visible)
@@ -91,7 +91,7 @@ def test_output_vocab_gives_the_full_models_logits_on_the_subset_and_minus_inf_e
 @pytest.mark.parametrize("static_len", [None, 64])
 def test_keep_gives_the_last_rows_logits_and_the_same_cache(family, dtype, subset, static_len):
     model = tiny_model(family, dtype=dtype)
-    every, last = (KVModel(model, name, output_vocab=subset, static_len=static_len) for name in ("every", "last"))
+    every, last = (open_cache(model, name, output_vocab=subset, static_len=static_len) for name in ("every", "last"))
     prompt = [5, 9, 2, 11, 40, 1, 7]
     expected = every.feed_committed(prompt)
     got = last.feed_committed(prompt, keep=2)
@@ -111,7 +111,7 @@ def test_static_cache_gives_the_dynamic_caches_logits_and_keeps_the_same_entries
     """Over a few rounds, each tree fed in one or two forwards (padded to buckets), then a path
     committed: the static cache's logits and committed entries are the dynamic cache's."""
     model = tiny_model(family)
-    dynamic, static = KVModel(model, "dynamic"), KVModel(model, "static", static_len=160)
+    dynamic, static = open_cache(model, "dynamic"), open_cache(model, "static", static_len=160)
     prefix = data.draw(st.lists(st.integers(0, 63), min_size=1, max_size=10))
     for kv in (dynamic, static):
         kv.feed_committed(prefix)
@@ -141,18 +141,18 @@ def test_static_cache_gives_the_dynamic_caches_logits_and_keeps_the_same_entries
 def test_static_feeds_are_padded_to_buckets_and_a_full_cache_is_a_clear_error():
     assert [bucket(n) for n in (1, 3, 5, 16, 17, 64, 65)] == [1, 4, 8, 16, 32, 64, 65]
     model = tiny_model("llama")
-    kv = KVModel(model, "small", static_len=8)
+    kv = open_cache(model, "small", static_len=8)
     kv.feed_committed([1, 2, 3, 4, 5])
     with pytest.raises(ValueError, match="static cache holds 8"):
         kv.forward([6, 7, 8], [5, 6, 7], torch.ones(3, 3, dtype=torch.bool).tril())     # padded to 4
     with pytest.raises(ValueError, match="needs a static cache"):
-        KVModel(model, "compiled", compiled=model)
+        open_cache(model, "compiled", compiled=model)
 
 
 def test_a_static_feed_larger_than_every_bucket_runs_unpadded():
     model = tiny_model("llama")
     prompt = [i % 64 for i in range(70)]
-    static = KVModel(model, "static", static_len=128)
+    static = open_cache(model, "static", static_len=128)
     _, expected = plain_cache(model, prompt)
     torch.testing.assert_close(static.feed_committed(prompt), expected, rtol=1e-4, atol=1e-4)
     assert static.log.tokens == [70] and int(static.cache.layers[0].cumulative_length) == 70
@@ -161,13 +161,13 @@ def test_a_static_feed_larger_than_every_bucket_runs_unpadded():
 def test_a_reset_static_cache_keeps_its_memory_and_reads_like_a_new_one():
     """A static cache is zeroed in place on reset: CUDA graphs read the addresses they recorded."""
     model = tiny_model("llama")
-    reused = KVModel(model, "reused", static_len=64)
+    reused = open_cache(model, "reused", static_len=64)
     reused.feed_committed([9, 8, 7, 6, 5, 4])
     addresses = [layer.keys.data_ptr() for layer in reused.cache.layers]
     reused.reset()
     assert reused.length == 0 and int(reused.cache.layers[0].cumulative_length) == 0
     assert [layer.keys.data_ptr() for layer in reused.cache.layers] == addresses
-    fresh = KVModel(model, "fresh", static_len=64)
+    fresh = open_cache(model, "fresh", static_len=64)
     torch.testing.assert_close(reused.feed_committed([1, 2, 3]), fresh.feed_committed([1, 2, 3]), rtol=0, atol=0)
 
 
@@ -179,7 +179,7 @@ def test_an_untied_input_embedding_is_read_a_row_per_token_and_a_tied_one_with_t
     embedding = untied.get_input_embeddings().weight
     once, per_token = read_bytes(untied)
     assert per_token == embedding.shape[1] * 4 and once == parameter_bytes(untied) - embedding.numel() * 4
-    kv = KVModel(untied, "t")
+    kv = open_cache(untied, "t")
     kv.feed_committed([1, 2, 3, 4])
     assert bytes_read(kv.log, kv.costs()) == once + 4 * per_token + 4 * kv.kv_bytes_per_entry   # 4 entries attended
     tied = tiny_model("gpt2")                       # GPT-2 reads its one matrix as the output layer

@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from specviz.cache import BUCKETS
+from specviz.cache import BUCKETS, open_cache
 from specviz.drafters import LookupDrafter, ModelDrafter
 from specviz.tree import TreeSpec
 from specviz.engine import Decoder
@@ -41,14 +41,14 @@ def compiled_draft():
 @pytest.mark.slow          # torch.compile's inductor builds C++ for each graph
 @pytest.mark.parametrize("strategy,drafter", [
     ("baseline", lambda: None),
-    ("tree", lambda: ModelDrafter(tiny_model("llama", noise=0.3), lower=LookupDrafter(64))),
+    ("tree", lambda: ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache, lower=LookupDrafter(64))),
 ])
 def test_compiled_target_runs_bucket_sized_feeds_and_keeps_greedy_output(compiled_calls, strategy, drafter):
     counting, calls = compiled_calls
     target, prompt = tiny_model("llama"), [3, 4, 5, 6, 7, 3, 4, 5]
-    expected = Decoder(target, TOK, prompt, max_new_tokens=20).generate().tokens
+    expected = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=20).generate().tokens
     calls.clear()
-    decoder = Decoder(target, TOK, prompt, max_new_tokens=20, drafter=drafter(), strategy=strategy,
+    decoder = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=20, drafter=drafter(), strategy=strategy,
                       tree=TreeSpec(budget=6, lookup=4), compiled=counting)
     assert decoder.generate().tokens == expected
     assert decoder.target.static_len % 256 == 0
@@ -65,12 +65,12 @@ def test_compiled_drafts_run_bucket_sized_feeds_over_the_targets_static_length_a
     target_run, _ = compiled_calls
     draft, draft_run, draft_calls = compiled_draft
     target, prompt = tiny_model("llama"), [3, 4, 5, 6, 7, 3, 4, 5]
-    expected = Decoder(target, TOK, prompt, max_new_tokens=20).generate().tokens
-    compiled = ModelDrafter(draft, name="compiled", compiled=draft_run, lower=LookupDrafter(64))
+    expected = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=20).generate().tokens
+    compiled = ModelDrafter(draft, backend=open_cache, name="compiled", compiled=draft_run, lower=LookupDrafter(64))
     drafter = (compiled if lower == "lookup"
-               else ModelDrafter(tiny_model("llama", noise=0.2), name="top", lower=compiled))
+               else ModelDrafter(tiny_model("llama", noise=0.2), backend=open_cache, name="top", lower=compiled))
     draft_calls.clear()
-    decoder = Decoder(target, TOK, prompt, max_new_tokens=20, drafter=drafter, strategy="staged",
+    decoder = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=20, drafter=drafter, strategy="staged",
                       tree=TreeSpec(budget=6, lookup=4), compiled=target_run)
     assert decoder.generate().tokens == expected
     assert compiled.kv.static_len == decoder.target.static_len
@@ -96,9 +96,9 @@ def test_a_drafter_keeps_its_logits_when_a_later_replay_overwrites_the_graphs_ou
     target, draft, prompt = tiny_model("llama"), tiny_model("llama", noise=0.3), [3, 4, 5, 6, 7, 3, 4, 5]
 
     def trees(compiled):
-        drafter = ModelDrafter(draft, compiled=compiled, lower=LookupDrafter(64), lookahead=2)
-        decoder = Decoder(target, TOK, prompt, max_new_tokens=40, drafter=drafter, strategy="staged",
-                          tree=TreeSpec(budget=10, level_width=2), static_len=256)
+        drafter = ModelDrafter(draft, backend=open_cache, compiled=compiled, lower=LookupDrafter(64), lookahead=2)
+        decoder = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=40, drafter=drafter,
+                          strategy="staged", tree=TreeSpec(budget=10, level_width=2), static_len=256)
         decoder.generate()
         return [[(node.parent, node.token) for node in step.nodes] for step in decoder.steps]
 
@@ -107,7 +107,7 @@ def test_a_drafter_keeps_its_logits_when_a_later_replay_overwrites_the_graphs_ou
 
 def test_a_static_cache_too_small_for_the_generation_is_refused():
     with pytest.raises(ValueError, match="static cache holds 64"):
-        Decoder(tiny_model("llama"), TOK, [1, 2, 3], max_new_tokens=40, static_len=64)
+        Decoder(tiny_model("llama"), TOK, [1, 2, 3], backend=open_cache, max_new_tokens=40, static_len=64)
 
 
 @pytest.mark.slow

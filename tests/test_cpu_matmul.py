@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specviz.cache import KVModel
-from specviz.cpu.matmul import MAX_ROWS, engine_products, install, rows_product
+from specviz.cache import open_cache
+from specviz.cpu.matmul import MAX_ROWS, RowsLinear, engine_products, install, rows_product
 from tiny import tiny_model
 
 
@@ -22,8 +22,10 @@ def test_rows_product_is_the_linear_product(n):
 
 def test_only_the_engine_on_its_own_thread_takes_the_rows_product():
     model = tiny_model("llama", seed=5)
-    layer = model.model.layers[0].mlp.up_proj
+    weight = model.model.layers[0].mlp.up_proj.weight
     assert install(model) and install(model)           # once per model; again is a no-op
+    layer = model.model.layers[0].mlp.up_proj
+    assert type(layer) is RowsLinear and layer.weight is weight      # a layer of its own class, the same weights
     x = torch.randn(1, 3, layer.in_features)
     stock = F.linear(x, layer.weight)
     assert torch.equal(layer(x), stock)                # outside the engine: nn.Linear's own product
@@ -40,7 +42,7 @@ def test_only_the_engine_on_its_own_thread_takes_the_rows_product():
 
 def test_engine_logits_match_the_stock_model():
     model = tiny_model("llama", seed=6)
-    kv = KVModel(model, "t")
+    kv = open_cache(model, "t")
     assert kv.fast
     tokens = [5, 9, 2, 7, 7, 1]
     with torch.inference_mode():

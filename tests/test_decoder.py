@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from specviz.cpu import kernels
-from specviz.cache import KVModel
-from specviz.cpu.decoder import Decoder, supported
+from specviz.cache import OwnForwardKV, open_cache
+from specviz.cpu.decoder import LlamaForward, supported
 from specviz.models import LoadedModel, _quantized
 from specviz.tree import ancestor_matrix
 from test_int4 import gqa_model
@@ -24,7 +24,7 @@ def test_in_float32_it_computes_transformers_logits(make):
     prompt = [(7 * i) % 64 for i in range(60)]
     with torch.inference_mode():
         theirs = model(torch.tensor([prompt])).logits[0]
-        decoder = Decoder(model)
+        decoder = LlamaForward(model)
         hidden = decoder.forward(prompt, list(range(60)), torch.ones(60, 60, dtype=torch.bool).tril(), 0,
                                  decoder.entries(), 60)
         ours = model.get_output_embeddings()(hidden)
@@ -37,7 +37,7 @@ def test_it_runs_quantized_llama_family_models_only():
     for model in (llama, gpt2):
         _quantized(LoadedModel("m", model, None))
     assert supported(llama) and not supported(gpt2)
-    assert KVModel(llama, "l").decoder is not None and KVModel(gpt2, "g").decoder is None
+    assert isinstance(open_cache(llama, "l"), OwnForwardKV) and not isinstance(open_cache(gpt2, "g"), OwnForwardKV)
 
 
 # (query heads, kv heads, values a head): the 1.5B's and the 0.5B's, an odd group, one head alone of a size not a
@@ -82,13 +82,13 @@ def test_committing_a_branch_keeps_the_entries_plain_feeding_writes():
     _quantized(LoadedModel("target", model, None))
     prefix = [(5 * i) % 256 for i in range(30)]
     with torch.inference_mode():
-        plain, tree = KVModel(model, "plain"), KVModel(model, "tree")
+        plain, tree = open_cache(model, "plain"), open_cache(model, "tree")
         for kv in (plain, tree):
             kv.feed_committed(prefix)
         plain.feed_committed([11, 99])
         tree.forward([11, 5, 99], [30, 31, 31], ancestor_matrix([-1, 0, 0]))     # keep the root and its 2nd child
         tree.commit([0, 2])
-        forked = KVModel(model, "forked")
+        forked = open_cache(model, "forked")
         forked.copy_committed(tree)
     for kv in (tree, forked):
         assert kv.committed == plain.committed == 32
@@ -101,10 +101,10 @@ def test_the_cache_grows_past_its_first_allocation():
     _quantized(LoadedModel("m", model, None))
     prompt = [(3 * i) % 64 for i in range(300)]
     with torch.inference_mode():
-        grown = KVModel(model, "grown")
+        grown = open_cache(model, "grown")
         grown.feed_committed(prompt[:200])
         first = grown.feed_committed(prompt[200:])          # 300 entries: past the first 256
-        whole = KVModel(model, "whole").feed_committed(prompt)
+        whole = open_cache(model, "whole").feed_committed(prompt)
     assert grown.cache.keys.shape[2] >= 300
     assert torch.equal(first, whole[200:])
 
@@ -115,7 +115,7 @@ def test_its_layers_in_one_c_call_compute_what_its_steps_in_python_compute(make)
     steps, so only SiLU's exponential (C's against torch's) may move the last bits."""
     model = copy.deepcopy(make())
     _quantized(LoadedModel("m", model, None))
-    looped = Decoder(model)
+    looped = LlamaForward(model)
     stepped = copy.copy(looped)
     stepped.loop = None
     assert looped.loop is not None
@@ -135,7 +135,7 @@ def test_its_layers_in_one_c_call_compute_what_its_steps_in_python_compute(make)
 def test_layers_the_c_loop_cannot_read_take_the_python_steps():
     model = copy.deepcopy(tiny_model("llama", hidden=64))
     _quantized(LoadedModel("m", model, None))
-    assert Decoder(model).loop is not None
+    assert LlamaForward(model).loop is not None
     output = model.model.layers[1].self_attn.o_proj
     output.bias = torch.nn.Parameter(torch.zeros(output.out_features, dtype=torch.bfloat16), requires_grad=False)
-    assert Decoder(model).loop is None             # a bfloat16 bias: stepped in Python, not refused
+    assert LlamaForward(model).loop is None             # a bfloat16 bias: stepped in Python, not refused

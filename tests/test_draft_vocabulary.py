@@ -1,5 +1,5 @@
 """A draft model restricted to the tokens its n-gram stage's corpus holds, the special tokens and the
-prompt's (Stack.restrict_draft_vocabulary): its output layer is cut to those rows, it never drafts another
+prompt's (specviz/draft_vocabulary.py): its output layer is cut to those rows, it never drafts another
 token, and every strategy still writes baseline's tokens."""
 import copy
 import functools
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specviz.cpu import kernels
-from specviz.cache import KVModel, read_bytes, restricts_output
+from specviz.cache import open_cache, read_bytes, restricts_output
 from specviz.cpu.int4 import WIDE_GROUP, Int4Linear
 from specviz.drafters.katz import KatzTrigram
 from specviz.cpu.int8 import Int8Linear
@@ -58,11 +58,11 @@ PROMPT = [5, 9, 44, 2, 50, 9]
 def test_the_draft_predicts_only_corpus_special_and_prompt_tokens_and_reads_fewer_bytes():
     stack, draft = int8_draft_stack()
     full = read_bytes(draft)[0]
-    assert stack._output_vocab(stack.loaded["draft"], PROMPT) is None          # not restricted unless asked
-    stack.restrict_draft_vocabulary()
-    vocab = stack._output_vocab(stack.loaded["draft"], PROMPT)
+    assert stack.vocabulary.for_draft(stack.loaded["draft"], PROMPT) is None          # not restricted unless asked
+    stack.vocabulary.restrict(stack.loaded.get("trigram:auto"), stack.tokenizer)
+    vocab = stack.vocabulary.for_draft(stack.loaded["draft"], PROMPT)
     assert vocab.tolist() == list(range(40)) + [44, 50, SPECIAL]
-    kv = KVModel(draft, "draft", vocab)
+    kv = open_cache(draft, "draft", vocab)
     assert kv.weight_bytes == full - 21 * (32 + 4)          # 21 int8 rows of 32 weights and their scales left out
     with torch.inference_mode():
         logits = kv.feed_committed([1, 2, 3])
@@ -71,10 +71,10 @@ def test_the_draft_predicts_only_corpus_special_and_prompt_tokens_and_reads_fewe
 
 def test_a_draft_with_its_own_output_vocabulary_keeps_it():
     stack, _ = int8_draft_stack()
-    stack.restrict_draft_vocabulary()
+    stack.vocabulary.restrict(stack.loaded.get("trigram:auto"), stack.tokenizer)
     own = torch.arange(0, 64, 2)
     stack.loaded["draft"].output_vocab = own
-    assert stack._output_vocab(stack.loaded["draft"], PROMPT) is own
+    assert stack.vocabulary.for_draft(stack.loaded["draft"], PROMPT) is own
 
 
 def drafted_tokens(stack, strategy: str) -> tuple[list[int], set[int]]:
@@ -89,7 +89,7 @@ def test_every_strategy_writes_baseline_tokens_with_the_cut_draft():
     stack, _ = int8_draft_stack()
     allowed = set(range(40)) | {44, 50, SPECIAL}
     assert drafted_tokens(stack, "staged")[1] - allowed             # uncut, it drafts other tokens
-    stack.restrict_draft_vocabulary()
+    stack.vocabulary.restrict(stack.loaded.get("trigram:auto"), stack.tokenizer)
     runs = {s: drafted_tokens(stack, s) for s in STRATEGIES}
     for strategy, (tokens, drafted) in runs.items():
         assert tokens == runs["baseline"][0], strategy
@@ -115,7 +115,7 @@ def test_a_proposal_over_the_draft_vocabulary_is_the_whole_rows_distribution(sam
 
 def test_a_sampled_run_with_the_cut_draft_verifies_against_its_whole_distributions():
     stack, _ = int8_draft_stack()
-    stack.restrict_draft_vocabulary()
+    stack.vocabulary.restrict(stack.loaded.get("trigram:auto"), stack.tokenizer)
     decoder = stack.decoder(PROMPT, "staged", default_tree("staged", min_score=0.0), Sampling(temperature=1.0, seed=5),
                             max_new_tokens=16, stop_at_eos=False)
     decoder.generate()

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specviz.cache import open_cache
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
 from specviz.models import quantize_in_place
 from specviz.tree import TreeSpec
@@ -28,25 +29,26 @@ def model(family: str, noise: float = 0.0, noise_seed: int = 1):
 def drafter_for(kind, family):
     draft = model(family, noise=0.3)
     if kind == "model":
-        return ModelDrafter(draft)
+        return ModelDrafter(draft, backend=open_cache)
     if kind == "model-subset":      # predicts over the even tokens only (output_vocab)
-        return ModelDrafter(draft, output_vocab=torch.arange(0, 64, 2))
+        return ModelDrafter(draft, backend=open_cache, output_vocab=torch.arange(0, 64, 2))
     if kind == "lookup":
         return LookupDrafter(64)
     if kind == "ngram":
         return NgramDrafter(ToyBigram.fit(64, seed=3))
     if kind == "staged-lookup":
-        return ModelDrafter(draft, lower=LookupDrafter(64))
+        return ModelDrafter(draft, backend=open_cache, lower=LookupDrafter(64))
     if kind == "staged-ngram":
-        return ModelDrafter(draft, lower=NgramDrafter(ToyBigram.fit(64, seed=3)))
+        return ModelDrafter(draft, backend=open_cache, lower=NgramDrafter(ToyBigram.fit(64, seed=3)))
     if kind == "cascade":          # three stages: draft model, a smaller draft model, lookup
-        lower = ModelDrafter(model(family, noise=0.6, noise_seed=2), name="small", lower=LookupDrafter(64))
-        return ModelDrafter(draft, lower=lower)
+        lower = ModelDrafter(model(family, noise=0.6, noise_seed=2), backend=open_cache, name="small",
+                             lower=LookupDrafter(64))
+        return ModelDrafter(draft, backend=open_cache, lower=lower)
     raise ValueError(kind)
 
 
 def greedy(model, prompt, n, **kw):
-    return Decoder(model, TOK, prompt, max_new_tokens=n, **kw).generate().tokens
+    return Decoder(model, TOK, prompt, backend=open_cache, max_new_tokens=n, **kw).generate().tokens
 
 
 KINDS = ["model", "model-subset", "lookup", "ngram", "staged-lookup", "staged-ngram", "cascade"]
@@ -71,8 +73,9 @@ def test_greedy_output_equals_baseline(family, prompt, kind, shape, budget, dept
 
 def test_draft_equal_to_target_accepts_every_node_of_a_chain():
     target = tiny_model("llama")
-    run = Decoder(target, TOK, [1, 2, 3], drafter=ModelDrafter(target), strategy="speculative",
-                  tree=TreeSpec(shape="chain", budget=5, max_depth=5), max_new_tokens=30).generate()
+    run = Decoder(target, TOK, [1, 2, 3], backend=open_cache, drafter=ModelDrafter(target, backend=open_cache),
+                  strategy="speculative", tree=TreeSpec(shape="chain", budget=5, max_depth=5),
+                  max_new_tokens=30).generate()
     assert run.tokens == greedy(target, [1, 2, 3], 30)
     assert all(len(s.accepted_path) == 6 for s in run.steps)       # root + 5 drafted
     assert run.stats["tokens_per_target_forward"] == 6.0
@@ -85,8 +88,9 @@ def test_tree_accepts_more_per_target_forward_than_chain_with_same_draft_and_bud
     for seed in range(8):
         prompt = [(seed * 7 + i * 13) % 64 for i in range(6)]
         for shape in totals:
-            run = Decoder(target, TOK, prompt, drafter=ModelDrafter(draft), strategy="tree",
-                          tree=TreeSpec(shape=shape, budget=8, max_depth=8), max_new_tokens=32).generate()
+            run = Decoder(target, TOK, prompt, backend=open_cache, drafter=ModelDrafter(draft, backend=open_cache),
+                          strategy="tree", tree=TreeSpec(shape=shape, budget=8, max_depth=8),
+                          max_new_tokens=32).generate()
             totals[shape][0] += run.stats["new_tokens"]
             totals[shape][1] += run.stats["target_forwards"]
     chain = totals["chain"][0] / totals["chain"][1]
@@ -98,9 +102,12 @@ def test_staged_builds_the_same_tree_with_fewer_draft_forwards():
     target = tiny_model("llama")
     draft = tiny_model("llama", noise=0.3)
     spec = TreeSpec(shape="static", budget=12, max_depth=6)
-    plain = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(draft), tree=spec, max_new_tokens=24).generate()
-    staged = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(draft, lower=ModelDrafter(draft, name="same")),
-                     tree=spec, max_new_tokens=24).generate()
+    plain = Decoder(target, TOK, [5, 9, 5, 9, 5], backend=open_cache, drafter=ModelDrafter(draft, backend=open_cache),
+                    tree=spec, max_new_tokens=24).generate()
+    lower = ModelDrafter(draft, backend=open_cache, name="same")
+    staged = Decoder(target, TOK, [5, 9, 5, 9, 5], backend=open_cache,
+                     drafter=ModelDrafter(draft, backend=open_cache, lower=lower), tree=spec,
+                     max_new_tokens=24).generate()
     for a, b in zip(plain.steps, staged.steps):
         assert [n.token for n in a.nodes] == [n.token for n in b.nodes]
         assert [n.parent for n in a.nodes] == [n.parent for n in b.nodes]
@@ -130,7 +137,8 @@ def test_copied_guesses_build_the_same_tree_with_fewer_draft_forwards():
     for copies in (True, False):
         lower = NgramDrafter(ToyBigram.fit(64, seed=3))
         lower.copies = copies
-        runs[copies] = Decoder(target, TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(target, lower=lower), tree=spec,
+        runs[copies] = Decoder(target, TOK, [5, 9, 5, 9, 5], backend=open_cache,
+                               drafter=ModelDrafter(target, backend=open_cache, lower=lower), tree=spec,
                                strategy="staged", max_new_tokens=40).generate()
     for a, b in zip(runs[True].steps, runs[False].steps):
         assert [(n.token, n.parent) for n in a.nodes] == [(n.token, n.parent) for n in b.nodes]

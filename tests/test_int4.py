@@ -10,7 +10,7 @@ import torch
 
 from specviz import cache
 from specviz.cpu import kernels
-from specviz.cache import KVModel, parameter_bytes, read_bytes
+from specviz.cache import OwnForwardKV, open_cache, parameter_bytes, read_bytes
 from specviz.cpu.int4 import GROUP, WIDE_GROUP, Int4Linear, is_quantized, quantize_model
 from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
 from specviz.tree import ancestor_matrix
@@ -195,7 +195,7 @@ def test_a_draft_with_an_output_vocabulary_keeps_its_output_layer(tmp_path):
     loaded = _quantized(LoadedModel("draft", model, None, output_vocab=vocab))
     assert type(model.get_output_embeddings()) is torch.nn.Linear
     assert type(model.model.layers[0].mlp.down_proj) is Int4Linear
-    kv = KVModel(model, "draft", output_vocab=vocab)
+    kv = open_cache(model, "draft", output_vocab=vocab)
     with torch.inference_mode():
         logits = kv.feed_committed([1, 2, 3])
     assert torch.isfinite(logits[:, vocab]).all() and torch.isinf(logits).sum() == 3 * (64 - 5)
@@ -230,10 +230,10 @@ def tree_and_sequential_logits(model, root: int):
     prefix = [(7 * i) % 256 for i in range(149)]
     tokens, parents, depths = [root, 5, 99, 6, 7], [-1, 0, 0, 1, 3], [0, 1, 1, 2, 3]
     with torch.inference_mode():
-        one = KVModel(model, "sequential")
+        one = open_cache(model, "sequential")
         one.feed_committed(prefix)
         sequential = torch.stack([one.feed_committed([t])[0] for t in (root, 5, 6, 7)])
-        tree = KVModel(model, "tree")
+        tree = open_cache(model, "tree")
         tree.feed_committed(prefix)
         fed = tree.forward(tokens, [tree.committed + d for d in depths], ancestor_matrix(parents))
     return fed[[0, 1, 3, 4]], sequential
@@ -244,8 +244,8 @@ def test_an_int4_model_verifies_each_token_bit_for_bit_as_plain_decoding_compute
     model = gqa_model()
     _quantized(LoadedModel("target", model, None))
     if not own_forward:
-        monkeypatch.setattr(cache, "decoder_supports", lambda model: False)
-    assert (KVModel(model, "which").decoder is not None) == own_forward
+        monkeypatch.setattr(cache, "runs_own_forward", lambda model: False)
+    assert isinstance(open_cache(model, "which"), OwnForwardKV) == own_forward
     for root in range(10, 20):
         assert torch.equal(*tree_and_sequential_logits(model, root))
 
@@ -253,7 +253,7 @@ def test_an_int4_model_verifies_each_token_bit_for_bit_as_plain_decoding_compute
 def test_through_transformers_with_all_tokens_attending_at_once_it_would_not_be(monkeypatch):
     model = gqa_model()
     _quantized(LoadedModel("target", model, None))
-    monkeypatch.setattr(cache, "decoder_supports", lambda model: False)
+    monkeypatch.setattr(cache, "runs_own_forward", lambda model: False)
     model.set_attn_implementation("sdpa")
     differ = [not torch.equal(*tree_and_sequential_logits(model, root)) for root in range(10, 20)]
     assert any(differ)

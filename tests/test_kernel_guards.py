@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specviz.cpu import kernels
-from specviz.cpu.decoder import Decoder
+from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.int4 import Int4Linear
 from specviz.models import quantize_in_place
 from specviz.cpu.kernels import KernelInputError
@@ -62,7 +62,7 @@ def test_the_rms_norm_refuses_a_weight_of_another_width():
 
 def test_the_layer_loop_refuses_entries_past_its_cache():
     model = quantize_in_place(copy.deepcopy(tiny_model("llama", hidden=64)), "int4")      # tiny_model is shared
-    decoder = Decoder(model)
+    decoder = LlamaForward(model)
     assert decoder.loop is not None
     entries = decoder.entries()
     capacity = entries.keys.shape[2]

@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
-from specviz.cache import KVModel
+from specviz.cache import open_cache
 from specviz.cpu import kernels, layer_loop, prompt_reader
-from specviz.cpu.decoder import Decoder
+from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.layer_loop import LayerLoop
 from specviz.models import LoadedModel, _quantized
 from specviz.metrics import summarise, time_split
@@ -29,7 +29,7 @@ def quantized_with_float_copy(noise: float = 0.0):
 def with_weights_of(quantized, float_model):
     """float_model with each linear layer's weight the one `quantized`'s products multiply by (biases kept)."""
     ref = copy.deepcopy(float_model)
-    for layer, mine in zip(Decoder(quantized).layers, ref.model.layers):
+    for layer, mine in zip(LlamaForward(quantized).layers, ref.model.layers):
         attention, mlp = mine.self_attn, mine.mlp
         qkv = torch.cat([p.dequantized() for p in layer.attention_in])
         for linear, weight in zip((attention.q_proj, attention.k_proj, attention.v_proj),
@@ -55,20 +55,17 @@ def quantized_draft_stack(hidden: int | None = None):
 def test_a_long_feed_reads_through_the_float_copy_and_a_short_one_through_the_draft_own_products():
     model, float_copy = quantized_with_float_copy()
     with torch.inference_mode():
-        own_logits = KVModel(model, "own").feed_committed(PROMPT)
-        own_short = KVModel(model, "own, short").feed_committed(PROMPT[:5])
-        prompt_reader.attach(model, prompt_reader.copies(model, "float32"))
-        try:
-            read = KVModel(model, "read")
-            assert read.reader is not None
-            read_logits = read.feed_committed(PROMPT)
-            read_short = KVModel(model, "read, short").feed_committed(PROMPT[:5])
-            hidden = with_weights_of(model, float_copy).model(torch.tensor([PROMPT])).last_hidden_state[0]
-            floats = read._scores(hidden)                   # through the draft's own output layer
-        finally:
-            prompt_reader.attach(model, None)
+        own_logits = open_cache(model, "own").feed_committed(PROMPT)
+        own_short = open_cache(model, "own, short").feed_committed(PROMPT[:5])
+        products = prompt_reader.copies(model, "float32")
+        read = open_cache(model, "read", prompt_products=products)
+        assert read.reader is not None
+        read_logits = read.feed_committed(PROMPT)
+        read_short = open_cache(model, "read, short", prompt_products=products).feed_committed(PROMPT[:5])
+        hidden = with_weights_of(model, float_copy).model(torch.tensor([PROMPT])).last_hidden_state[0]
+        floats = read._scores(hidden)                   # through the draft's own output layer
     assert torch.equal(read_short, own_short)           # a short feed: the draft's own products, bit for bit
-    assert KVModel(model, "after").reader is None
+    assert open_cache(model, "after").reader is None
     # the reader computes the model of the draft's 4-bit weights in float32; its own products round activations to
     # int8 on top
     assert torch.allclose(read_logits, floats, atol=1e-4 * floats.abs().max().item())
@@ -81,15 +78,11 @@ def test_a_long_feed_through_the_columns_computes_the_draft_own_products_in_anot
     8 outputs at a time: the same model to within float rounding, no copy of the weights."""
     model, _ = quantized_with_float_copy()
     with torch.inference_mode():
-        own_logits = KVModel(model, "own").feed_committed(PROMPT)
+        own_logits = open_cache(model, "own").feed_committed(PROMPT)
         products = prompt_reader.copies(model, prompt_reader.COLUMNS)
-        assert products is not None and products[0]["down"].product is Decoder(model).layers[0].down
-        prompt_reader.attach(model, products)
-        assert prompt_reader.reader_of(Decoder(model), model).loop is not None       # in the C layer loop
-        try:
-            read_logits = KVModel(model, "read").feed_committed(PROMPT)
-        finally:
-            prompt_reader.attach(model, None)
+        assert products is not None and products[0]["down"].product is LlamaForward(model).layers[0].down
+        assert prompt_reader.reader_of(LlamaForward(model), products).loop is not None       # in the C layer loop
+        read_logits = open_cache(model, "read", prompt_products=products).feed_committed(PROMPT)
     # the same products to within float rounding, which can move an activation across an int8 step in a later layer
     assert torch.allclose(read_logits, own_logits, atol=1e-2 * own_logits.abs().max().item())
     assert (read_logits - own_logits).abs().mean() < 1e-3 * own_logits.abs().mean()
@@ -111,12 +104,9 @@ def test_strategies_whose_draft_reads_prompts_another_way_write_baseline_text(st
     else:
         kind = prompt_reader.FloatProduct
         monkeypatch.setattr(kind, "forward", lambda self, x, f=kind.forward: calls.append(len(x)) or f(self, x))
-    prompt_reader.attach(draft, products)
-    try:
-        base = stack.decoder(PROMPT, "baseline", max_new_tokens=24, stop_at_eos=False).generate().tokens
-        ours = stack.decoder(PROMPT, strategy, max_new_tokens=24, stop_at_eos=False).generate().tokens
-    finally:
-        prompt_reader.attach(draft, None)
+    stack.prompt_reads.products["draft"] = products
+    base = stack.decoder(PROMPT, "baseline", max_new_tokens=24, stop_at_eos=False).generate().tokens
+    ours = stack.decoder(PROMPT, strategy, max_new_tokens=24, stop_at_eos=False).generate().tokens
     assert ours == base
     assert calls and min(calls) >= prompt_reader.READ_ROWS       # the prompt went through it, nothing else did
 
@@ -125,9 +115,8 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
     model, _ = quantized_with_float_copy()
     speeds = {}
 
-    def timed(m):
-        reader = prompt_reader._READERS.get(m)
-        down = reader[0]["down"] if reader else None
+    def timed(m, products=None):
+        down = products[0]["down"] if products else None
         if down is None:
             return speeds[None]
         return speeds["columns" if isinstance(down, prompt_reader.ColumnsProduct) else down.weight.dtype]
@@ -139,7 +128,7 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
     assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0, "columns": 0.92}}
     speeds.update({"columns": 0.3})
     assert "its own weights many outputs at a time" in prompt_reader.describe(prompt_reader.choose(model))
-    assert prompt_reader._READERS.get(model) is None                # measuring leaves nothing attached
+    assert open_cache(model, "after").reader is None                   # measuring leaves the model as it was
     assert "bfloat16 copies of its weights" in prompt_reader.describe(chosen)
 
 
@@ -151,25 +140,24 @@ def test_a_stack_measures_its_draft_prompt_read_only_when_asked_and_later_stacks
     monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(1) or
                         {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.5, "float32": 1.2}})
     first = quantized_stack()
-    assert first.read_prompts() == {} and not auto_choices.exists()         # generating alone never times anything
-    assert prompt_reader._READERS.get(first.loaded["draft"].model) is None
-    assert first.read_prompts(measure_now=True)["draft"]["choice"] == "bfloat16" and measured == [1]
+    assert first.prompt_reads.read(first.draft_models()) == {} and not auto_choices.exists()  # generating never times
+    assert first.prompt_reads.products.get("draft") is None and first.drafter_for("staged").kv.reader is None
+    assert first.prompt_reads.read(first.draft_models(), measure_now=True)["draft"]["choice"] == "bfloat16"
+    assert measured == [1]
     assert "prompt read: draft" in auto_choices.read_text()
     second = quantized_stack()
-    assert second.read_prompts()["draft"]["choice"] == "bfloat16" and measured == [1]
-    draft = second.loaded["draft"].model
-    try:
-        assert KVModel(draft, "d").reader is not None
-        assert prompt_reader._READERS[draft][0]["down"].weight.dtype == torch.bfloat16
-        assert second.read_prompts(measure_now=True)["draft"]["choice"] == "bfloat16" and measured == [1]
-        # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
-        monkeypatch.setenv("SPECVIZ_REMEASURE", "1")
-        monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(2) or
-                            {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
-        assert second.read_prompts(measure_now=True)["draft"]["choice"] == "float32" and measured == [1, 2]
-        assert prompt_reader._READERS[draft][0]["down"].weight.dtype == torch.float32
-    finally:
-        prompt_reader.attach(draft, None)
+    assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16" and measured == [1]
+    assert second.drafter_for("staged").kv.reader is not None        # the stack's drafters get the reader
+    assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.bfloat16
+    assert second.prompt_reads.read(second.draft_models(), measure_now=True)["draft"]["choice"] == "bfloat16"
+    assert measured == [1]
+    # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
+    monkeypatch.setenv("SPECVIZ_REMEASURE", "1")
+    monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(2) or
+                        {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
+    assert second.prompt_reads.read(second.draft_models(), measure_now=True)["draft"]["choice"] == "float32"
+    assert measured == [1, 2]
+    assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.float32
 
 
 def test_the_draft_prompt_read_is_its_own_phase_of_the_first_round_only():

@@ -27,7 +27,8 @@ def test_the_pair_shares_a_vocabulary_and_staged_has_a_cascade(stack):
     assert stack.dtype == "gguf" and stack.drafts[0] == "qwen2.5-coder-0.5b"
     assert [d.kind for d in stack.drafter_for("staged").stages()] == ["model", "ngram"]
     assert draft_texts(stack.drafts) == [draft_text_path("qwen2.5-coder-0.5b")]   # its trigram knows the 0.5B's text
-    assert stack.vocab_size == stack.loaded["qwen2.5-coder-0.5b"].model.get_output_embeddings().weight.shape[0]
+    draft = stack.loaded["qwen2.5-coder-0.5b"].model
+    assert stack.target.model.get_output_embeddings().out_features == draft.get_output_embeddings().weight.shape[0]
 
 
 @pytest.mark.parametrize("prompt", [load_prompts(limit=11)[10].text, "def fibonacci(n):\n"])
@@ -42,14 +43,14 @@ def test_every_strategy_equals_baseline_on_the_real_pair(stack, prompt):
 def test_staged_with_the_draft_cut_to_its_trigrams_tokens_equals_baseline(stack):
     ids = stack.encode("def fibonacci(n):\n")
     baseline = stack.decoder(ids, "baseline", max_new_tokens=NEW_TOKENS, stop_at_eos=False).generate()
-    stack.restrict_draft_vocabulary()
+    stack.vocabulary.restrict(stack.loaded.get("trigram:auto"), stack.tokenizer)
     try:
         decoder = stack.decoder(ids, "staged", max_new_tokens=NEW_TOKENS, stop_at_eos=False)
         assert decoder.generate().tokens == baseline.tokens
-        vocab = stack._output_vocab(stack.loaded["qwen2.5-coder-0.5b"], ids)
+        vocab = stack.vocabulary.for_draft(stack.loaded["qwen2.5-coder-0.5b"], ids)
         assert 20_000 < len(vocab) < 40_000 and set(ids) <= set(vocab.tolist())
     finally:
-        stack.draft_vocabulary = None          # the module's other tests run the whole vocabulary
+        stack.vocabulary.tokens = None          # the module's other tests run the whole vocabulary
 
 
 @pytest.mark.parametrize("model", ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"])

@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specviz.cache import open_cache
 from specviz.calibration import BIN_MEANS, KEEP, STORED_CAP, Calibration
 from specviz.drafters import Drafter, LookupDrafter, ModelDrafter
 from specviz.engine import Decoder
@@ -160,7 +161,8 @@ def overconfident_run(learns: bool = True, planner_kind=AlwaysDrafts):
         calibration.observe = lambda *args: None
     plan = planner_kind(Costs.of(cpu_plan(), DRAFT_FEED), calibration)
     plan.tokens, plan.seconds = 3.0, 0.060
-    return Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5], drafter=Overconfident(tiny_model("llama", noise=0.3)),
+    drafter = Overconfident(tiny_model("llama", noise=0.3), backend=open_cache)
+    return Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter,
                    strategy="staged", tree=TREE, planner=plan, max_new_tokens=60).generate()
 
 
@@ -174,7 +176,8 @@ def test_an_overconfident_draft_is_caught_within_a_few_rounds_and_its_trees_shri
     assert taken < 0.6                                                      # ...and is right far less often
     assert own[0] >= 8 and max(own[3:]) <= own[0] / 2, own                 # caught within three rounds
     assert run.steps[-1].plan.calibration["model"][0][-1] < 0.8            # what its 0.97+ is worth, learnt
-    assert run.tokens == Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5], max_new_tokens=60).generate().tokens
+    plain = Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5], backend=open_cache, max_new_tokens=60).generate()
+    assert run.tokens == plain.tokens
     unlearnt = [sum(n.stage == 1 for n in s.nodes) for s in overconfident_run(learns=False).steps]
     assert sum(size >= 8 for size in unlearnt) >= len(unlearnt) / 2       # a calibration that never learns: no catch
     # the planner itself: the rounds' yield drops it to plain steps after the first, and it drafts little thereafter
@@ -226,9 +229,10 @@ class Switching(Drafter):
 
 def test_a_useless_draft_falls_back_to_plain_steps_and_speculation_comes_back_when_the_text_turns_predictable():
     target = tiny_model("llama")
-    drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless"), ModelDrafter(target, name="oracle"),
+    drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless", backend=open_cache),
+                        ModelDrafter(target, name="oracle", backend=open_cache),
                         at=24)
-    run = Decoder(target, TOK, [3, 1, 4, 1, 5], drafter=drafter, strategy="speculative", tree=CHAIN,
+    run = Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, strategy="speculative", tree=CHAIN,
                   planner=planner(), max_new_tokens=90).generate()
     kinds = [s.plan.kind for s in run.steps]
     before = [s for s in run.steps if s.position < 24]
@@ -238,7 +242,7 @@ def test_a_useless_draft_falls_back_to_plain_steps_and_speculation_comes_back_wh
     assert all(s.plan.kind == "speculate" for s in after[1:]), kinds                    # came back
     assert sum(len(s.committed_tokens) for s in after) / len(after) > 3
     assert run.stats["rounds_by_plan"]["plain"] >= PROBE_EVERY
-    assert run.tokens == Decoder(target, TOK, [3, 1, 4, 1, 5], max_new_tokens=90).generate().tokens
+    assert run.tokens == Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, max_new_tokens=90).generate().tokens
 
 
 def test_the_trace_says_why_each_round_had_its_shape_and_round_trips_through_json():
@@ -256,19 +260,19 @@ def test_the_trace_says_why_each_round_had_its_shape_and_round_trips_through_jso
 
 
 def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_are_stored(auto_choices, monkeypatch):
-    from specviz import auto_choice, tree_plan
+    from specviz import auto_choice, tree_plan_store
     pinned = tiny_stack(("draft", "lookup"), plan=cpu_plan)
     pinned.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
     assert not auto_choices.exists()                                     # a stack given curves by hand stores nothing
-    monkeypatch.setattr(tree_plan, "measure", lambda *a: cpu_plan().to_dict())
+    monkeypatch.setattr(tree_plan_store, "measure", lambda *a: cpu_plan().to_dict())
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.tree_plan(measure_now=True) is not None
+    assert stack.plans.tree_plan(measure_now=True) is not None
     stack.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
     keys = [k for k in json.loads(auto_choices.read_text())["machines"][auto_choice.machine()] if "calibration" in k]
-    assert keys == [stack.plan_name().replace("tree plan", "calibration of speculative, greedy")]
+    assert keys == [stack.plans.name().replace("tree plan", "calibration of speculative, greedy")]
     learnt = auto_choice.stored(keys[0])
     assert sum(cell[1] for row in learnt["model"] for cell in row) > 0
-    assert stack.round_planner("speculative", CHAIN, Sampling()).calibration.stored == learnt
+    assert stack.plans.round_planner("speculative", CHAIN, Sampling()).calibration.stored == learnt
 
 
 @settings(max_examples=25, deadline=None)
@@ -283,12 +287,12 @@ def test_planned_rounds_write_baselines_tokens(prompt, strategy, one, slope, lev
     calibration = Calibration()
     missed(calibration, misses)
     lower = LookupDrafter(64) if strategy == "staged" else None
-    drafter = ModelDrafter(tiny_model("llama", noise=0.3), lower=lower)
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3), lower=lower, backend=open_cache)
     spec = TREE if strategy == "staged" else CHAIN
     plan = RoundPlanner(Costs.of(TreePlan(curve, {1: level * one, DRAFT_FEED: level * one}), 1), calibration)
-    run = Decoder(target, TOK, prompt, drafter=drafter, strategy=strategy, tree=spec, planner=plan,
+    run = Decoder(target, TOK, prompt, backend=open_cache, drafter=drafter, strategy=strategy, tree=spec, planner=plan,
                   max_new_tokens=n).generate()
-    assert run.tokens == Decoder(target, TOK, prompt, max_new_tokens=n).generate().tokens
+    assert run.tokens == Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=n).generate().tokens
 
 
 @pytest.mark.parametrize("opening", ["speculate", "probe"])
@@ -309,7 +313,8 @@ def test_planned_rounds_sample_two_tokens_exactly_as_the_target(opening):
         plan = planner(DRAFT_FEED)
         if opening == "probe":
             plan.tokens, plan.seconds, plan.plain_run = 1.0, 0.05, PROBE_EVERY
-        run = Decoder(target, TOK, prompt, drafter=ModelDrafter(draft), tree=spec, strategy="staged",
+        run = Decoder(target, TOK, prompt, backend=open_cache, drafter=ModelDrafter(draft, backend=open_cache),
+                      tree=spec, strategy="staged",
                       sampling=Sampling(1.0, seed=seed), planner=plan, max_new_tokens=2).generate()
         counts[run.tokens[0] * vocab + run.tokens[1]] += 1
         kinds.update((s.step, s.plan.kind) for s in run.steps)
@@ -322,9 +327,10 @@ def test_the_app_words_say_why_a_round_had_its_shape_and_that_a_lane_fell_back_t
     from specviz.app.words import calibration_md, plan_note, step_caption
     from specviz.metrics import summarise
     target = tiny_model("llama")
-    drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless"), ModelDrafter(target, name="oracle"),
+    drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless", backend=open_cache),
+                        ModelDrafter(target, name="oracle", backend=open_cache),
                         at=24)
-    run = Decoder(target, TOK, [3, 1, 4, 1, 5], drafter=drafter, strategy="speculative", tree=CHAIN,
+    run = Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, strategy="speculative", tree=CHAIN,
                   planner=planner(), max_new_tokens=40).generate()
     plain = next(s for s in run.steps if s.plan.kind == "plain")
     assert "**Plan:**" in step_caption(plain) and "plain step" in step_caption(plain)
@@ -335,4 +341,4 @@ def test_the_app_words_say_why_a_round_had_its_shape_and_that_a_lane_fell_back_t
     note = plan_note("speculative", summarise(run.steps))
     assert note.startswith("speculative took") and "plain steps" in note
     assert plan_note("staged", {"rounds_by_plan": {"speculate": 9, "plain": 0, "probe": 0}}) == ""
-    assert calibration_md(Decoder(target, TOK, [3, 1], max_new_tokens=2).generate().steps[0]) == ""
+    assert calibration_md(Decoder(target, TOK, [3, 1], backend=open_cache, max_new_tokens=2).generate().steps[0]) == ""

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specviz.verify as verify
+from specviz.cache import open_cache
 from specviz.drafters import ModelDrafter
 from specviz.tree import TreeSpec
 from specviz.engine import Decoder
@@ -133,7 +134,8 @@ def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec, o
     trials = 2000
     for seed in range(trials):
         s = Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed)
-        run = Decoder(target, TinyTokenizer(), prompt, drafter=ModelDrafter(draft, output_vocab=output_vocab),
+        drafter = ModelDrafter(draft, backend=open_cache, output_vocab=output_vocab)
+        run = Decoder(target, TinyTokenizer(), prompt, backend=open_cache, drafter=drafter,
                       tree=spec, sampling=s, max_new_tokens=2).generate()
         counts[run.tokens[0] * vocab + run.tokens[1]] += 1
     stat, df = chi2(counts, expected)
@@ -143,10 +145,12 @@ def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec, o
 def test_seeded_runs_are_reproducible():
     target = tiny_model("llama")
     draft = tiny_model("llama", noise=0.5)
-    runs = [Decoder(target, TinyTokenizer(), [4, 5, 6], drafter=ModelDrafter(draft),
+    runs = [Decoder(target, TinyTokenizer(), [4, 5, 6], backend=open_cache,
+                    drafter=ModelDrafter(draft, backend=open_cache),
                     sampling=Sampling(temperature=1.0, top_k=20, seed=11), max_new_tokens=20).generate().tokens
             for _ in range(2)]
-    other = Decoder(target, TinyTokenizer(), [4, 5, 6], drafter=ModelDrafter(draft),
+    other = Decoder(target, TinyTokenizer(), [4, 5, 6], backend=open_cache,
+                    drafter=ModelDrafter(draft, backend=open_cache),
                     sampling=Sampling(temperature=1.0, top_k=20, seed=12), max_new_tokens=20).generate().tokens
     assert runs[0] == runs[1]
     assert other != runs[0]

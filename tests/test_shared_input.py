@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from specviz.cpu import kernels
-from specviz.cache import KVModel, parameter_bytes
+from specviz.cache import open_cache, parameter_bytes
 from specviz.cpu.int4 import Int4Linear
 from specviz.models import LoadedModel, _quantized
 from specviz.cpu.shared_input import Slice, Stacked, stack_siblings
@@ -50,7 +50,7 @@ def test_stacked_siblings_compute_the_same_bits_in_fewer_calls(monkeypatch):
     with torch.inference_mode():
         for name, model in (("stacked", stacked), ("apart", apart)):
             calls.clear()
-            kv = KVModel(model, name)
+            kv = open_cache(model, name)
             kv.decoder.loop = None     # the products called one by one from Python (layer_loop.c needs them stacked)
             logits[name] = ([kv.feed_committed([(5 * i) % 256 for i in range(40)])]
                             + [kv.feed_committed([t]) for t in (7, 99, 3)])

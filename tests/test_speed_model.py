@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from specviz.speed_model import (Costs, best_chain, chain_curve, chain_tokens, explain, fit_costs, rank_rates,
+from specviz.speed_model import (FittedCosts, best_chain, chain_curve, chain_tokens, explain, fit_costs, rank_rates,
                                  tree_tokens)
 from specviz.trace import NodeRecord, StageInfo, StepRecord
 from specviz.tree import chain_shape
@@ -69,8 +69,8 @@ def test_costs_are_recovered_from_the_steps_clocks():
 
 
 def test_the_chain_curve_and_the_best_length_follow_the_costs():
-    cheap = Costs(0.010, 0.0001, 0.001, 0.0)      # a flat verification curve and a cheap draft (a GPU)
-    dear = Costs(0.010, 0.0050, 0.004, 0.0)       # verification that grows fast (a small CPU)
+    cheap = FittedCosts(0.010, 0.0001, 0.001, 0.0)      # a flat verification curve and a cheap draft (a GPU)
+    dear = FittedCosts(0.010, 0.0050, 0.004, 0.0)       # verification that grows fast (a small CPU)
     curve = chain_curve(0.8, cheap, cheap.round(0, 1))
     assert curve[0]["speedup"] == pytest.approx(1.0) and max(c["speedup"] for c in curve) > 2.0
     for point in curve:                            # tokens per pass over seconds per round, against baseline

@@ -83,6 +83,7 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
     """Staged feeds its draft levels of ~16 tokens; a chain feeds it one at a time. The dtype probe
     must time what the stack will run: a bfloat16 draft that is fast per token but slow per batch
     (an AVX2 CPU) stays float32 under a lower stage."""
+    import specviz.draft_precision as draft_precision
     import specviz.stack as stack_module
     seen = []
 
@@ -91,15 +92,15 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
         bf16 = [next(model.parameters()).dtype == torch.bfloat16 for model in models]
         return [{n: (0.3 if b else 1.0) if n == 1 else (3.0 if b else 1.2) for n in sizes} for b in bf16]
 
-    monkeypatch.setattr(stack_module, "cost_curves", fake_curves)
+    monkeypatch.setattr(draft_precision, "cost_curves", fake_curves)
     monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
     _save_target_and_draft(tmp_path)
     chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto")
-    candidates = len(stack_module.draft_precisions(str(tmp_path / "draft"), "float32"))   # float32, bf16, int4 (, int8)
+    candidates = len(draft_precision.draft_precisions(str(tmp_path / "draft"), "float32"))  # f32, bf16, int4 (, int8)
     assert seen == [(1,)] * candidates and chain.precision() == "float32 target, bfloat16 draft"
     seen.clear()
     staged = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
-    assert seen == [(1, stack_module.STAGED_LEVEL_TOKENS)] * candidates and staged.precision() == "float32"
+    assert seen == [(1, draft_precision.STAGED_LEVEL_TOKENS)] * candidates and staged.precision() == "float32"
 
 
 @pytest.mark.parametrize("fastest", ["bfloat16", "int4", "int8"])
@@ -107,10 +108,11 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
                                                                                 target_probe):
     """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 or
     int4 draft still writes baseline's tokens."""
+    import specviz.draft_precision as draft_precision
     import specviz.stack as stack_module
     _save_target_and_draft(tmp_path)
     monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
-    monkeypatch.setattr(stack_module, "draft_probe_seconds",
+    monkeypatch.setattr(draft_precision, "draft_probe_seconds",
                         lambda models, lower: [1.0 if LoadedModel("", m, None).dtype == fastest else 3.0
                                                for m in models])
     s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
@@ -120,9 +122,9 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
     for strategy in ("speculative", "tree", "staged"):
         assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base
     # a tie keeps float32
-    monkeypatch.setattr(stack_module, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))
+    monkeypatch.setattr(draft_precision, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto").precision() == \
         f"float32 target, {precision_name(fastest)} draft"          # ...but the choice stored on this machine stands
-    stack_module.auto_choice.forget()
+    draft_precision.auto_choice.forget()
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto").precision() == "float32"
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="float32").precision() == "float32"

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specviz import tree_plan
+from specviz import tree_plan, tree_plan_store
+from specviz.cache import open_cache
 from specviz.drafters import ModelDrafter
 from specviz.sampling import Sampling
 from specviz.strategies import default_tree
@@ -78,7 +79,7 @@ def test_the_builder_adds_a_guess_only_where_its_path_score_meets_its_minimum(pr
     that level, scores at least min_scores[k + j]; no guess past the minimums' end."""
     mins = tuple(sorted(scores))
     spec = TreeSpec(shape="dynamic", budget=budget, max_depth=8, max_branch=4, level_width=width, min_scores=mins)
-    drafter = ModelDrafter(tiny_model("llama", noise=0.3))
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache)
     tree, _ = build_tree(prompt[-1], prompt, drafter, spec, Sampling(), torch.Generator().manual_seed(0))
     drafted = len(tree) - 1
     assert drafted <= min(budget, len(mins))
@@ -93,48 +94,49 @@ def test_the_builder_adds_a_guess_only_where_its_path_score_meets_its_minimum(pr
 def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
     """The mutant that stops at the first minimum fails here: zero minimums must fill the budget."""
     spec = TreeSpec(shape="dynamic", budget=6, max_depth=8, level_width=2, min_scores=(0.0,) * 6)
-    tree, _ = build_tree(3, [1, 2, 3], ModelDrafter(tiny_model("llama", noise=0.3)), spec, Sampling(),
-                         torch.Generator().manual_seed(0))
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache)
+    tree, _ = build_tree(3, [1, 2, 3], drafter, spec, Sampling(), torch.Generator().manual_seed(0))
     assert len(tree) - 1 == 6
 
 
 def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_stack_reads_it(auto_choices, monkeypatch):
     # The tiny models' curves are timed for real; whether two timings in a row agree depends on what else the machine
     # runs (a fresh-clone CI run got None here beside the suite's other worker): the test below covers that.
-    monkeypatch.setattr(tree_plan, "agree", lambda *a, **k: True)
+    monkeypatch.setattr(tree_plan_store, "agree", lambda *a, **k: True)
     first = tiny_stack(("draft", "lookup"), plan=None)
-    unplanned = first.planned(default_tree("staged"))        # a process that only generates never times anything
+    unplanned = first.plans.planned(default_tree("staged"))        # a process that only generates never times anything
     assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not auto_choices.exists()
-    measured = first.tree_plan(measure_now=True)
-    planned = first.planned(default_tree("staged"))
+    measured = first.plans.tree_plan(measure_now=True)
+    planned = first.plans.planned(default_tree("staged"))
     assert planned.min_scores == measured.min_scores()[:MAX_NODES] and planned.planned
     assert "tree plan: tiny-target" in auto_choices.read_text()
-    monkeypatch.setattr(tree_plan, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
+    monkeypatch.setattr(tree_plan_store, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
     second = tiny_stack(("draft", "lookup"), plan=None)
-    assert second.tree_plan(measure_now=True) == TreePlan(measured.target, measured.draft, second.tree_plan().source)
+    stored = second.plans.tree_plan(measure_now=True)
+    assert stored == TreePlan(measured.target, measured.draft, second.plans.tree_plan().source)
     run = second.decoder([1, 2, 3], "staged", max_new_tokens=6).generate()
     assert run.settings["tree"]["min_scores"] == list(planned.min_scores)
-    by_hand = second.planned(default_tree("staged", min_score=0.3))     # settings given by hand are not planned
+    by_hand = second.plans.planned(default_tree("staged", min_score=0.3))     # settings given by hand are not planned
     assert by_hand.min_scores == () and by_hand.min_score == 0.3
 
 
 def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_stored(auto_choices, monkeypatch):
     """On a busy machine a one-token forward of SmolLM2-135M was timed at 267 ms, 9 ms on a quiet one."""
-    assert tree_plan.agree({1: 0.0093, 2: 0.0104}, {1: 0.0095, 2: 0.0106})
-    assert not tree_plan.agree({1: 0.267, 2: 0.049}, {1: 0.0093, 2: 0.0104})
+    assert tree_plan_store.agree({1: 0.0093, 2: 0.0104}, {1: 0.0095, 2: 0.0106})
+    assert not tree_plan_store.agree({1: 0.267, 2: 0.049}, {1: 0.0093, 2: 0.0104})
     timings = iter([0.267, 0.009, 0.130, 0.011, 0.2])      # no two in a row agree
 
     def busy(models, **kw):
         one = next(timings)
         return [{1: one, 2: 0.0104, 16: 0.0375}, {1: 0.002, 2: 0.002, 16: 0.003}]
-    monkeypatch.setattr(tree_plan, "cost_curves", busy)
+    monkeypatch.setattr(tree_plan_store, "cost_curves", busy)
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.tree_plan(measure_now=True) is None
+    assert stack.plans.tree_plan(measure_now=True) is None
     assert not auto_choices.exists() or "tree plan" not in auto_choices.read_text()
-    assert stack.planned(default_tree("staged")).min_scores == ()
+    assert stack.plans.planned(default_tree("staged")).min_scores == ()
     timings = iter([0.267, 0.0093, 0.0095])                # the last two agree: the faster kept
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.tree_plan(measure_now=True).target[1] == 0.0093
+    assert stack.plans.tree_plan(measure_now=True).target[1] == 0.0093
 
 
 def test_interpolate_is_linear_between_sizes_and_past_the_last_two():

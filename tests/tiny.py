@@ -66,8 +66,7 @@ def flat_plan():
 
 def pin_plan(stack, plan=flat_plan):
     """Give a stack that can run staged the plan `plan()` instead of one measured or stored."""
-    if stack.plan_name() is not None:
-        stack.plans[stack.plan_name()] = plan()
+    stack.plans.pin(plan())
     return stack
 
 

@@ -37,8 +37,9 @@ def regime_view(stack) -> dict:
 
 
 def _measure(stack) -> dict:
-    plan = stack.tree_plan(measure_now=True)     # the curve staged's tree is planned from, where there is one
-    reads = stack.read_prompts(measure_now=True)  # and how its draft reads prompts fastest (before the first race)
+    plan = stack.plans.tree_plan(measure_now=True)     # the curve staged's tree is planned from, where there is one
+    # and how its draft reads prompts fastest (before the first race)
+    reads = stack.prompt_reads.read(stack.draft_models(), measure_now=True)
     if plan is not None:
         ours = {k: plan.target[k] for k in SIZES}
     else:

@@ -131,9 +131,9 @@ def _sync(kv) -> None:
 
 
 def _models(spec: dict, device: str, dtype: str, names: list[str], static_len: int | None):
-    """The target's KVModel and one per draft stage name (the draft model shared), compiled over static caches
+    """The target's cache and one per draft stage name (the draft model shared), compiled over static caches
     of `static_len` entries, with every bucket compiled before anything is timed; eager where it is None."""
-    from ..cache import KVModel
+    from ..cache import open_cache
     from ..models import compile_model
 
     models = [random_model(spec["family"], spec[role], spec["vocab"], device, dtype, seed)
@@ -141,9 +141,9 @@ def _models(spec: dict, device: str, dtype: str, names: list[str], static_len: i
     compiled = [None, None] if static_len is None else [compile_model(model) for model in models]
     for model, fast in zip(models, compiled):
         if fast is not None:
-            KVModel(model, "compile", static_len=static_len, compiled=fast).compile_buckets()
-    target = KVModel(models[0], "target", static_len=static_len, compiled=compiled[0])
-    drafts = {name: KVModel(models[1], name, static_len=static_len, compiled=compiled[1]) for name in names}
+            open_cache(model, "compile", static_len=static_len, compiled=fast).compile_buckets()
+    target = open_cache(models[0], "target", static_len=static_len, compiled=compiled[0])
+    drafts = {name: open_cache(models[1], name, static_len=static_len, compiled=compiled[1]) for name in names}
     return target, drafts, models
 
 

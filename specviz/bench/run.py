@@ -116,12 +116,14 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     encoded = [(p, stack.encode(p.text)) for p in prompts]
     # staged's plan, measured before anything is timed where none is stored (the machine at rest, as the bench needs)
     planned = "staged" in strategies and default_tree("staged", **(tree or {})).planned
-    plan = stack.tree_plan(measure_now=True) if planned else None
-    reads = stack.read_prompts(measure_now=True)     # how each draft reads prompts, the same way
+    plan = stack.plans.tree_plan(measure_now=True) if planned else None
+    reads = stack.prompt_reads.read(stack.draft_models(), measure_now=True)     # how each draft reads prompts, alike
     if compile:
         from ..engine import static_length
-        trees = [stack.planned(default_tree(s, **(tree or {}))) for s in strategies if s in STRATEGIES]
-        stack.compile(max(static_length(len(ids), max_new_tokens, t) for _, ids in encoded for t in trees))
+        from ..stack_compile import compile_models
+        trees = [stack.plans.planned(default_tree(s, **(tree or {}))) for s in strategies if s in STRATEGIES]
+        context = max(static_length(len(ids), max_new_tokens, t) for _, ids in encoded for t in trees)
+        stack.compiled = compile_models(stack.target, stack.draft_models(), stack.vocabulary, context)
     if warmup:
         for name, sampling in settings.items():
             for strategy in strategies:
@@ -146,7 +148,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
                            "tree": tree or {}, "tree_plan": None if plan is None else plan.to_dict(),
                            "prompt_reads": reads, "compiled": compile,
-                           "static_cache_entries": stack.static_len if compile else None,
+                           "static_cache_entries": stack.compiled.static_len if compile else None,
                            "target": stack.target.name, "drafts": list(stack.drafts), "dtype": stack.dtype,
                            "precision": stack.precision(), "precision_reason": stack.precision_reason,
                            "assistant": stack.assistant()[0], "prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS,

@@ -94,8 +94,9 @@ class Entries:
         return other
 
 
-class Decoder:
-    """forward(tokens, positions, visible, committed, entries) -> the final hidden states, each row alone."""
+class LlamaForward:
+    """The model's own forward, without transformers' modules (see the module's docstring): forward(tokens,
+    positions, visible, committed, entries) -> the final hidden states, each row alone."""
 
     def __init__(self, model: torch.nn.Module):
         config, body = model.config, model.model

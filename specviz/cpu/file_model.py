@@ -176,7 +176,7 @@ def random_blocks(model: torch.nn.Module, qtype: int = reference.Q4_K, seed: int
     rng = np.random.default_rng(seed)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
+            if isinstance(child, torch.nn.Linear):
                 blocks = torch.from_numpy(reference.random_blocks(qtype, child.out_features, child.in_features, rng))
                 bias = None if child.bias is None else child.bias.detach().float().clone()
                 setattr(parent, name, BlockLinear(qtype, blocks, child.in_features, bias))

@@ -185,7 +185,7 @@ def untiled(packed, scales, zeros, out_features: int, in_features: int, group: i
 
 def can_quantize(linear: torch.nn.Module) -> bool:
     """The kernel's shapes: inputs in whole groups, outputs a multiple of 16."""
-    return (type(linear) is torch.nn.Linear and linear.in_features % GROUP == 0
+    return (isinstance(linear, torch.nn.Linear) and linear.in_features % GROUP == 0
             and linear.out_features % 16 == 0 and linear.weight.device.type == "cpu")
 
 

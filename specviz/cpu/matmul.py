@@ -8,13 +8,13 @@ kernel cannot run, they compute W @ rows.T, which MKL streams at ~17 GB/s for 2-
 single row as two (the row twice). Either way plain decoding gets the same kernel as verification,
 so a comparison between them measures speculation, not a kernel.
 
-Only the engine's own forwards take this path (a thread-local switch set by `cache.KVModel`):
+A model's linear layers become RowsLinear (`install`): the same weights, no copy, and nn.Linear's product
+unless a thread is inside `engine_products`. Only the engine's own forwards switch it on (specviz/kv_dynamic.py):
 transformers' generate() on the same model objects, as HF peers run, keeps nn.Linear's product.
 """
 from __future__ import annotations
 
 import threading
-import types
 from contextlib import contextmanager
 
 import torch
@@ -39,13 +39,23 @@ def rows_product(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return (weight @ rows.T).T[:n]
 
 
-def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if not getattr(_ACTIVE, "on", False) or x.dim() != 3 or x.shape[0] != 1 or x.shape[1] > MAX_ROWS:
-        return F.linear(x, self.weight, self.bias)
-    out = rows_product(self.weight, x[0])
-    if self.bias is not None:
-        out = out + self.bias
-    return out.unsqueeze(0)
+class RowsLinear(torch.nn.Linear):
+    """An nn.Linear whose product of a few rows is rows_product while this thread is inside engine_products."""
+
+    @classmethod
+    def of(cls, linear: torch.nn.Linear) -> "RowsLinear":
+        """The same layer, holding `linear`'s own weight and bias (no copy: tied weights stay tied)."""
+        layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+        layer.weight, layer.bias = linear.weight, linear.bias
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not getattr(_ACTIVE, "on", False) or x.dim() != 3 or x.shape[0] != 1 or x.shape[1] > MAX_ROWS:
+            return F.linear(x, self.weight, self.bias)
+        out = rows_product(self.weight, x[0])
+        if self.bias is not None:
+            out = out + self.bias
+        return out.unsqueeze(0)
 
 
 def applies(model: torch.nn.Module) -> bool:
@@ -55,15 +65,15 @@ def applies(model: torch.nn.Module) -> bool:
 
 
 def install(model: torch.nn.Module) -> bool:
-    """Give the model's linear layers the switchable forward (once per model); False where it does not apply."""
+    """Replace the model's plain linear layers by RowsLinear ones, in place (again is a no-op); False where it does not
+    apply. The model's other modules hold no reference to a linear layer, so the replaced ones are gone."""
     if not applies(model):
         return False
     with _INSTALL_LOCK:
-        if not getattr(model, "_specviz_rows_product", False):
-            for module in model.modules():
-                if type(module) is torch.nn.Linear:
-                    module.forward = types.MethodType(_forward, module)
-            model._specviz_rows_product = True
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child) is torch.nn.Linear:
+                    setattr(parent, name, RowsLinear.of(child))
     return True
 
 

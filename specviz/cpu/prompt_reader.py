@@ -19,14 +19,13 @@ always take the draft's own products.
 from __future__ import annotations
 
 import copy
-import weakref
 from dataclasses import replace
 from time import perf_counter
 
 import torch
 import torch.nn.functional as F
 
-from .decoder import Decoder
+from .decoder import LlamaForward
 from .layer_loop import LayerLoop
 from .int4 import ColumnsProduct, Int4Linear
 
@@ -35,7 +34,6 @@ PROMPT = 128                       # tokens of the prompt read that is timed
 COLUMNS = "columns"                # the draft's own 4-bit weights, summed 8 (or 16) outputs at a time
 CANDIDATES = ("bfloat16", "float32", COLUMNS)
 OWN = "own"                        # the choice of the draft's own products
-_READERS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 
 
 class FloatProduct(torch.nn.Module):
@@ -54,7 +52,7 @@ def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
     """Per decoder layer of a quantized model, its products as `name` (a CANDIDATES entry) computes them, as
     decoder.Layer holds them: float copies (the weights its own products multiply by, de-quantised in memory: no file
     is read), or its own 4-bit weights summed 8 outputs at a time. None where the model's products cannot."""
-    layers = Decoder(model).layers
+    layers = LlamaForward(model).layers
     products = [p for layer in layers for p in (*layer.attention_in, layer.output, *layer.mlp_in, layer.down)]
     if name == COLUMNS:
         if not all(isinstance(p, Int4Linear) and p.own and p.out_features % 8 == 0 for p in products):
@@ -69,20 +67,9 @@ def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
             for layer in layers]
 
 
-def attach(model: torch.nn.Module, products: list[dict] | None) -> None:
-    """From now on every KVModel of `model` (a quantized draft) reads feeds of READ_ROWS tokens or more through these
-    products (copies() of the same model); None: through its own again."""
-    if products is None:
-        _READERS.pop(model, None)
-    else:
-        _READERS[model] = products
-
-
-def reader_of(decoder, model: torch.nn.Module):
-    """A copy of `decoder` (the quantized model's) whose products are the ones attached to `model`, or None."""
-    products = _READERS.get(model)
-    if products is None:
-        return None
+def reader_of(decoder: LlamaForward, products: list[dict]) -> LlamaForward:
+    """A copy of `decoder` (the quantized model's) whose products are `products` (copies() of the same model): what a
+    cache given them (kv_own.py) reads feeds of READ_ROWS tokens or more through."""
     reader = copy.copy(decoder)
     reader.layers = [replace(layer, **floats) for layer, floats in zip(decoder.layers, products)]
     # the columns in the C layer loop where the decoder has one (about 15% of a 128-token read spent between the
@@ -92,11 +79,11 @@ def reader_of(decoder, model: torch.nn.Module):
     return reader
 
 
-def time_read(model: torch.nn.Module, tokens: int = PROMPT, reps: int = 3) -> float:
-    """Seconds for the fastest of `reps` reads of a `tokens`-token prompt through the draft's layers as a KVModel of it
-    would read them (the reader where one is attached), its KV cache written as decoding does."""
-    decoder = Decoder(model)
-    reads = reader_of(decoder, model) or decoder
+def time_read(model: torch.nn.Module, products: list[dict] | None = None, tokens: int = PROMPT, reps: int = 3) -> float:
+    """Seconds for the fastest of `reps` reads of a `tokens`-token prompt through the draft's layers as a cache of it
+    given `products` would read them (its own products where None), its KV cache written as decoding does."""
+    decoder = LlamaForward(model)
+    reads = decoder if products is None else reader_of(decoder, products)
     vocab = model.get_input_embeddings().weight.shape[0]
     prompt, causal = [(7 * i) % vocab for i in range(tokens)], torch.ones(tokens, tokens, dtype=torch.bool).tril()
     best = float("inf")
@@ -113,17 +100,11 @@ def choose(model: torch.nn.Module) -> dict:
     """Time the draft's prompt read through its own products and through each candidate's (copies()); the fastest
     wins where it is 10% faster than the draft's own products. Returns {"choice": a candidate or OWN, "seconds":
     {name: s}}."""
-    attach(model, None)
     seconds = {OWN: time_read(model)}
     for name in CANDIDATES:
         products = copies(model, name)
-        if products is None:
-            continue
-        attach(model, products)
-        try:
-            seconds[name] = time_read(model)
-        finally:
-            attach(model, None)
+        if products is not None:
+            seconds[name] = time_read(model, products)
     best = min(seconds, key=seconds.get)
     choice = best if seconds[best] < 0.9 * seconds[OWN] else OWN
     return {"choice": choice, "seconds": {name: round(s, 4) for name, s in seconds.items()}}

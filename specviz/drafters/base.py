@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from ..cache import ForwardLog, KVModel
+from ..backend import ForwardLog, ModelCache
 from ..timing import PhaseTimer
 from ..tree import Tree
 
@@ -69,7 +69,7 @@ class Drafter(ABC):
     def guess(self, sequence: list[int], n: int) -> list[int]:
         """Up to n tokens this drafter would greedily continue `sequence` with."""
 
-    def kv_models(self) -> list[KVModel]:
+    def kv_models(self) -> list[ModelCache]:
         """The caches of the models inside this drafter, top stage first (none for n-gram tables and lookup)."""
         return []
 
@@ -78,6 +78,6 @@ class Drafter(ABC):
         return {kv.name: kv.log for kv in self.kv_models()}
 
     def model_costs(self) -> dict[str, tuple[int, int, int]]:
-        """KVModel.costs() of the models inside this drafter: (weight bytes read per forward, KV bytes
+        """costs() of the caches of the models inside this drafter: (weight bytes read per forward, KV bytes
         per cached token, weight bytes per token fed)."""
         return {kv.name: kv.costs() for kv in self.kv_models()}

@@ -1,0 +1,43 @@
+"""Which precision a draft model runs in under `auto` on a CPU: of models.draft_precisions, the one whose forwards
+were fastest as the stack feeds them (another must be 10% faster than the first to be chosen), measured once per
+machine and stored (specviz/auto_choice.py). A draft's precision only moves acceptance, never the output."""
+from __future__ import annotations
+
+import torch
+
+from . import auto_choice
+from .cost_curve import cost_curves
+from .drafters.model import LEVEL_FEED
+from .models import LoadedModel, draft_precisions, load_model
+from .tree import TreeSpec
+
+STAGED_LEVEL_TOKENS = TreeSpec().level_width * LEVEL_FEED   # a staged level: its nodes, each with a guess after it
+
+
+def draft_probe_seconds(models: list[torch.nn.Module], under_lower_stage: bool) -> list[float]:
+    """What each candidate draft's forwards cost as it will run them, after a short prefix: one token
+    per step of a chain; under a lower stage (staged) also a level of its tree, fed with the lower
+    stage's guesses. On a CPU without bf16 units a bfloat16 0.5B reads one token 2.6x faster than in
+    float32 but 4 tokens or more slower, so the answer depends on the feed.
+    The candidates take turns in each round, so this machine's drifting speed hits them alike."""
+    sizes = (1, STAGED_LEVEL_TOKENS) if under_lower_stage else (1,)
+    return [sum(curve.values()) for curve in cost_curves(models, sizes=sizes, context=64, reps=5)]
+
+
+def draft_choice_key(spec: str, under_lower_stage: bool, target_dtype: str) -> str:
+    where = "under a lower stage" if under_lower_stage else "as the top stage"
+    return f"draft {spec} {where} of a {target_dtype} target"
+
+
+def fastest_draft(spec: str, target_dtype: str, device: str, under_lower_stage: bool) -> LoadedModel:
+    """The draft `spec` loaded in its stored precision, timed and stored first where none is stored."""
+    loaded: dict[str, LoadedModel] = {}
+
+    def fastest() -> str:
+        loaded.update((name, load_model(spec, name, device, draft=True))
+                      for name in draft_precisions(spec, target_dtype))
+        seconds = draft_probe_seconds([c.model for c in loaded.values()], under_lower_stage)
+        seconds[0] *= 0.9
+        return list(loaded)[seconds.index(min(seconds))]
+    dtype = auto_choice.decided(draft_choice_key(spec, under_lower_stage, target_dtype), fastest)
+    return loaded.get(dtype) or load_model(spec, dtype, device, draft=True)
