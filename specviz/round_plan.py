@@ -201,7 +201,7 @@ def drafted_depths(tree: Tree, path: list[int]) -> tuple[int, int]:
     return reached, accepted
 
 
-def reason(plan: PlanRecord, probe_wait: int = PROBE_EVERY) -> str:
+def reason(plan: PlanRecord, probe_wait: int) -> str:
     """Why a round had its shape, in a sentence, from a trace's plan record (probe_wait: the plain steps in a row
     before a probe, at that round)."""
     said = ", ".join(f"{rate:.0%} at depth {depth}" for depth, rate in enumerate(plan.rates[:3], 1))

@@ -8,7 +8,6 @@ from ..end_tokens import visible
 from ..markdown import md_table
 from ..calibration import BIN_MEANS, DEPTH_STARTS, SCORE_EDGES
 from ..round_cost import RoundCost, analysis, read_share
-from ..round_plan import reason
 from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
 from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
 from ..strategies import STRATEGIES
@@ -36,7 +35,7 @@ def _colour_name(stages: list[StageInfo], index: int) -> str:
 def step_caption(step: StepRecord, greedy: bool = True) -> str:
     """What happened in one step, in plain words for someone new to speculative decoding."""
     made = len(step.committed_tokens)
-    planned = f" **Plan:** {step.plan.reason or reason(step.plan)}" if step.plan is not None else ""
+    planned = f" **Plan:** {step.plan.reason}" if step.plan is not None else ""
     if len(step.nodes) == 1 and step.strategy != "baseline":
         return (f"**Step {step.step + 1}.**{planned} The helpers had no guess this time, so the target made one token "
                 f"alone, {_quote(''.join(step.committed_text))}, exactly as plain decoding would.")
