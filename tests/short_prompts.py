@@ -9,8 +9,9 @@ NEAR_TIE = 0.2         # nats between the float model's top two: rounding at lat
 
 
 def greedy_disagreements(exact, ours, tokenizer, prompt: str, steps: int = 8) -> list[tuple[int, float]]:
-    """Along the float model's own greedy text after `prompt`, the positions (and the float model's margin there)
-    where `ours` picks another top token, the near ties aside."""
+    """Along the float model's own greedy text after `prompt`, every position (with the float model's margin there)
+    where `ours` picks another top token. None at all means both write the same greedy text: each follows the
+    other's path one token at a time."""
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     found = []
     with torch.inference_mode():
@@ -18,16 +19,10 @@ def greedy_disagreements(exact, ours, tokenizer, prompt: str, steps: int = 8) ->
             feed = torch.tensor([ids])
             exact_top = torch.log_softmax(exact(feed).logits[0, -1].double(), -1).topk(2)
             if int(ours(feed).logits[0, -1].argmax()) != int(exact_top.indices[0]):
-                margin = float(exact_top.values[0] - exact_top.values[1])
-                if margin > NEAR_TIE:
-                    found.append((len(ids) - 1, margin))
+                found.append((len(ids) - 1, float(exact_top.values[0] - exact_top.values[1])))
             ids.append(int(exact_top.indices[0]))
     return found
 
 
-def greedy_text(model, tokenizer, prompt: str, steps: int = 8) -> str:
-    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    with torch.inference_mode():
-        for _ in range(steps):
-            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return tokenizer.decode(ids)
+def beyond_near_ties(found: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    return [(position, margin) for position, margin in found if margin > NEAR_TIE]
