@@ -1,22 +1,19 @@
-"""What `auto` chose on this machine: measured once, stored in the user cache, read by every later process.
+"""This machine's profile: what specviz measured here once, stored in the user cache, read by every later process.
 
-`auto` picks, by timing probes, the precision a CPU reads a token fastest in, each draft model's precision and
-(through the probe) the default model stack. A timing taken while the machine is busy says something else:
-three `specviz generate` started at once on a 2-core machine timed the probe layer 1.5x slower, predicted the
-1.5B too slow for this CPU and silently fell back to the offline stack (SmolLM2-135M), whose text read as
-nonsense for the prompt; others picked int8 or float32 by noise. So each probe runs once per machine (setup runs
-it, on an idle machine), its timings and picks are kept in `auto.json` beside the machine they were taken on,
-and every later process reads them: the same command gives the same stack and text run after run.
+`python -m specviz.prepare` measures everything that depends on the machine: the probe layer's timings in each
+precision (which precision `auto` picks, and which stack is the default), each draft model's precision, how a draft
+reads prompts, and the cost curves staged's tree is planned from. It writes them into one versioned record (VERSION),
+keyed by the machine they were taken on. Every other process only reads it: a process that generates never times
+anything. A timing taken while the machine is busy says something else: three `specviz generate` started at once on a
+2-core machine timed the probe layer 1.5x slower, predicted the 1.5B too slow for this CPU and fell back to a 135M
+stack whose text read as nonsense. Where the profile lacks a measurement, the process uses a stated default and says
+so in one line (`missing_line`).
 
 A measurement is stored only where the machine was at rest while it ran: where other processes (or the hypervisor,
-taking the cores back) used more than BUSY_SHARE of the cores meanwhile, the process uses what it measured and stores
-nothing, and a later one measures again (a draft's prompt read timed while another job ran picked the slower reader,
-0.40 -> 0.53 s a prompt, for every later bench on that machine).
-
-A process on another machine (another CPU, core count, torch build or kernel build) measures anew. To measure
-again here: `python -m specviz.prepare --remeasure`, or SPECVIZ_REMEASURE=1 for one process (which then stores
-what it measured). Concurrent first uses measure one at a time (a lock file), so they do not slow each other's
-timings.
+taking the cores back) used more than BUSY_SHARE of the cores meanwhile, prepare measures again (SETTLE_TRIES in all),
+then names on its last line what it could not settle. A process on another machine (another CPU, core count, torch
+build or kernel build) has no profile until prepare runs there. `python -m specviz.prepare --remeasure` measures
+again. Concurrent preparations measure one at a time (a lock file), so they do not slow each other's timings.
 """
 from __future__ import annotations
 
@@ -26,14 +23,31 @@ import os
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable
 
 from .paths import cache_dir
 
 FILE = "auto.json"
+VERSION = 2                          # the record's layout: a file of another layout is no profile (prepare rewrites it)
 TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
-REMEASURE = "SPECVIZ_REMEASURE"      # "1": measure again in this process (and store the result)
+REMEASURE = "SPECVIZ_REMEASURE"      # "1": a preparing process measures again what is stored (and stores it)
 BUSY_SHARE = 0.25                    # others' share of the cores during a measurement past which it is not stored
+SETTLE_TRIES = 3                     # measurements of one key on a busy machine before prepare gives it up
+SETTLE_WAIT_S = 5.0                  # the pause between them, for the other work to end
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One stored measurement: its value (plain JSON data), when it was measured, and by what."""
+    value: object
+    measured: str
+    by: str
+
+    @classmethod
+    def read(cls, entry) -> "Choice | None":
+        ok = isinstance(entry, dict) and {"value", "measured", "by"} <= set(entry)
+        return cls(entry["value"], str(entry["measured"]), str(entry["by"])) if ok else None
 
 
 def path() -> Path:
@@ -54,20 +68,24 @@ def machine() -> str:
 
 
 def _read_all() -> dict:
-    """{machine: {key: {"value", "measured", "by"}}}: each machine's choices (processes with other thread counts,
-    such as the test suite's one-thread workers, keep theirs beside the others, never over them)."""
+    """{machine: {key: {"value", "measured", "by"}}}: each machine's profile (processes with other thread counts, such
+    as the test suite's one-thread workers, keep theirs beside the others, never over them). A file of another
+    VERSION, or a damaged one, holds none."""
     try:
         stored = json.loads(path().read_text())
     except (OSError, ValueError):
         return {}
-    machines = stored.get("machines") if isinstance(stored, dict) else None
+    if not isinstance(stored, dict) or stored.get("version") != VERSION:
+        return {}
+    machines = stored.get("machines")
     return machines if isinstance(machines, dict) else {}
 
 
-def _read() -> dict:
-    """This machine's choices."""
+def _read() -> dict[str, Choice]:
+    """This machine's profile."""
     mine = _read_all().get(machine())
-    return mine if isinstance(mine, dict) else {}
+    entries = {key: Choice.read(entry) for key, entry in mine.items()} if isinstance(mine, dict) else {}
+    return {key: choice for key, choice in entries.items() if choice is not None}
 
 
 def _write(key: str, entry: dict) -> None:
@@ -76,7 +94,7 @@ def _write(key: str, entry: dict) -> None:
     target = path()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"machines": machines}, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps({"version": VERSION, "machines": machines}, indent=1, sort_keys=True))
     os.replace(tmp, target)         # readers see the old file or the new one, never half of one
 
 
@@ -99,6 +117,21 @@ def _exclusive():
 
 
 _REMEASURED: set[str] = set()       # keys this process measured anew under SPECVIZ_REMEASURE
+_PREPARING: list[str] = []          # who measures, while this process prepares the profile (else nothing times)
+DEFAULTED: dict[str, object] = {}   # keys this process found missing, with the stated default it used
+UNSETTLED: dict[str, str] = {}      # keys this preparation could not settle, and why
+MEASURED: list[str] = []            # every measurement this process ran, in order (a generating process runs none)
+CONSULTED: list[str] = []           # every key this process looked up, in order: what its settings came from
+
+
+@contextlib.contextmanager
+def preparing(who: str = "setup (python -m specviz.prepare)"):
+    """Measure what is missing from the profile while inside (only `python -m specviz.prepare`, and tests of it)."""
+    _PREPARING.append(who)
+    try:
+        yield
+    finally:
+        _PREPARING.pop()
 
 
 def cpu_seconds() -> tuple[float, float] | None:
@@ -127,29 +160,65 @@ class OthersWatch:
         return max(0.0, busy - (time.process_time() - self.own)) / total
 
 
-def decided(key: str, measure: Callable[[], object]) -> object:
-    """The stored value for `key` on this machine; measured (one process at a time), stored and returned where
-    there is none, or where SPECVIZ_REMEASURE=1 asks for a new measurement. Values are plain JSON data."""
-    remeasure = os.environ.get(REMEASURE) == "1" and key not in _REMEASURED
+def decided(key: str, measure: Callable[[], object], default: object = None) -> object:
+    """The profile's value for `key`. Where it has none: while preparing, measured (one process at a time, again where
+    the machine was busy), stored and returned; in any other process, `default`, noted in DEFAULTED (never timed).
+    Values are plain JSON data."""
+    remeasure = os.environ.get(REMEASURE) == "1" and key not in _REMEASURED and bool(_PREPARING)
+    _consulted(key)
     if key in _read() and not remeasure:
-        return _read()[key]["value"]
+        return _read()[key].value
+    if not _PREPARING:
+        DEFAULTED[key] = default
+        return default
     with _exclusive():
         stored = _read()            # another process may have measured while this one waited
         if key in stored and not remeasure:
-            return stored[key]["value"]
-        watch = OthersWatch()
-        value = measure()
-        others = watch.share()
-        from .cpu.machine import give_back_freed_memory
-        give_back_freed_memory()    # what the measuring allocated and dropped (copies of weights, probe layers)
-        if others > BUSY_SHARE:
-            print(f"specviz: other work used {others:.0%} of this machine's cores while it timed '{key}': this process "
-                  "uses what it measured and stores nothing; a later one measures again", file=sys.stderr)
+            return stored[key].value
+        for attempt in range(SETTLE_TRIES):
+            if attempt:
+                time.sleep(SETTLE_WAIT_S)
+            watch = OthersWatch()
+            MEASURED.append(key)
+            value = measure()
+            others = watch.share()
+            from .cpu.machine import give_back_freed_memory
+            give_back_freed_memory()    # what the measuring allocated and dropped (copies of weights, probe layers)
+            if others <= BUSY_SHARE:
+                break
+            print(f"specviz: other work used {others:.0%} of this machine's cores while it timed '{key}'"
+                  + ("; measuring again" if attempt + 1 < SETTLE_TRIES else ": not stored"), file=sys.stderr)
+        else:
+            UNSETTLED[key] = f"other work used {others:.0%} of the cores"
             return value
         _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
         if remeasure:
             _REMEASURED.add(key)
         return value
+
+
+def _consulted(key: str) -> None:
+    if key not in CONSULTED:
+        CONSULTED.append(key)
+
+
+def said() -> dict[str, str]:
+    """For each measurement this process looked up, where its setting came from (the CLI's --json, the app's race)."""
+    return {key: source(key) for key in CONSULTED}
+
+
+def unsettled(key: str, why: str) -> None:
+    """A measurement prepare could not settle in another way (cost curves that did not repeat themselves)."""
+    UNSETTLED[key] = why
+
+
+def missing_line() -> str:
+    """One line where this process used stated defaults for missing measurements, else ''."""
+    if not DEFAULTED:
+        return ""
+    what = "no machine profile here" if not _read() else "this machine's profile lacks " + ", ".join(sorted(DEFAULTED))
+    return (f"specviz: {what}; stated defaults are used (`python -m specviz.prepare` measures this machine once, "
+            "at rest)")
 
 
 def learnt(key: str, value: object) -> None:
@@ -159,19 +228,25 @@ def learnt(key: str, value: object) -> None:
         _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": "learnt"})
 
 
-def stored(key: str) -> object | None:
-    """The stored value for `key` on this machine, or None: never measures."""
+def stored(key: str, measured: bool = True) -> object | None:
+    """The stored value for `key` on this machine, or None: never measures. Where a `measured` key (one prepare
+    measures, not one learnt from runs) is missing, the caller uses its stated default: DEFAULTED notes it."""
+    _consulted(key)
     entry = _read().get(key)
-    return None if entry is None else entry["value"]
+    if entry is None and measured:
+        DEFAULTED[key] = None
+    return None if entry is None else entry.value
 
 
 def source(key: str) -> str:
-    """Where a stored choice came from, in a few words for the CLI, the app and the bench: the profile by name, never
-    its path (on a public server that is the server's file system)."""
+    """Where a setting came from, in a few words for the CLI, the app and the bench: the profile by name, never its
+    path (on a public server that is the server's file system)."""
     entry = _read().get(key)
     if entry is None:
-        return "not measured on this machine yet"
-    return f"measured {entry['measured']} by {entry['by']}, kept in this machine's profile ({FILE} in specviz's cache)"
+        return "a stated default: not in this machine's profile (python -m specviz.prepare measures it)"
+    if entry.by == "learnt":
+        return f"learnt from earlier runs here (last {entry.measured}), kept in this machine's profile"
+    return f"measured {entry.measured} by {entry.by}, kept in this machine's profile ({FILE} in specviz's cache)"
 
 
 def forget() -> None:
@@ -180,13 +255,5 @@ def forget() -> None:
         path().unlink()
 
 
-_measured_by = ["first use"]
-
-
-def measuring_for(who: str) -> None:
-    """Name what measures from now on in this process (setup: `python -m specviz.prepare`)."""
-    _measured_by[0] = who
-
-
 def _who() -> str:
-    return _measured_by[0]
+    return _PREPARING[-1]

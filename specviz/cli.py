@@ -8,14 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 
-from . import reference
+from . import auto_choice, reference
 from .cpu import prompt_reader
 from .bench.report import ratio
 
 from .tree import SHAPES
 from .locations import DEFAULT_TARGET
 from .models import AUTO_DTYPE, PRECISION_HELP, PRECISIONS, ModelLoadError
-from .presets import PRESETS, default_preset, load_preset
+from .presets import PRESETS, default_choice, load_preset
 from .sampling import Sampling
 from .stack_compile import compile_models
 from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
@@ -90,7 +90,8 @@ def generate(args) -> int:
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
     drafts = [] if args.strategy == "baseline" else args.draft
-    preset = args.preset or ("offline" if args.target else default_preset(args.device))
+    preset, preset_reason = ((args.preset, "asked for (--preset)") if args.preset else
+                             ("offline", "the stack of --target") if args.target else default_choice(args.device))
     stack = load_preset(preset, args.dtype, args.device, target=args.target, drafts=drafts)
     if args.compile:
         stack.compiled = compile_models(stack.target, stack.draft_models(), stack.vocabulary)
@@ -100,10 +101,13 @@ def generate(args) -> int:
     run = decoder.generate()
     speed = run.stats["new_tokens"] / (perf_counter() - started)       # the prompt's read included, as the reference's
     ref = None if args.no_reference else reference.measure(stack, prompt_ids, sampling, args.max_new_tokens)
+    if auto_choice.missing_line():
+        print(auto_choice.missing_line(), file=sys.stderr)
     if args.json:
         print(json.dumps({**cli_json(run, decoder, stack.dtype, stack.precision()), "tokens_per_s_with_prompt": speed,
                           "preset": preset, "target": stack.target.name, "drafts": stack.drafts,
                           "precision_reason": stack.precision_reason,
+                          "preset_reason": preset_reason, "profile": auto_choice.said(),
                           "reference": ref, "speedup_vs_reference": ref and ratio(speed, ref["tokens_per_s"])}))
     else:
         print(run.text)

@@ -11,6 +11,7 @@ from .drafters.model import LEVEL_FEED
 from .models import LoadedModel, draft_precisions, load_model
 from .tree import TreeSpec
 
+STATED_DRAFT = "int4"     # where the profile has no pick: a 4-bit draft reads the fewest bytes a token
 STAGED_LEVEL_TOKENS = TreeSpec().level_width * LEVEL_FEED   # a staged level: its nodes, each with a guess after it
 
 
@@ -30,7 +31,8 @@ def draft_choice_key(spec: str, under_lower_stage: bool, target_dtype: str) -> s
 
 
 def fastest_draft(spec: str, target_dtype: str, device: str, under_lower_stage: bool) -> LoadedModel:
-    """The draft `spec` loaded in its stored precision, timed and stored first where none is stored."""
+    """The draft `spec` loaded in the precision this machine's profile holds for it (timed and stored first while
+    preparing), else in STATED_DRAFT."""
     loaded: dict[str, LoadedModel] = {}
 
     def fastest() -> str:
@@ -39,5 +41,7 @@ def fastest_draft(spec: str, target_dtype: str, device: str, under_lower_stage: 
         seconds = draft_probe_seconds([c.model for c in loaded.values()], under_lower_stage)
         seconds[0] *= 0.9
         return list(loaded)[seconds.index(min(seconds))]
-    dtype = auto_choice.decided(draft_choice_key(spec, under_lower_stage, target_dtype), fastest)
+    candidates = draft_precisions(spec, target_dtype)
+    stated = STATED_DRAFT if STATED_DRAFT in candidates else candidates[0]
+    dtype = auto_choice.decided(draft_choice_key(spec, under_lower_stage, target_dtype), fastest, stated)
     return loaded.get(dtype) or load_model(spec, dtype, device, draft=True)

@@ -96,23 +96,28 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     layer of a 1.5B model) reads one token fastest, as plain decoding does: float32 unless another is at least
     10% faster, and a later one in cpu_precisions() only where it is 10% faster than the pick so far (int4 and int8
     read a token within a few percent of each other here). The probe is measured once per machine and stored
-    (specviz/auto_choice.py), so a busy machine never changes the pick. Other names pass through. Plain decoding
+    (specviz/auto_choice.py), so a busy machine never changes the pick; where this machine's profile has no probe,
+    float32, the stated default (exact on every CPU). Other names pass through. Plain decoding
     is the reference's regime: on our 2-core CPUs verifying many tokens costs several times one (the cost curves),
     so the fastest lossless run is one whose single-token forward is fastest, with few, cheap guesses on top."""
     if dtype != AUTO_DTYPE:
         return dtype
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
-    seconds, best = auto_probe(), "float32"
-    for name in cpu_precisions():       # each must beat the pick so far by 10%: close timings must not flip it
+    seconds, best = auto_probe(), STATED_PRECISION
+    for name in cpu_precisions() if seconds is not None else ():   # each must beat the pick by 10%: no flips by noise
         if seconds[name] < 0.9 * seconds[best]:
             best = name
     return best
 
 
-def auto_probe() -> dict[str, float]:
-    """The probe layer's seconds for one token, per precision this CPU can run."""
-    return {name: probe_seconds(name)[1] for name in cpu_precisions()}
+STATED_PRECISION = "float32"      # `auto` on a CPU whose profile has no probe
+
+
+def auto_probe() -> dict[str, float] | None:
+    """The probe layer's seconds for one token, per precision this CPU can run; None where the profile lacks one."""
+    curves = {name: probe_seconds(name) for name in cpu_precisions()}
+    return None if None in curves.values() else {name: curve[1] for name, curve in curves.items()}
 
 
 def auto_reason(device: str = "cpu", spec: str | None = None) -> str:
@@ -123,8 +128,11 @@ def auto_reason(device: str = "cpu", spec: str | None = None) -> str:
     if spec is not None and auto_precision(spec, device) == GGUF:
         return ("auto picked gguf: the GGUF file's own blocks, multiplied by specviz's kernels as llama.cpp rounds "
                 "them (the file's model, and the fastest exact one here)")
-    timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms"
-                        for name, seconds in sorted(auto_probe().items(), key=lambda x: x[1]))
+    probe = auto_probe()
+    if probe is None:
+        return (f"auto picked {STATED_PRECISION}, the stated default: this machine's profile has no probe timings "
+                "(python -m specviz.prepare measures them)")
+    timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(probe.items(), key=lambda x: x[1]))
     return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer read one token "
             f"in {timings} ({auto_choice.source(_probe_key(resolve_dtype(AUTO_DTYPE)))})")
 
@@ -133,13 +141,15 @@ PROBE_FEEDS = (1, 2, 4, 8, 16)    # tokens fed: decoding one, verifying a few
 
 
 @functools.lru_cache(maxsize=None)
-def probe_seconds(dtype: str) -> dict[int, float]:
-    """The probe layer's seconds fed 1, 2, 4, 8 and 16 tokens in `dtype` on this CPU (measured once per machine,
-    specviz/auto_choice.py): its cost curve, which the app's regime panel draws next to llama.cpp's."""
+def probe_seconds(dtype: str) -> dict[int, float] | None:
+    """The probe layer's seconds fed 1, 2, 4, 8 and 16 tokens in `dtype` on this CPU, as this machine's profile holds
+    them (specviz/auto_choice.py; None where it does not): its cost curve, which the app's regime panel draws next to
+    llama.cpp's."""
     def measure() -> dict[str, float]:
         with _PROBE_LOCK:    # one probe at a time: threads would slow each other's timings
             return {str(n): seconds for n, seconds in _probe_layer(dtype).items()}
-    return {int(n): seconds for n, seconds in auto_choice.decided(_probe_key(dtype), measure).items()}
+    curve = auto_choice.decided(_probe_key(dtype), measure)
+    return None if curve is None else {int(n): seconds for n, seconds in curve.items()}
 
 
 def _probe_key(dtype: str) -> str:

@@ -5,11 +5,12 @@ test does none of it (scripts/setup.sh runs it after installing the packages):
 2. build specviz's kernels (specviz/cpu/kernels.py) where this machine can run them;
 3. read each offline GGUF file's config, tokenizer and table of tensors into the user cache (specviz/cpu/file_model.py:
    later loads map the file in a second);
-4. measure what `auto` picks on this machine, on the machine at rest, and store it (specviz/auto_choice.py): every
-   later process reads it, so a busy machine never changes a process's stack or precision; `--remeasure`
-   measures again;
-5. load each offline preset once as the app does, under `auto`: builds its `trigram:auto` table and measures and
-   stores its drafts' precisions, and the cost curves staged's tree is planned from (specviz/tree_plan.py).
+4. measure this machine's profile (specviz/auto_choice.py), on the machine at rest: the probe layer in each precision
+   (what `auto` picks, and the default stack);
+5. load each offline preset once as the app does, under `auto`: builds its `trigram:auto` table and measures its
+   drafts' precisions, the cost curves staged's tree is planned from (specviz/tree_plan.py) and how each draft reads
+   prompts. Every later process only reads the profile, so a busy machine never changes a process's stack,
+   precision or plan. Where a measurement does not settle, the last line names it. `--remeasure` measures again.
 
 No model is de-quantised: `auto` runs a GGUF file's own blocks, and `int4` / `int8` re-quantise them in memory. A
 float32 or bfloat16 copy is made on first use where one is asked for (`--dtype float32`).
@@ -80,29 +81,42 @@ def main(argv: list[str] | None = None) -> int:
     for name in offline_presets():
         for path in gguf_files(name):
             timed(f"reading {path.name}'s config, tokenizer and tensors", lambda: read_metadata(path))
-    auto_choice.measuring_for("setup (python -m specviz.prepare)")
     if args.remeasure:
         auto_choice.forget()
-    auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE))
-    timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)", predicted_token_seconds)
-    say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} (stored in {auto_choice.path()})")
     try:
-        for name in offline_presets():
-            stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
-                          lambda: load_preset(name, AUTO_DTYPE))
-            plan = timed(f"measuring preset {name}'s cost curves for staged's tree",
-                         lambda: stack.plans.tree_plan(measure_now=True))
-            say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "
-                "(the curves did not repeat themselves: a busy machine?); staged grows the fixed rule until "
-                "`python -m specviz.prepare` runs on a machine at rest")
-            reads = timed(f"measuring how preset {name}'s draft reads prompts fastest",
-                          lambda: stack.prompt_reads.read(stack.draft_models(), measure_now=True))
-            for spec, choice in reads.items():
-                say(f"{spec}: {prompt_reader.describe(choice)}")
+        with auto_choice.preparing():
+            measure_profile()
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    say(closing_line())
     return 0
+
+
+def closing_line() -> str:
+    """prepare's last line: every measurement settled, or which did not (their stated defaults stand)."""
+    unsettled = "; ".join(f"{key} ({why})" for key, why in auto_choice.UNSETTLED.items())
+    return (f"could not settle, so stated defaults stand for: {unsettled}; run `python -m specviz.prepare` again on a "
+            "machine at rest" if unsettled else "this machine's profile holds every measurement")
+
+
+def measure_profile() -> None:
+    """Everything that depends on this machine, measured where its profile lacks it (specviz/auto_choice.py)."""
+    auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE))
+    timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)", predicted_token_seconds)
+    say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} (stored in {auto_choice.path()})")
+    for name in offline_presets():
+        stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
+                      lambda: load_preset(name, AUTO_DTYPE))
+        plan = timed(f"measuring preset {name}'s cost curves for staged's tree",
+                     lambda: stack.plans.tree_plan(measure_now=True))
+        say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "
+            "(the curves did not repeat themselves: a busy machine?); staged grows the fixed rule until "
+            "`python -m specviz.prepare` runs on a machine at rest")
+        reads = timed(f"measuring how preset {name}'s draft reads prompts fastest",
+                      lambda: stack.prompt_reads.read(stack.draft_models(), measure_now=True))
+        for spec, choice in reads.items():
+            say(f"{spec}: {prompt_reader.describe(choice)}")
 
 
 if __name__ == "__main__":

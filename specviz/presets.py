@@ -69,6 +69,9 @@ def default_choice(device: str = "cpu") -> tuple[str, str]:
         return "offline", (f"qwen-coder asks for {QWEN_CODER_MEMORY / 2**30:.0f} GiB of memory and this server has "
                            f"{memory / 2**30:.1f} GiB")
     seconds = predicted_token_seconds()
+    if seconds is None:
+        return "qwen-coder", ("the stated default: this machine's profile has no probe timings to predict its speed "
+                              "(python -m specviz.prepare measures them)")
     if seconds > QWEN_CODER_TOKEN_S:
         return "offline", (f"this CPU would take {seconds:.2f} s a token of qwen-coder's 1.5B target (more than "
                            f"{QWEN_CODER_TOKEN_S} s)")
@@ -80,10 +83,11 @@ def qwen_coder_installed() -> bool:
     return all(available(CHUNKED[key]) for key in (PRESETS["qwen-coder"].target, *PRESETS["qwen-coder"].drafts[:1]))
 
 
-def predicted_token_seconds() -> float:
+def predicted_token_seconds() -> float | None:
     """One plain-decoding token of the qwen-coder target on this CPU in the precision `auto` picks for it (its GGUF
-    file's own blocks where specviz's kernels build), from the probe layer."""
-    return probe_seconds(auto_precision(PRESETS["qwen-coder"].target))[1] * PROBE_LAYERS_PER_1_5B
+    file's own blocks where specviz's kernels build), from the probe layer; None where the profile has no probe."""
+    curve = probe_seconds(auto_precision(PRESETS["qwen-coder"].target))
+    return None if curve is None else curve[1] * PROBE_LAYERS_PER_1_5B
 
 
 def get_preset(name: str) -> Preset:

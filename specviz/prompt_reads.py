@@ -1,6 +1,6 @@
 """How each quantized draft model of a stack reads prompts (specviz/cpu/prompt_reader.py): through float copies of
-its weights, or its own summed 8 outputs at a time, whichever was measured faster on this machine. Measuring happens
-only where asked (setup, the bench, the app before its first race); generating reads the stored choice."""
+its weights, or its own summed 8 outputs at a time, whichever was measured faster on this machine. Only prepare
+measures (specviz/auto_choice.py); every other process reads the profile's choice."""
 from __future__ import annotations
 
 import functools

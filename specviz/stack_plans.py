@@ -75,7 +75,7 @@ class StackPlans:
             return None
         key = self.name().replace("tree plan", f"calibration of {strategy}, "
                                   f"{'greedy' if sampling.greedy else 'sampled'}", 1)
-        stored = auto_choice.stored(key)
+        stored = auto_choice.stored(key, measured=False)
         store = (lambda calibration: auto_choice.learnt(key, calibration.to_store())) \
             if auto_choice.stored(self.name()) is not None else None
         costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1)

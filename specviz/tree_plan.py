@@ -16,10 +16,10 @@ only likely guesses join. On our 2-core CPU the rule gives 0.36-0.46 with AMX an
 sweeps on tuning prompts had settled on a fixed 0.5; the held-out bench measured both within noise of the fixed
 rule.
 
-The curves are measured once per machine, target, draft and precision, where the machine is meant to be at rest (setup
-for the offline presets, the bench before it times anything, the app before a stack's first race), and stored
-(specviz/tree_plan_store.py): every later process grows the same trees, and a process that only generates never
-times anything (under load it would store nonsense); where no plan is stored yet it grows staged's fixed rule
+The curves are measured once per machine, target, draft and precision by `python -m specviz.prepare`, on the machine
+at rest, and stored (specviz/tree_plan_store.py): every later process grows the same trees, and a process that only
+generates never times anything (under load it would store nonsense); where no plan is stored yet it grows staged's fixed
+rule
 (specviz/strategies.py). The app's regime panel draws the curve a plan used and its minimum scores.
 """
 from __future__ import annotations

@@ -41,14 +41,14 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.
 
 def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None,
                 measure_now: bool = False) -> TreePlan | None:
-    """This machine's plan for the pair under `name` (see key), as stored; where there is none, measured and stored
-    if `measure_now` (setup, the bench, the app before its first race: moments the machine is meant to be at
-    rest), else None (a process that only generates never times anything: on a busy machine it would store
-    nonsense)."""
+    """This machine's plan for the pair under `name` (see key), as its profile holds it; where there is none, measured
+    and stored if `measure_now` while prepare runs (specviz/auto_choice.py), else None (a process that generates never
+    times anything: on a busy machine it would store nonsense)."""
     if measure_now:
         try:
             data = auto_choice.decided(name, lambda: measure(target, draft, draft_vocab))
-        except NoisyMachine:
+        except NoisyMachine as exc:
+            auto_choice.unsettled(name, str(exc))
             return None
     else:
         data = auto_choice.stored(name)

@@ -58,12 +58,14 @@ def smollm2():
 
 @pytest.fixture
 def auto_choices(tmp_path, monkeypatch):
-    """An empty store of `auto`'s per-machine choices (specviz/auto_choice.py) for this test, and no probe
-    remembered by the process; the machine's real store stays as setup left it."""
+    """An empty profile of this machine (specviz/auto_choice.py) for this test, and no probe remembered by the
+    process; the machine's real profile stays as setup left it. Nothing is measured outside `auto_choice.preparing`."""
     import specviz.auto_choice as auto_choice
     import specviz.models as models
     monkeypatch.setattr(auto_choice, "path", lambda: tmp_path / auto_choice.FILE)
     monkeypatch.setattr(auto_choice, "_REMEASURED", set())
+    for record in ("DEFAULTED", "UNSETTLED", "MEASURED", "CONSULTED"):      # what this process did, from now on
+        monkeypatch.setattr(auto_choice, record, type(getattr(auto_choice, record))())
     # tests run beside another worker: what they measure is stored whatever the load (test_auto_choice tests the guard)
     monkeypatch.setattr(auto_choice, "BUSY_SHARE", 1.0)
     models.resolve_dtype.cache_clear()
@@ -71,6 +73,14 @@ def auto_choices(tmp_path, monkeypatch):
     yield tmp_path / auto_choice.FILE
     models.resolve_dtype.cache_clear()
     models.probe_seconds.cache_clear()
+
+
+@pytest.fixture
+def preparing(auto_choices):
+    """An empty profile that this test measures into, as `python -m specviz.prepare` does."""
+    import specviz.auto_choice as auto_choice
+    with auto_choice.preparing("the tests"):
+        yield auto_choices
 
 
 FAILURES = Path(__file__).resolve().parents[1] / "out" / "failures"

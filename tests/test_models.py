@@ -36,7 +36,7 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
             load_model("smollm2-135m", device="cuda")
 
 
-def test_auto_dtype_follows_the_probe(monkeypatch, auto_choices):
+def test_auto_dtype_follows_the_probe(monkeypatch, preparing):
     import specviz.models as models
     for faster in ("bfloat16", "float32", "int4", *(["int8"] if "int8" in models.cpu_precisions() else [])):
         clear_probe(models)

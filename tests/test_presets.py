@@ -53,7 +53,7 @@ def test_an_operator_may_name_the_default_stack(monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_token_time_is_predicted_from_the_probe_layer_here():
+def test_the_token_time_is_predicted_from_the_probe_layer_here(preparing):
     import specviz.presets as presets
     seconds = presets.predicted_token_seconds()
     target = presets.PRESETS["qwen-coder"].target        # its GGUF file's own blocks, where the kernels build

@@ -133,7 +133,8 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
 
 
 def test_a_stack_measures_its_draft_prompt_read_only_when_asked_and_later_stacks_read_the_stored_choice(
-        auto_choices, monkeypatch):
+        preparing, monkeypatch):
+    auto_choices = preparing            # measured as prepare measures
     def quantized_stack():
         return quantized_draft_stack()[0]
     measured = []

@@ -259,8 +259,9 @@ def test_the_trace_says_why_each_round_had_its_shape_and_round_trips_through_jso
     assert all(s.plan is None for s in fixed.steps)                      # settings given by hand: not planned
 
 
-def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_are_stored(auto_choices, monkeypatch):
+def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_are_stored(preparing, monkeypatch):
     from specviz import auto_choice, tree_plan_store
+    auto_choices = preparing
     pinned = tiny_stack(("draft", "lookup"), plan=cpu_plan)
     pinned.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
     assert not auto_choices.exists()                                     # a stack given curves by hand stores nothing

@@ -64,13 +64,13 @@ def test_default_trees():
 
 
 @pytest.fixture
-def target_probe(monkeypatch, auto_choices):
+def target_probe(monkeypatch, preparing):
     """The target's probe layer timed as made-up seconds (float32 fastest): these tests choose a draft's precision,
     and the real probe (a 1.5B-shaped layer in every precision, tests/test_models.py) would take seconds each."""
     import specviz.models as models
     monkeypatch.setattr(models, "_probe_layer", lambda dtype, **_: {n: (1.0 if dtype == "float32" else 2.0) * n
                                                                       for n in models.PROBE_FEEDS})
-    return auto_choices
+    return preparing
 
 
 def _save_target_and_draft(folder):

@@ -99,7 +99,8 @@ def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
     assert len(tree) - 1 == 6
 
 
-def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_stack_reads_it(auto_choices, monkeypatch):
+def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_stack_reads_it(preparing, monkeypatch):
+    auto_choices = preparing            # measured as prepare measures
     # The tiny models' curves are timed for real; whether two timings in a row agree depends on what else the machine
     # runs (a fresh-clone CI run got None here beside the suite's other worker): the test below covers that.
     monkeypatch.setattr(tree_plan_store, "agree", lambda *a, **k: True)
@@ -120,7 +121,8 @@ def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_sta
     assert by_hand.min_scores == () and by_hand.min_score == 0.3
 
 
-def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_stored(auto_choices, monkeypatch):
+def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_stored(preparing, monkeypatch):
+    auto_choices = preparing            # measured as prepare measures
     """On a busy machine a one-token forward of SmolLM2-135M was timed at 267 ms, 9 ms on a quiet one."""
     assert tree_plan_store.agree({1: 0.0093, 2: 0.0104}, {1: 0.0095, 2: 0.0106})
     assert not tree_plan_store.agree({1: 0.267, 2: 0.049}, {1: 0.0093, 2: 0.0104})

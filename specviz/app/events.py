@@ -11,7 +11,7 @@ from time import perf_counter, sleep
 
 import gradio as gr
 
-from .. import lossless, plots
+from .. import auto_choice, lossless, plots
 from . import panels, regime, replay, stacks, words
 from . import settings as app_settings
 from .compute import computed, computed_steps
@@ -270,6 +270,7 @@ def _race_loop(session: Session, settings, run_id: int):
     if session.recording is None:
         timed_how = words.TIMED_ALONE + " " + words.race_time_note(perf_counter() - started, lanes_s, timing_s,
                                                                     perf_counter() - clock)
+        timed_how += "\n\n" + words.profile_note(auto_choice.said(), auto_choice.missing_line())
     else:
         timed_how = words.recorded_timing(session.recording.recorded)
     answer, measured = words.outcome(race, settings.sampling.greedy, timed_how)

@@ -37,9 +37,8 @@ def regime_view(stack) -> dict:
 
 
 def _measure(stack) -> dict:
-    plan = stack.plans.tree_plan(measure_now=True)     # the curve staged's tree is planned from, where there is one
-    # and how its draft reads prompts fastest (before the first race)
-    reads = stack.prompt_reads.read(stack.draft_models(), measure_now=True)
+    plan = stack.plans.tree_plan()     # the curve staged's tree is planned from, where the profile has one
+    reads = stack.prompt_reads.read(stack.draft_models())     # and how its draft reads prompts, as the profile says
     if plan is not None:
         ours = {k: plan.target[k] for k in SIZES}
     else:
@@ -53,6 +52,7 @@ def _measure(stack) -> dict:
             why = str(exc)
     on_cpu = stack.target.model.device.type == "cpu"
     probes = {name: probe_seconds(name) for name in probed_precisions()} if on_cpu else {}
+    probes = {name: curve for name, curve in probes.items() if curve is not None}    # what the profile holds
     return {"ours": ours, "llama": llama, "why_no_llama": why, "probes": probes,
             "target": stack.target_name, "precision": stack.precision(),
             "plan": None if plan is None else plan.to_dict(), "prompt_reads": reads}

@@ -263,6 +263,17 @@ def outcome(race, greedy: bool, timed_how: str) -> tuple[str, str]:
     return answer, "\n\n".join(parts + ([analysis] if analysis else []))
 
 
+def profile_note(said: dict[str, str], missing: str) -> str:
+    """Where the race's machine-dependent settings came from: each group of settings with its source (this machine's
+    profile, learnt from earlier runs, or a stated default), and the one line that says the profile lacks some."""
+    groups: dict[str, list[str]] = {}
+    for setting, source in said.items():
+        groups.setdefault(source, []).append(setting)
+    where = " ".join(f"{', '.join(settings)}: {source}." for source, settings in groups.items())
+    return f"**Where the settings came from.** {where or 'nothing measured on this machine was needed.'}" + (
+        f" {missing.removeprefix('specviz: ').capitalize()}." if missing else "")
+
+
 REFERENCE_WORDS = "llama.cpp plain, the fastest plain decoder here"
 
 

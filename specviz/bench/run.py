@@ -114,10 +114,10 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
         raise BenchError("no strategy can run: " + "; ".join(notes))
     settings = {name: parse_sampling(name, seed) for name in samplings}
     encoded = [(p, stack.encode(p.text)) for p in prompts]
-    # staged's plan, measured before anything is timed where none is stored (the machine at rest, as the bench needs)
+    # staged's plan and how each draft reads prompts, as this machine's profile says (prepare measured them)
     planned = "staged" in strategies and default_tree("staged", **(tree or {})).planned
-    plan = stack.plans.tree_plan(measure_now=True) if planned else None
-    reads = stack.prompt_reads.read(stack.draft_models(), measure_now=True)     # how each draft reads prompts, alike
+    plan = stack.plans.tree_plan() if planned else None
+    reads = stack.prompt_reads.read(stack.draft_models())
     if compile:
         from ..engine import static_length
         from ..stack_compile import compile_models

@@ -11,8 +11,8 @@ columns: 128 tokens 304-320 -> 277-285 ms with AVX512-VNNI, 403 -> 378-395 with 
 differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took 174-203 ms against 385-473 ms. A draft's
 numerics move acceptance only, never the output.
 
-Which way reads fastest is measured once per machine and draft, at the moments meant to be at rest (setup, the
-bench, the app before its first race, as the tree plan), and stored (specviz/auto_choice.py); where nothing is stored
+Which way reads fastest is measured once per machine and draft by `python -m specviz.prepare`, on the machine at rest,
+and kept in its profile (specviz/auto_choice.py); where nothing is stored
 the draft reads with its own products. Feeds shorter than READ_ROWS (a round's nodes, catching up on a few tokens)
 always take the draft's own products.
 """

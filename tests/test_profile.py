@@ -1,0 +1,73 @@
+"""This machine's profile (specviz/auto_choice.py): only `python -m specviz.prepare` measures. A process that generates
+times nothing, says in one line where the profile lacks a measurement, uses the stated defaults, and names where each
+setting came from (the CLI's --json; the app's race shows the same)."""
+import contextlib
+import io
+import json
+from collections import Counter
+
+import pytest
+
+import specviz.auto_choice as auto_choice
+from specviz import draft_precision, models, prepare, tree_plan_store
+from specviz.cli import main
+from specviz.cpu import prompt_reader
+from specviz.presets import load_preset
+
+pytestmark = pytest.mark.slow         # the real SmolLM2 stack
+# every function that times something to fill the profile
+TIMERS = [(models, "_probe_layer"), (draft_precision, "draft_probe_seconds"), (prompt_reader, "choose"),
+          (tree_plan_store, "measure")]
+
+
+@pytest.fixture
+def timers(monkeypatch) -> Counter:
+    runs = Counter()
+    for module, name in TIMERS:
+        def counted(*args, _real=getattr(module, name), _name=name, **kwargs):
+            runs[_name] += 1
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+    return runs
+
+
+def generate(*args) -> tuple[dict, list[str]]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["generate", "--preset", "offline", "--strategy", "staged", "--prompt", "def add(a, b):\n",
+                     "--max-new-tokens", "4", "--json", "--no-reference", *args])
+    assert code == 0, err.getvalue()[-2000:]
+    return json.loads(out.getvalue()), err.getvalue().strip().splitlines()
+
+
+def test_a_generating_process_times_nothing_and_says_in_one_line_what_the_profile_lacks(auto_choices, timers):
+    run, said = generate()
+    assert sum(timers.values()) == 0 and auto_choice.MEASURED == []
+    assert [line for line in said if "profile" in line] == [auto_choice.missing_line()]
+    assert said[-1].startswith("specviz: no machine profile here; stated defaults are used")
+    draft_key = "draft assets/draft under a lower stage of a gguf target"
+    assert auto_choice.DEFAULTED[draft_key] == draft_precision.STATED_DRAFT       # int4: the stated default
+    assert f", {draft_precision.STATED_DRAFT} " in run["precision"]         # "gguf (...) target, int4 (...) draft"
+    assert run["profile"][draft_key].startswith("a stated default") and len(run["profile"]) >= 3    # plan, reads too
+    assert run["preset_reason"] == "asked for (--preset)"
+
+
+def test_what_prepare_measured_is_what_a_later_process_reads_and_names(auto_choices, timers):
+    with auto_choice.preparing("the tests"):
+        load_preset("offline", "auto")                 # measures the draft's precision, as prepare does
+    assert timers["draft_probe_seconds"] == 1                                   # the counters see the timers run
+    measured = dict(timers)
+    run, said = generate()
+    assert dict(timers) == measured                                             # the generating process timed nothing
+    draft_key = "draft assets/draft under a lower stage of a gguf target"
+    assert run["profile"][draft_key].startswith("measured ") and "by the tests" in run["profile"][draft_key]
+    assert draft_key not in auto_choice.missing_line() and "lacks" in auto_choice.missing_line()
+
+
+def test_prepares_last_line_names_what_did_not_settle(monkeypatch):
+    monkeypatch.setattr(auto_choice, "UNSETTLED", {})
+    assert prepare.closing_line() == "this machine's profile holds every measurement"
+    monkeypatch.setattr(auto_choice, "UNSETTLED", {"probe layer in int8": "other work used 60% of the cores"})
+    assert prepare.closing_line() == ("could not settle, so stated defaults stand for: probe layer in int8 (other work "
+                                      "used 60% of the cores); run `python -m specviz.prepare` again on a machine at "
+                                      "rest")
