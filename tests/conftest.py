@@ -24,11 +24,19 @@ KERNEL_BUILDS = {"test_every_build_computes_the_definition_bit_for_bit",
                  "test_arm64_builds_compute_the_definition_bit_for_bit_under_emulation"}
 
 
+# The files that take longest on 2 cores, longest first: pytest.ini hands whole files to the two workers in the order
+# collected, and starting the long ones first keeps one worker from finishing minutes after the other
+LONGEST_FIRST = ("test_qwen_coder.py", "test_sampling_exact.py", "test_browser.py", "test_blocks.py", "test_build.py",
+                 "test_under_load.py", "test_int4.py", "test_round_plan.py", "test_file_model.py", "test_lossless.py")
+
+
 @pytest.hookimpl(tryfirst=True)         # before `-m` selects: a browser test is a slow one too
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("browser") is not None or getattr(item, "originalname", None) in KERNEL_BUILDS:
             item.add_marker(pytest.mark.slow)
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))        # stable: each file's own order stays
 
 
 @pytest.fixture(scope="session")

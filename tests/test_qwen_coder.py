@@ -62,8 +62,8 @@ def test_after_a_one_token_prompt_the_files_blocks_write_what_the_float_model_wr
     as the `gguf` package does it: tests/test_blocks.py), in memory: a copy on disk would take minutes to write."""
     ours = load_model(model, "gguf")
     exact = requantizable(load_model(model, "gguf")).model
-    for prompt in ("def", "import", "class", "#"):
-        found = greedy_disagreements(exact, ours.model, ours.tokenizer, prompt)
+    prompts = ("def", "import", "class", "#")
+    for prompt, found in greedy_disagreements(exact, ours.model, ours.tokenizer, prompts).items():
         assert beyond_near_ties(found) == [], prompt
         if model == "qwen2.5-coder-1.5b" and prompt in ("def", "import"):
             assert found == [], prompt                      # the same greedy text, near ties and all
