@@ -72,9 +72,11 @@ def is_gguf(spec: str) -> bool:
 def auto_precision(spec: str, device: str = "cpu") -> str:
     """`auto` for one model: on a CPU a GGUF file runs its own blocks (`gguf`: the file's model, and the fastest exact
     one: a float32 copy reads seven times the bytes); other models take resolve_dtype's pick."""
-    if device == "cpu" and is_gguf(spec) and runs_file_blocks():
-        return GGUF
-    return resolve_dtype(AUTO_DTYPE, device)
+    return _auto_precision(is_gguf(spec), device)
+
+
+def _auto_precision(gguf: bool, device: str) -> str:
+    return GGUF if device == "cpu" and gguf and runs_file_blocks() else resolve_dtype(AUTO_DTYPE, device)
 
 
 def draft_precisions(spec: str, target_dtype: str) -> list[str]:
@@ -215,38 +217,34 @@ def converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
 
 
 def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bool = False) -> LoadedModel:
-    """Load a causal LM and its tokenizer; raise ModelLoadError with a one-line message on failure. A draft (`draft`)
-    in int4 takes groups of 64 weights (int4.WIDE_GROUP). Its generation config then lists every token that ends
-    its text (specviz/end_tokens.py)."""
-    loaded = _load_model(spec, dtype, device, draft)
-    end_tokens.mark(loaded.model, loaded.tokenizer, _gguf_path(spec))
-    return loaded
-
-
-def _gguf_path(spec: str) -> Path | None:
-    try:
-        location, gguf_file = resolve(spec)
-    except ModelLoadError:
-        return None
-    return Path(location) / gguf_file if gguf_file else None
-
-
-def _load_model(spec: str, dtype: str, device: str, draft: bool) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
+    """Load a causal LM and its tokenizer in one pass: the spec resolved to its files once, the precision chosen, the
+    model loaded in it. Raises ModelLoadError with a one-line message on failure. A draft (`draft`) in int4 takes
+    groups of 64 weights (int4.WIDE_GROUP). Its generation config then lists every token that ends its text
+    (specviz/end_tokens.py)."""
     check_dtype(dtype)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
-    dtype = auto_precision(spec, device) if dtype == AUTO_DTYPE else dtype
+    location, gguf_file = resolve(spec)
+    gguf = Path(location) / gguf_file if gguf_file else None
+    dtype = _auto_precision(gguf is not None, device) if dtype == AUTO_DTYPE else dtype
     if dtype in (GGUF, *QUANTIZED) and device != "cpu":
         raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
-    if dtype == GGUF or (dtype in QUANTIZED and is_gguf(spec) and runs_file_blocks()):
-        loaded = _file_model(spec)       # the file's blocks; int4 and int8 re-quantise them in memory
-        return loaded if dtype == GGUF else _quantized(file_model.requantizable(loaded), dtype, draft)
-    if dtype in QUANTIZED:        # de-quantised in float32, then its linear layers packed in 4 or 8 bits
-        return _quantized(_load_model(spec, "float32", device, False), dtype, draft)
-    location, gguf_file = resolve(spec)
+    if dtype == GGUF or (dtype in QUANTIZED and gguf is not None and runs_file_blocks()):
+        loaded = _file_model(spec, gguf)     # the file's blocks; int4 and int8 re-quantise them in memory
+        loaded = loaded if dtype == GGUF else _quantized(file_model.requantizable(loaded), dtype, draft)
+    elif dtype in QUANTIZED:               # de-quantised in float32, then its linear layers packed in 4 or 8 bits
+        loaded = _quantized(_float_model(spec, location, gguf_file, "float32", device), dtype, draft)
+    else:
+        loaded = _float_model(spec, location, gguf_file, dtype, device)
+    end_tokens.mark(loaded.model, loaded.tokenizer, gguf)
+    return loaded
+
+
+def _float_model(spec: str, location: str, gguf_file: str | None, dtype: str, device: str) -> LoadedModel:
+    """transformers' model of the files in a float precision (a GGUF file through its de-quantised copy)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
@@ -267,20 +265,19 @@ def _load_model(spec: str, dtype: str, device: str, draft: bool) -> LoadedModel:
     return LoadedModel(name=spec, model=model, tokenizer=tokenizer, output_vocab=read_output_vocab(location))
 
 
-def _file_model(spec: str) -> LoadedModel:
+def _file_model(spec: str, gguf: Path | None) -> LoadedModel:
     """A GGUF file's own model (specviz/cpu/file_model.py)."""
-    location, gguf_file = resolve(spec)
-    if gguf_file is None:
+    if gguf is None:
         raise ModelLoadError(f"{spec!r} is not a GGUF file: the gguf precision runs a GGUF file's own blocks "
                              f"(choose another --dtype: {', '.join(p for p in PRECISIONS if p != GGUF)})")
     if not runs_file_blocks():
         raise ModelLoadError("the gguf precision needs specviz's kernels, which did not build here (a C compiler is "
                              "needed); choose --dtype float32")
     try:
-        model, tokenizer = file_model.load(Path(location) / gguf_file)
+        model, tokenizer = file_model.load(gguf)
     except file_model.FileModelError as exc:
         raise ModelLoadError(str(exc)) from exc
-    return LoadedModel(name=spec, model=model, tokenizer=tokenizer, output_vocab=read_output_vocab(location))
+    return LoadedModel(name=spec, model=model, tokenizer=tokenizer, output_vocab=read_output_vocab(str(gguf.parent)))
 
 
 def _quantized(loaded: LoadedModel, precision: str = INT4, draft: bool = False) -> LoadedModel:

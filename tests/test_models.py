@@ -79,3 +79,16 @@ def test_models_load_as_from_pretrained_leaves_them(tmp_path):
     tiny_model("llama").save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path), dtype="float32")
     assert all(p.requires_grad for p in loaded.model.parameters()) and not loaded.model.training
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["auto", "gguf", "int4", "float32"])
+def test_a_load_resolves_its_spec_to_files_once(monkeypatch, dtype):
+    """Loading in one pass: the spec is resolved once, then the model is loaded in the chosen precision (no module
+    asks where the files are again)."""
+    import specviz.models as models
+    asked = []
+    monkeypatch.setattr(models, "resolve", lambda spec: asked.append(spec) or resolve(spec))
+    loaded = models.load_model("smollm2-135m", dtype)
+    assert asked == ["smollm2-135m"] and loaded.tokenizer is not None
+    assert loaded.dtype == {"auto": "gguf"}.get(dtype, dtype) and loaded.model.generation_config.eos_token_id
