@@ -242,6 +242,8 @@ def source(key: str) -> str:
     """Where a setting came from, in a few words for the CLI, the app and the bench: the profile by name, never its
     path (on a public server that is the server's file system)."""
     entry = _read().get(key)
+    if entry is None and key not in DEFAULTED:      # learnt from runs, not measured: none yet
+        return "nothing learnt here yet (each run of this pair teaches it)"
     if entry is None:
         return "a stated default: not in this machine's profile (python -m specviz.prepare measures it)"
     if entry.by == "learnt":
