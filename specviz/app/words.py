@@ -271,7 +271,7 @@ def profile_note(said: dict[str, str], missing: str) -> str:
         groups.setdefault(source, []).append(setting)
     where = " ".join(f"{', '.join(settings)}: {source}." for source, settings in groups.items())
     return f"**Where the settings came from.** {where or 'nothing measured on this machine was needed.'}" + (
-        f" {missing.removeprefix('specviz: ').capitalize()}." if missing else "")
+        f" {missing.removeprefix('specviz: ')[:1].upper()}{missing.removeprefix('specviz: ')[1:]}." if missing else "")
 
 
 REFERENCE_WORDS = "llama.cpp plain, the fastest plain decoder here"
