@@ -166,8 +166,9 @@ def decided(key: str, measure: Callable[[], object], default: object = None) -> 
     Values are plain JSON data."""
     remeasure = os.environ.get(REMEASURE) == "1" and key not in _REMEASURED and bool(_PREPARING)
     _consulted(key)
-    if key in _read() and not remeasure:
-        return _read()[key].value
+    entry = _read().get(key)
+    if entry is not None and not remeasure:
+        return entry.value
     if not _PREPARING:
         DEFAULTED[key] = default
         return default
@@ -204,7 +205,8 @@ def _consulted(key: str) -> None:
 
 def said() -> dict[str, str]:
     """For each measurement this process looked up, where its setting came from (the CLI's --json, the app's race)."""
-    return {key: source(key) for key in CONSULTED}
+    profile = _read()
+    return {key: _source(key, profile.get(key)) for key in CONSULTED}
 
 
 def unsettled(key: str, why: str) -> None:
@@ -241,7 +243,10 @@ def stored(key: str, measured: bool = True) -> object | None:
 def source(key: str) -> str:
     """Where a setting came from, in a few words for the CLI, the app and the bench: the profile by name, never its
     path (on a public server that is the server's file system)."""
-    entry = _read().get(key)
+    return _source(key, _read().get(key))
+
+
+def _source(key: str, entry: Choice | None) -> str:
     if entry is None and key not in DEFAULTED:      # learnt from runs, not measured: none yet
         return "nothing learnt here yet (each run of this pair teaches it)"
     if entry is None:

@@ -101,8 +101,9 @@ def generate(args) -> int:
     run = decoder.generate()
     speed = run.stats["new_tokens"] / (perf_counter() - started)       # the prompt's read included, as the reference's
     ref = None if args.no_reference else reference.measure(stack, prompt_ids, sampling, args.max_new_tokens)
-    if auto_choice.missing_line():
-        print(auto_choice.missing_line(), file=sys.stderr)
+    lacking = auto_choice.missing_line()
+    if lacking:
+        print(lacking, file=sys.stderr)
     if args.json:
         print(json.dumps({**cli_json(run, decoder, stack.dtype, stack.precision()), "tokens_per_s_with_prompt": speed,
                           "preset": preset, "target": stack.target.name, "drafts": stack.drafts,

@@ -34,14 +34,13 @@ def fastest_draft(spec: str, target_dtype: str, device: str, under_lower_stage: 
     """The draft `spec` loaded in the precision this machine's profile holds for it (timed and stored first while
     preparing), else in STATED_DRAFT."""
     loaded: dict[str, LoadedModel] = {}
+    candidates = draft_precisions(spec, target_dtype)
 
     def fastest() -> str:
-        loaded.update((name, load_model(spec, name, device, draft=True))
-                      for name in draft_precisions(spec, target_dtype))
+        loaded.update((name, load_model(spec, name, device, draft=True)) for name in candidates)
         seconds = draft_probe_seconds([c.model for c in loaded.values()], under_lower_stage)
         seconds[0] *= 0.9
         return list(loaded)[seconds.index(min(seconds))]
-    candidates = draft_precisions(spec, target_dtype)
     stated = STATED_DRAFT if STATED_DRAFT in candidates else candidates[0]
     dtype = auto_choice.decided(draft_choice_key(spec, under_lower_stage, target_dtype), fastest, stated)
     return loaded.get(dtype) or load_model(spec, dtype, device, draft=True)

@@ -102,7 +102,9 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
     seconds, best = auto_probe(), STATED_PRECISION
-    for name in cpu_precisions() if seconds is not None else ():   # each must beat the pick by 10%: no flips by noise
+    if seconds is None:
+        return best
+    for name in cpu_precisions():       # each must beat the pick so far by 10%: close timings must not flip it
         if seconds[name] < 0.9 * seconds[best]:
             best = name
     return best

@@ -227,13 +227,18 @@ class Switching(Drafter):
         return [self.active().kv, (self.useless if self.active() is self.oracle else self.oracle).kv]
 
 
-def test_a_useless_draft_falls_back_to_plain_steps_and_speculation_comes_back_when_the_text_turns_predictable():
+def useless_then_oracle(max_new_tokens: int):
+    """The target, and its planned speculative run whose draft is useless until position 24, then the target itself."""
     target = tiny_model("llama")
     drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless", backend=open_cache),
                         ModelDrafter(target, name="oracle", backend=open_cache),
                         at=24)
-    run = Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, strategy="speculative", tree=CHAIN,
-                  planner=planner(), max_new_tokens=90).generate()
+    return target, Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, strategy="speculative",
+                           tree=CHAIN, planner=planner(), max_new_tokens=max_new_tokens).generate()
+
+
+def test_a_useless_draft_falls_back_to_plain_steps_and_speculation_comes_back_when_the_text_turns_predictable():
+    target, run = useless_then_oracle(90)
     kinds = [s.plan.kind for s in run.steps]
     before = [s for s in run.steps if s.position < 24]
     after = [s for s in run.steps if s.position >= 40]
@@ -327,12 +332,7 @@ def test_planned_rounds_sample_two_tokens_exactly_as_the_target(opening):
 def test_the_app_words_say_why_a_round_had_its_shape_and_that_a_lane_fell_back_to_plain_steps():
     from specviz.app.words import calibration_md, plan_note, step_caption
     from specviz.metrics import summarise
-    target = tiny_model("llama")
-    drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless", backend=open_cache),
-                        ModelDrafter(target, name="oracle", backend=open_cache),
-                        at=24)
-    run = Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, strategy="speculative", tree=CHAIN,
-                  planner=planner(), max_new_tokens=40).generate()
+    target, run = useless_then_oracle(40)
     plain = next(s for s in run.steps if s.plan.kind == "plain")
     assert "**Plan:**" in step_caption(plain) and "plain step" in step_caption(plain)
     guessed = next(s for s in run.steps if s.plan.kind == "speculate" and len(s.nodes) > 1)

@@ -51,8 +51,8 @@ def _measure(stack) -> dict:
         except llama_cpp.LlamaCppMissing as exc:
             why = str(exc)
     on_cpu = stack.target.model.device.type == "cpu"
-    probes = {name: probe_seconds(name) for name in probed_precisions()} if on_cpu else {}
-    probes = {name: curve for name, curve in probes.items() if curve is not None}    # what the profile holds
+    probes = {name: curve for name in (probed_precisions() if on_cpu else ())     # what the profile holds
+              if (curve := probe_seconds(name)) is not None}
     return {"ours": ours, "llama": llama, "why_no_llama": why, "probes": probes,
             "target": stack.target_name, "precision": stack.precision(),
             "plan": None if plan is None else plan.to_dict(), "prompt_reads": reads}

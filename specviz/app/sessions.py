@@ -13,6 +13,7 @@ from time import monotonic
 
 from .settings import Settings, UserError
 from .stacks import get_stack, new_decoder
+from .words import missing_sentence
 from .. import auto_choice
 from ..environment import env_number
 
@@ -82,8 +83,8 @@ class Session:
         if self.decoder is None:
             stack = get_stack(settings.stack_key())
             self.decoder, self.settings = new_decoder(stack, settings), settings
-            lacking = auto_choice.missing_line().removeprefix("specviz: ")    # the page says it in its status line
-            note = " ".join(part for part in (note, lacking[:1].upper() + lacking[1:] + "." if lacking else "") if part)
+            lacking = missing_sentence(auto_choice.missing_line())        # the page says it in its status line
+            note = " ".join(part for part in (note, lacking) if part)
         return self.decoder, note
 
     def release(self) -> None:

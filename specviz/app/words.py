@@ -271,7 +271,13 @@ def profile_note(said: dict[str, str], missing: str) -> str:
         groups.setdefault(source, []).append(setting)
     where = " ".join(f"{', '.join(settings)}: {source}." for source, settings in groups.items())
     return f"**Where the settings came from.** {where or 'nothing measured on this machine was needed.'}" + (
-        f" {missing.removeprefix('specviz: ')[:1].upper()}{missing.removeprefix('specviz: ')[1:]}." if missing else "")
+        f" {missing_sentence(missing)}" if missing else "")
+
+
+def missing_sentence(missing: str) -> str:
+    """auto_choice.missing_line as a sentence of the page ('' where nothing was missing)."""
+    line = missing.removeprefix("specviz: ")
+    return f"{line[:1].upper()}{line[1:]}." if line else ""
 
 
 REFERENCE_WORDS = "llama.cpp plain, the fastest plain decoder here"
