@@ -3,15 +3,17 @@ models of other sizes (the paper's GPT-2 pair, or the Qwen2.5-Coder pair's shape
 its weights). A projection, never a measurement, and labelled as one."""
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from time import perf_counter
-
-from collections import defaultdict
 
 import numpy as np
 import torch
 
-from ..cache import BUCKETS
+from ..engine import Decoder, static_length
+from ..kv_replay import ReplayBackend, ReplayDrafter, ReplayError, rounds_of
 from ..models import DTYPES
+from ..trace import RunRecord
+from ..tree import TreeSpec
 from .report import fmt, median, ratio
 
 QWEN2 = {"rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
@@ -32,10 +34,12 @@ PROJECTION_SIZES = {   # the paper's GPT-2-L target and 40M GPT-2 draft; "tiny" 
                   "draft": {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64,
                             "num_attention_heads": 4, "num_key_value_heads": 2, **QWEN2}},
 }
-PROJECTION_NOTE = ("PROJECTION, not a measurement: randomly initialised models of the given sizes replay "
-                   "the token trees, accepted paths and draft forward sizes recorded from real runs. "
-                   "Only model forwards and KV-cache commits are timed (decode only, prefill excluded); "
-                   "tree building, n-gram/lookup stages, sampling and verification logic are not.")
+PROJECTION_NOTE = ("PROJECTION, not a measurement: randomly initialised models of the given sizes run the "
+                   "engine's rounds again with the decisions recorded from real runs (the replay backend, "
+                   "specviz/kv_replay.py): whole rounds are timed (tree building, masks, the target's forward, "
+                   "verification, commits), decode only, prefill excluded. The drafts feed the recorded forward "
+                   "sizes and hand back the recorded trees, so an n-gram or lookup stage's own work is not timed; "
+                   "sampled runs are verified greedily along their recorded path.")
 
 
 def random_model(family: str, sizes: dict, vocab: int, device: str, dtype: str, seed: int) -> torch.nn.Module:
@@ -55,13 +59,31 @@ def random_model(family: str, sizes: dict, vocab: int, device: str, dtype: str, 
     return model.to(DTYPES[dtype]).eval().requires_grad_(False)
 
 
-def static_entries(row: dict, step: int = 256) -> int:
-    """The static cache a replay of this row needs: the prompt, the output, the largest tree or draft feed of a
-    round, and bucket padding, rounded up to a multiple of `step` (see engine.static_length)."""
-    steps = row["_decisions"]["steps"]
-    fed = max((max(len(st["tokens"]), sum(sum(n) for n in st["forwards"].values())) for st in steps), default=0)
-    entries = row["prompt_tokens"] + sum(st["committed"] for st in steps) + fed + BUCKETS[-1]
-    return -(-entries // step) * step
+def replay_spec(recorded: dict) -> TreeSpec:
+    """A dynamic tree spec that lets every recorded tree grow whole: the drafter proposes only recorded nodes."""
+    steps = recorded["steps"]
+    budget = max((len(st["tokens"]) - 1 for st in steps), default=0)
+    depths = [_depths(st["parents"]) for st in steps]
+    branches = [max(Counter(st["parents"][1:]).values(), default=1) for st in steps]
+    return TreeSpec(shape="dynamic", budget=min(budget, 256), max_depth=min(max(map(max, depths), default=1) or 1, 64),
+                    max_branch=min(max(branches, default=1), 16), level_width=max(budget, 1))
+
+
+def _depths(parents: list[int]) -> list[int]:
+    depths = [0] * len(parents)
+    for i, parent in enumerate(parents):
+        depths[i] = depths[parent] + 1 if parent >= 0 else 0
+    return depths
+
+
+def static_entries(row: dict) -> int:
+    """The static cache a replay of this row needs (see engine.static_length)."""
+    recorded = row["_decisions"]
+    return static_length(row["prompt_tokens"], _new_tokens(recorded), replay_spec(recorded))
+
+
+def _new_tokens(recorded: dict) -> int:
+    return sum(st["committed"] for st in recorded["steps"])
 
 
 def decisions(steps) -> dict:
@@ -69,7 +91,8 @@ def decisions(steps) -> dict:
     model's forward sizes."""
     return {"stages": [vars(st) for st in steps[0].stages] if steps else [],
             "steps": [{"tokens": [n.token for n in st.nodes], "parents": [n.parent for n in st.nodes],
-                       "path": list(st.accepted_path), "forwards": st.forwards,
+                       "probs": [n.draft_prob for n in st.nodes], "path": list(st.accepted_path),
+                       "forwards": st.forwards,
                        "committed": len(st.committed_tokens)} for st in steps]}
 
 
@@ -90,39 +113,32 @@ def recorded_rows(paths: list[str]) -> list[dict]:
     return rows
 
 
-def replay(target, drafts: dict, recorded: dict, prompt_tokens: int, vocab: int) -> tuple[float, int, int]:
-    """Re-run a recorded generation's forwards on other models; return (seconds, new tokens, target forwards)."""
-    from ..tree import ancestor_matrix
+class NodeIds:
+    """A replayed run's tokens are recorded node ids (specviz/kv_replay.py): their text is the id."""
 
-    def tokens(n):
-        return torch.randint(0, vocab, (n,)).tolist()
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return "".join(f"<{i}>" for i in ids)
 
-    models = [target] + [drafts[name] for name in drafts]
-    for kv in models:
-        kv.reset()
-        if prompt_tokens > 1:
-            kv.feed_committed(tokens(prompt_tokens - 1), keep=1)
+
+def replay(target, drafts: dict, recorded: dict, prompt_tokens: int, vocab: int,
+           static_len: int | None = None, compiled=None) -> tuple[float, RunRecord]:
+    """Run a recorded generation's rounds again through the engine on other models (the replay backend); return the
+    decode's seconds (the prompt's read excluded) and its run record."""
+    rounds = rounds_of(recorded, vocab)
+    drafter = ReplayDrafter(rounds, drafts, vocab) if any(r.nodes > 1 for r in rounds) else None
+    prompt = torch.randint(0, vocab, (prompt_tokens,)).tolist()
+    decoder = Decoder(target.model, NodeIds(), prompt, backend=ReplayBackend(target, rounds), drafter=drafter,
+                      strategy="replay", tree=replay_spec(recorded), max_new_tokens=_new_tokens(recorded),
+                      target_name=target.name, stop_at_eos=False, static_len=static_len, compiled=compiled)
     _sync(target)
     started = perf_counter()
-    new = forwards = 0
-    for step in recorded["steps"]:
-        parents = step["parents"]
-        depths = [0] * len(parents)
-        for i, parent in enumerate(parents):
-            depths[i] = depths[parent] + 1 if parent >= 0 else 0
-        target.forward([t % vocab for t in step["tokens"]], [target.committed + d for d in depths],
-                       ancestor_matrix(parents))
-        target.commit(step["path"])
-        for name, kv in drafts.items():
-            for n in step["forwards"].get(name, []):
-                visible = torch.cat([torch.zeros(n, kv.pending, dtype=torch.bool),
-                                     torch.ones(n, n, dtype=torch.bool).tril()], 1)
-                kv.forward(tokens(n), list(range(kv.length, kv.length + n)), visible)
-            kv.commit(list(range(min(kv.pending, step["committed"]))))
-        new += step["committed"]
-        forwards += 1
+    run = decoder.generate()
     _sync(target)
-    return perf_counter() - started, new, forwards
+    seconds = perf_counter() - started
+    replayed = [[st.nodes[n].token for n in st.accepted_path[1:]] for st in run.steps]
+    if replayed != [step["path"][1:] for step in recorded["steps"]]:
+        raise ReplayError("the replay accepted other paths than the recording")
+    return seconds, run
 
 
 def _sync(kv) -> None:
@@ -144,7 +160,7 @@ def _models(spec: dict, device: str, dtype: str, names: list[str], static_len: i
             open_cache(model, "compile", static_len=static_len, compiled=fast).compile_buckets()
     target = open_cache(models[0], "target", static_len=static_len, compiled=compiled[0])
     drafts = {name: open_cache(models[1], name, static_len=static_len, compiled=compiled[1]) for name in names}
-    return target, drafts, models
+    return target, drafts, models, compiled[0]
 
 
 @torch.inference_mode()
@@ -156,16 +172,25 @@ def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: 
     rows = [row for row in rows if row.get("_decisions")]
     names = sorted({st["name"] for row in rows for st in row["_decisions"]["stages"][1:] if st["kind"] == "model"})
     static_len = max(map(static_entries, rows), default=256) if compile else None
-    target, drafts, models = _models(spec, device, dtype, names, static_len)
+    target, drafts, models, compiled = _models(spec, device, dtype, names, static_len)
+
+    def run(row):
+        return replay(target, _drafts_of(drafts, row), row["_decisions"], row["prompt_tokens"], spec["vocab"],
+                      static_len, compiled)
+
     if rows:        # once untimed: kernels load, caches allocate
-        replay(target, _drafts_of(drafts, rows[0]), rows[0]["_decisions"], rows[0]["prompt_tokens"], spec["vocab"])
+        run(rows[0])
     out = []
     for row in rows:
-        seconds, new, forwards = replay(target, _drafts_of(drafts, row), row["_decisions"], row["prompt_tokens"],
-                                        spec["vocab"])
+        seconds, record = run(row)
+        new = len(record.tokens)
+        phases = Counter()
+        for step in record.steps:
+            phases.update(step.phase_s)
         out.append({"prompt": row["prompt"], "sampling": row["sampling"], "strategy": row["strategy"],
-                    "new_tokens": new, "target_forwards": forwards, "wall_s": seconds,
-                    "tokens_per_s": new / seconds if seconds > 0 else 0.0})
+                    "new_tokens": new, "target_forwards": len(record.steps), "wall_s": seconds,
+                    "tokens_per_s": new / seconds if seconds > 0 else 0.0,
+                    "phase_s": {name: phases[name] for name in ("tree", "verify", "bookkeeping")}})
     base = {(r["prompt"], r["sampling"]): r["tokens_per_s"] for r in out if r["strategy"] == "baseline"}
     for r in out:
         r["speedup_vs_baseline"] = ratio(r["tokens_per_s"], base.get((r["prompt"], r["sampling"])))
@@ -178,12 +203,22 @@ def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: 
                 "tokens_per_s_p75": float(np.percentile([r["tokens_per_s"] for r in rs], 75)),
                 "speedup_vs_baseline": median(r["speedup_vs_baseline"] for r in rs),
                 "tokens_per_target_forward": sum(r["new_tokens"] for r in rs) / sum(r["target_forwards"] for r in rs),
-                "prompts": len(rs)} for (sampling, strategy), rs in groups.items()]
+                "phase_share": _shares(rs), "prompts": len(rs)} for (sampling, strategy), rs in groups.items()]
     return {"note": PROJECTION_NOTE, "sizes": sizes, "configs": spec, "device": device, "dtype": dtype,
             "compiled": compile, "static_cache_entries": static_len,
             "target_params": sum(p.numel() for p in models[0].parameters()),
             "draft_params": sum(p.numel() for p in models[1].parameters()),
             "results": results, "per_prompt": out}
+
+
+def _shares(rows: list[dict]) -> dict[str, float]:
+    """Each round phase's share of the rows' round time (tree building with the drafts' forwards, the target's
+    verification, bookkeeping)."""
+    total = Counter()
+    for row in rows:
+        total.update(row["phase_s"])
+    whole = sum(total.values()) or 1.0
+    return {name: seconds / whole for name, seconds in total.items()}
 
 
 def _drafts_of(drafts: dict, row: dict) -> dict:
@@ -196,9 +231,10 @@ def format_projection(projection: dict) -> str:
              f"*** target {projection['target_params'] / 1e6:.0f}M, draft {projection['draft_params'] / 1e6:.0f}M "
              f"parameters, {projection['device']} {projection['dtype']}"
              f"{', compiled' if projection.get('compiled') else ''}",
-             "sampling  strategy     projected tok/s med [p25-p75]  vs base  tok/fwd"]
+             "sampling  strategy     projected tok/s med [p25-p75]  vs base  tok/fwd  tree/verify/bookkeeping"]
     for r in projection["results"]:
         lines.append(f"{r['sampling']:<9} {r['strategy']:<12} {r['tokens_per_s_median']:8.1f} "
                      f"[{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]"
-                     f"{'':8}{fmt(r['speedup_vs_baseline'], '{:.2f}x'):>7}  {r['tokens_per_target_forward']:.2f}")
+                     f"{'':8}{fmt(r['speedup_vs_baseline'], '{:.2f}x'):>7}  {r['tokens_per_target_forward']:7.2f}  "
+                     + "/".join(f"{r['phase_share'].get(name, 0):.0%}" for name in ("tree", "verify", "bookkeeping")))
     return "\n".join(lines)
