@@ -120,6 +120,7 @@ _REMEASURED: set[str] = set()       # keys this process measured anew under SPEC
 _PREPARING: list[str] = []          # who measures, while this process prepares the profile (else nothing times)
 DEFAULTED: dict[str, object] = {}   # keys this process found missing, with the stated default it used
 UNSETTLED: dict[str, str] = {}      # keys this preparation could not settle, and why
+_UNSTORED: dict[str, object] = {}   # ...and what this process measured of them (used, never stored)
 MEASURED: list[str] = []            # every measurement this process ran, in order (a generating process runs none)
 CONSULTED: list[str] = []           # every key this process looked up, in order: what its settings came from
 
@@ -172,6 +173,8 @@ def decided(key: str, measure: Callable[[], object], default: object = None) -> 
     if not _PREPARING:
         DEFAULTED[key] = default
         return default
+    if key in UNSETTLED:            # measured in vain already (SETTLE_TRIES times): this process keeps what it got
+        return _UNSTORED.get(key, default)
     with _exclusive():
         stored = _read()            # another process may have measured while this one waited
         if key in stored and not remeasure:
@@ -191,6 +194,7 @@ def decided(key: str, measure: Callable[[], object], default: object = None) -> 
                   + ("; measuring again" if attempt + 1 < SETTLE_TRIES else ": not stored"), file=sys.stderr)
         else:
             UNSETTLED[key] = f"other work used {others:.0%} of the cores"
+            _UNSTORED[key] = value
             return value
         _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
         if remeasure:

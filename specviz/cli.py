@@ -14,7 +14,8 @@ from .bench.report import ratio
 
 from .tree import SHAPES
 from .locations import DEFAULT_TARGET
-from .models import AUTO_DTYPE, PRECISION_HELP, PRECISIONS, ModelLoadError
+from .models import ModelLoadError
+from .precision import AUTO_DTYPE, PRECISION_HELP, PRECISIONS
 from .presets import PRESETS, default_choice, load_preset
 from .sampling import Sampling
 from .stack_compile import compile_models

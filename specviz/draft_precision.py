@@ -1,4 +1,4 @@
-"""Which precision a draft model runs in under `auto` on a CPU: of models.draft_precisions, the one whose forwards
+"""Which precision a draft model runs in under `auto` on a CPU: of precision.draft_precisions, the one whose forwards
 were fastest as the stack feeds them (another must be 10% faster than the first to be chosen), measured once per
 machine and stored (specviz/auto_choice.py). A draft's precision only moves acceptance, never the output."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ import torch
 from . import auto_choice
 from .cost_curve import cost_curves
 from .drafters.model import LEVEL_FEED
-from .models import LoadedModel, draft_precisions, load_model
+from .models import LoadedModel, load_model
+from .precision import draft_precisions
 from .tree import TreeSpec
 
 STATED_DRAFT = "int4"     # where the profile has no pick: a 4-bit draft reads the fewest bytes a token

@@ -27,7 +27,8 @@ from pathlib import Path
 from . import auto_choice, chunked
 from .cpu import kernels
 from .cpu.file_model import read_metadata
-from .models import AUTO_DTYPE, ModelLoadError, resolve, resolve_dtype
+from .models import ModelLoadError, resolve
+from .precision import AUTO_DTYPE, resolve_dtype
 from .paths import cache_dir
 from .presets import PRESETS, load_preset, predicted_token_seconds
 from .strategies import is_non_neural
@@ -109,12 +110,12 @@ def measure_profile() -> None:
         stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
                       lambda: load_preset(name, AUTO_DTYPE))
         plan = timed(f"measuring preset {name}'s cost curves for staged's tree",
-                     lambda: stack.plans.tree_plan(measure_now=True))
+                     lambda: stack.plans.tree_plan())
         say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "
             "(the curves did not repeat themselves: a busy machine?); staged grows the fixed rule until "
             "`python -m specviz.prepare` runs on a machine at rest")
         reads = timed(f"measuring how preset {name}'s draft reads prompts fastest",
-                      lambda: stack.prompt_reads.read(stack.draft_models(), measure_now=True))
+                      lambda: stack.prompt_reads.read(stack.draft_models()))
         for spec, choice in reads.items():
             say(f"{spec}: {prompt_reader.describe(choice)}")
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from .chunked import CHUNKED, available
 from .cpu.machine import memory_bytes
 from .locations import DEFAULT_TARGET
-from .models import AUTO_DTYPE, PROBE_LAYERS_PER_1_5B, ModelLoadError, auto_precision, probe_seconds
+from .models import ModelLoadError
+from .precision import AUTO_DTYPE, PROBE_LAYERS_PER_1_5B, auto_precision, probe_seconds
 from .stack import Stack
 
 

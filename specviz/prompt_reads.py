@@ -20,15 +20,14 @@ class PromptReads:
     choices: dict[str, dict] = field(default_factory=dict)      # the stored choice in use, by draft spec
     products: dict[str, list[dict] | None] = field(default_factory=dict)    # ...and the float copies it reads through
 
-    def read(self, drafts: dict[str, LoadedModel], measure_now: bool = False) -> dict[str, dict]:
-        """Take up each draft's stored choice; measure and store it first where none is stored and `measure_now`.
-        A draft with nothing stored reads prompts through its own products. Returns the choices in use, by spec."""
+    def read(self, drafts: dict[str, LoadedModel]) -> dict[str, dict]:
+        """Take up each draft's stored choice (measured and stored first where none is, while prepare runs). A draft
+        with nothing stored reads prompts through its own products. Returns the choices in use, by spec."""
         for spec, draft in drafts.items():
-            if (spec in self.choices and not measure_now) or not runs_own_forward(draft.model):
+            if not runs_own_forward(draft.model):
                 continue
             name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
-            choice = auto_choice.decided(name, lambda: prompt_reader.choose(draft.model)) if measure_now \
-                else auto_choice.stored(name)
+            choice = auto_choice.decided(name, lambda: prompt_reader.choose(draft.model))
             if not choice or choice == self.choices.get(spec):      # nothing stored, or in use already
                 continue
             self.choices[spec] = choice

@@ -20,7 +20,8 @@ from .drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
 from .draft_vocabulary import DraftVocabulary
 from .engine import Decoder, Prefill, prefill
 from .locations import DEFAULT_TARGET
-from .models import AUTO_DTYPE, LoadedModel, auto_precision, auto_reason, check_dtype, load_model, precision_name
+from .models import LoadedModel, load_model
+from .precision import AUTO_DTYPE, auto_precision, auto_reason, check_dtype, precision_name
 from .prompt_reads import PromptReads
 from .sampling import Sampling
 from .stack_compile import CompiledModels
@@ -41,7 +42,7 @@ class Stack:
     target: LoadedModel
     drafts: list[str]                                  # specs, top stage first
     loaded: dict[str, object] = field(default_factory=dict)     # each spec's model or n-gram table ("lookup": none)
-    precision_reason: str = ""      # under `auto`: why this precision, with the probe's timings (models.auto_reason)
+    precision_reason: str = ""      # under `auto`: why this precision, with the probe's timings (precision.auto_reason)
     vocabulary: DraftVocabulary = field(default_factory=DraftVocabulary)
     prompt_reads: PromptReads = field(default_factory=PromptReads, repr=False)
     compiled: CompiledModels = field(default_factory=CompiledModels, repr=False)     # see stack_compile.compile_models

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from .auto_trigram import auto_trigram, draft_texts
 from .draft_precision import fastest_draft
-from .models import GGUF, LoadedModel, ModelLoadError, check_tokenizers_match, is_gguf, load_model
+from .models import GGUF, LoadedModel, ModelLoadError, check_tokenizers_match, load_model
+from .precision import is_gguf
 from .paths import ASSETS
 from .strategies import is_ngram
 

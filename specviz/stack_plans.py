@@ -38,17 +38,16 @@ class StackPlans:
         if self.name() is not None:
             self.plans[self.name()] = plan
 
-    def tree_plan(self, measure_now: bool = False) -> TreePlan | None:
-        """This machine's plan for staged's tree, as stored; measured and stored first where there is none and
-        `measure_now`. None where the top stage is no model, or nothing is stored."""
+    def tree_plan(self) -> TreePlan | None:
+        """This machine's plan for staged's tree, as stored (measured and stored first where there is none while
+        prepare runs). None where the top stage is no model, or nothing is stored."""
         name = self.name()
         if name is None:
             return None
         if name not in self.plans:
             stack = self.stack
             draft = stack.loaded[stack.drafts[0]]
-            plan = stored_plan(name, stack.target.model, draft.model, stack.vocabulary.for_draft(draft, []),
-                               measure_now)
+            plan = stored_plan(name, stack.target.model, draft.model, stack.vocabulary.for_draft(draft, []))
             if plan is None:
                 return None
             self.plans[name] = plan

@@ -39,17 +39,14 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.
     raise NoisyMachine(f"the cost curves did not repeat themselves in {tries + 1} measurements (a busy machine?)")
 
 
-def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None,
-                measure_now: bool = False) -> TreePlan | None:
+def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
+                draft_vocab: torch.Tensor | None = None) -> TreePlan | None:
     """This machine's plan for the pair under `name` (see key), as its profile holds it; where there is none, measured
-    and stored if `measure_now` while prepare runs (specviz/auto_choice.py), else None (a process that generates never
-    times anything: on a busy machine it would store nonsense)."""
-    if measure_now:
-        try:
-            data = auto_choice.decided(name, lambda: measure(target, draft, draft_vocab))
-        except NoisyMachine as exc:
-            auto_choice.unsettled(name, str(exc))
-            return None
-    else:
-        data = auto_choice.stored(name)
+    and stored while prepare runs (specviz/auto_choice.py), else None (a process that generates never times anything:
+    on a busy machine it would store nonsense)."""
+    try:
+        data = auto_choice.decided(name, lambda: measure(target, draft, draft_vocab))
+    except NoisyMachine as exc:
+        auto_choice.unsettled(name, str(exc))
+        return None
     return None if data is None else TreePlan.from_dict(data, auto_choice.source(name))

@@ -69,18 +69,18 @@ def auto_choices(tmp_path, monkeypatch):
     """An empty profile of this machine (specviz/auto_choice.py) for this test, and no probe remembered by the
     process; the machine's real profile stays as setup left it. Nothing is measured outside `auto_choice.preparing`."""
     import specviz.auto_choice as auto_choice
-    import specviz.models as models
+    import specviz.precision as precision
     monkeypatch.setattr(auto_choice, "path", lambda: tmp_path / auto_choice.FILE)
     monkeypatch.setattr(auto_choice, "_REMEASURED", set())
-    for record in ("DEFAULTED", "UNSETTLED", "MEASURED", "CONSULTED"):      # what this process did, from now on
+    for record in ("DEFAULTED", "UNSETTLED", "_UNSTORED", "MEASURED", "CONSULTED"):    # what this process did from now
         monkeypatch.setattr(auto_choice, record, type(getattr(auto_choice, record))())
     # tests run beside another worker: what they measure is stored whatever the load (test_auto_choice tests the guard)
     monkeypatch.setattr(auto_choice, "BUSY_SHARE", 1.0)
-    models.resolve_dtype.cache_clear()
-    models.probe_seconds.cache_clear()
+    precision.resolve_dtype.cache_clear()
+    precision.probe_seconds.cache_clear()
     yield tmp_path / auto_choice.FILE
-    models.resolve_dtype.cache_clear()
-    models.probe_seconds.cache_clear()
+    precision.resolve_dtype.cache_clear()
+    precision.probe_seconds.cache_clear()
 
 
 @pytest.fixture
@@ -119,8 +119,9 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture
 def tiny_default(monkeypatch):
     """The 'offline' preset replaced by tiny random models: a target, a noisy copy as draft, lookup."""
-    from specviz.app import stacks
     from tiny import WordTokenizer, tiny_stack
+
+    from specviz.app import stacks
 
     def install(drafts=("draft", "lookup")):
         stack = tiny_stack(drafts, WordTokenizer())

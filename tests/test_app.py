@@ -9,16 +9,15 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from tiny import WordTokenizer
 
 from specviz import llama_cpp
+from specviz.app import bench_panel, stacks, words
 from specviz.app import settings as app_settings
-from specviz.app import stacks, words
-from specviz.app import bench_panel
 from specviz.app.race import COMPARED, ENGINE_LANES, IN_TURN, ONE_AFTER_ANOTHER, SHOWN, TIMING, Race, time_lanes
 from specviz.app.sessions import Session
 from specviz.strategies import default_tree
 from specviz.trace import RunRecord
-from tiny import WordTokenizer
 
 DATA = Path(__file__).resolve().parent / "data"
 SETTINGS = dict(prompt="def add(a, b):\n", strategy="tree", preset=app_settings.OFFLINE_DEFAULT, target="", drafts="",
@@ -302,8 +301,7 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     """Why it is fast: measured and predicted tokens per pass for each speculating lane, from the race's
     traces. Is it lossless: plain and staged samples of the next token with their chi-square tests, or
     under greedy the race's lanes compared token by token."""
-    from specviz.app import events
-    from specviz.app import panels
+    from specviz.app import events, panels
 
     tiny_default()
     session = Session()
@@ -413,8 +411,9 @@ CHAT_TOKENS = {sum(map(ord, word)) % 64 for word in ("<|im_start|>user", "<|im_e
 def test_plain_language_examples_open_in_chat_and_the_race_is_the_same_in_either_mode(monkeypatch):
     """Chat puts the prompt in the model's chat template (its tokens grey, as the prompt is); it changes the prompt's
     tokens only, so every lane still writes baseline's text, and a model without a template says so."""
-    from specviz.app import events
     from tiny import tiny_stack
+
+    from specviz.app import events
 
     assert app_settings.format_for("Explain: why is the sky blue?") == "chat"
     assert app_settings.format_for(app_settings.PATTERN_EXAMPLE) == "completion"
@@ -492,10 +491,11 @@ def test_stop_leaves_the_status_to_the_loop_it_stops():
 def test_the_model_bytes_a_server_holds_are_bounded(monkeypatch):
     from collections import OrderedDict
 
+    from tiny import tiny_model
+
     from specviz import presets
     from specviz.models import LoadedModel
     from specviz.stack import Stack
-    from tiny import tiny_model
 
     def load(name, dtype, device):
         return Stack(LoadedModel(name, tiny_model("llama", seed=len(name)), WordTokenizer()), [], {})
@@ -543,6 +543,7 @@ def test_an_unknown_preset_named_by_the_operator_stops_the_app_with_one_line():
     import os
     import subprocess
     import sys
+
     from specviz.presets import PRESETS
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "SPECVIZ_PRESET": "gpt5", "SPECVIZ_PRELOAD": "0", "GRADIO_ANALYTICS_ENABLED": "False"}

@@ -76,6 +76,7 @@ def test_shipped_draft_agrees_with_the_target_and_is_calibrated(smollm2):
     top-1 must match often, and its top-1 probability must be about as high as that match rate
     (dynamic trees are grown by these probabilities: an underconfident draft starves them)."""
     from transformers import AutoModelForCausalLM
+
     from specviz.prompts import load_prompts
     draft = AutoModelForCausalLM.from_pretrained(ASSETS / "draft", dtype=torch.float32)
     hits, confidence = [], []

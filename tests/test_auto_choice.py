@@ -11,7 +11,7 @@ import types
 import pytest
 
 import specviz.auto_choice as auto_choice
-import specviz.models as models
+import specviz.precision as precision
 import specviz.presets as presets
 
 # one probe layer's token, s
@@ -22,9 +22,9 @@ BUSY = {"float32": 0.016, "bfloat16": 0.034, "int4": 0.019, "int8": 0.012, "gguf
 
 def new_process(monkeypatch, timings: dict) -> None:
     """What a process starting now sees: no probe measured in it yet, and the probe timing `timings`."""
-    models.resolve_dtype.cache_clear()
-    models.probe_seconds.cache_clear()
-    monkeypatch.setattr(models, "_probe_layer", lambda dtype: {1: timings[dtype], 2: 2 * timings[dtype]})
+    precision.resolve_dtype.cache_clear()
+    precision.probe_seconds.cache_clear()
+    monkeypatch.setattr(precision, "_probe_layer", lambda dtype: {1: timings[dtype], 2: 2 * timings[dtype]})
 
 
 @pytest.fixture
@@ -35,42 +35,42 @@ def store(auto_choices):
 
 def test_a_busy_machine_keeps_the_stored_precision_and_stack(store, monkeypatch):
     new_process(monkeypatch, IDLE)
-    precision, token_s = models.resolve_dtype("auto"), presets.predicted_token_seconds()
-    target = models.auto_precision(presets.PRESETS["qwen-coder"].target)        # gguf where its file is installed
-    assert precision == "int4" and token_s == pytest.approx(IDLE[target] * 33)  # the idle machine's pick
+    picked, token_s = precision.resolve_dtype("auto"), presets.predicted_token_seconds()
+    target = precision.auto_precision(presets.PRESETS["qwen-coder"].target)        # gguf where its file is installed
+    assert picked == "int4" and token_s == pytest.approx(IDLE[target] * 33)  # the idle machine's pick
     new_process(monkeypatch, BUSY)                  # a later process, started while others compute
-    assert models.resolve_dtype("auto") == precision
+    assert precision.resolve_dtype("auto") == picked
     assert presets.predicted_token_seconds() == token_s
-    reason = models.auto_reason()
+    reason = precision.auto_reason()
     assert "measured" in reason and "auto.json" in reason       # says where it came from,
     assert str(store) not in reason                             # but not the server's own path (a Space shows it)
 
 
 def test_remeasuring_is_asked_for(store, monkeypatch):
     new_process(monkeypatch, IDLE)
-    assert models.resolve_dtype("auto") == "int4"
+    assert precision.resolve_dtype("auto") == "int4"
     new_process(monkeypatch, BUSY)
     monkeypatch.setenv(auto_choice.REMEASURE, "1")
-    assert models.resolve_dtype("auto") == "int8"                               # measured again, and stored
+    assert precision.resolve_dtype("auto") == "int8"                               # measured again, and stored
     monkeypatch.delenv(auto_choice.REMEASURE)
     new_process(monkeypatch, IDLE)
-    assert models.resolve_dtype("auto") == "int8"
+    assert precision.resolve_dtype("auto") == "int8"
     auto_choice.forget()
     new_process(monkeypatch, IDLE)
-    assert models.resolve_dtype("auto") == "int4"
+    assert precision.resolve_dtype("auto") == "int4"
 
 
 def test_another_machine_measures_anew(store, monkeypatch):
     new_process(monkeypatch, IDLE)
-    assert models.resolve_dtype("auto") == "int4"
+    assert precision.resolve_dtype("auto") == "int4"
     here = auto_choice.machine()
     monkeypatch.setattr(auto_choice, "machine", lambda: "another CPU")
     new_process(monkeypatch, BUSY)
-    assert models.resolve_dtype("auto") == "int8"
+    assert precision.resolve_dtype("auto") == "int8"
     assert set(json.loads(store.read_text())["machines"]) == {here, "another CPU"}     # each keeps its own
     monkeypatch.setattr(auto_choice, "machine", lambda: here)
     new_process(monkeypatch, BUSY)
-    assert models.resolve_dtype("auto") == "int4"
+    assert precision.resolve_dtype("auto") == "int4"
 
 
 def test_a_changed_kernel_is_another_machine(monkeypatch):
@@ -152,6 +152,8 @@ def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_sto
     assert "own work" in stored and "a quarter" in stored and "busy" not in stored
     assert auto_choice.decided("settles", measure) == "try 5"               # its second try is stored
     assert json.loads(store.read_text())["machines"][auto_choice.machine()]["settles"]["value"] == "try 5"
+    assert auto_choice.decided("busy", lambda: "again") == "try 3"    # not timed again by this prepare: what it got
+    monkeypatch.setattr(auto_choice, "UNSETTLED", {})                   # the next prepare
     assert auto_choice.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
     assert auto_choice.decided("busy", lambda: "again") == "at rest"
 

@@ -3,14 +3,14 @@ import json
 
 import pytest
 import torch
+from tiny import WordTokenizer, tiny_model
+from tiny import tiny_stack as tiny
 
 from specviz import bench, llama_cpp
 from specviz.bench import run_bench
 from specviz.hf_peers import hf_generate
 from specviz.prompts import Prompt, load_prompts
 from specviz.sampling import Sampling
-from tiny import WordTokenizer, tiny_model
-from tiny import tiny_stack as tiny
 
 KEYS = {"strategy", "sampling", "tokens_per_s_median", "tokens_per_s_p25", "tokens_per_s_p75",
         "speedup_vs_hf_generate", "speedup_vs_hf_assisted", "speedup_vs_baseline", "speedup_vs_reference",
@@ -317,8 +317,9 @@ def test_cost_curves_of_several_models_take_turns_within_each_round(monkeypatch)
 
 
 def test_cost_curve_flag_writes_json(tmp_path, capsys):
-    from specviz.cost_curve import SIZES
     from tiny import save_with_word_tokenizer
+
+    from specviz.cost_curve import SIZES
     save_with_word_tokenizer(tiny_model("llama", 0), tmp_path / "model")
     # float32 named: `auto` would time the probe layer in every precision first (this worker's one thread is a
     # machine of its own to auto_choice), which is not what this test is about

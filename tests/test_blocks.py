@@ -14,8 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specviz.cpu import kernels
-from specviz.cpu import blocks, reference
+from specviz.cpu import blocks, kernels, reference
 from specviz.cpu.__init__ import cpu_info
 from specviz.cpu.build import C as BLOCKS
 from specviz.cpu.kernels import KernelInputError

@@ -16,11 +16,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_app import BENCH
 
 from specviz.app import settings as app_settings
 from specviz.app.bench_panel import stack_of
 from specviz.app.race import COMPARED, IN_TURN, SHOWN
-from test_app import BENCH
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG_RUN = 1000          # tokens: over two minutes of plain decoding on a 2-core CPU

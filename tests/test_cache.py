@@ -3,10 +3,10 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-
-from specviz.cache import open_cache, bucket
-from specviz.tree import Tree, ancestor_matrix
 from tiny import tiny_model
+
+from specviz.cache import bucket, open_cache
+from specviz.tree import Tree, ancestor_matrix
 
 FAMILIES = [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), ("gpt2", "eager")]
 

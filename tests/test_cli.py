@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-
 from tiny import tiny_model
 
 PROMPT = 'def running_max(values: list[int]) -> list[int]:\n    """Return the running maximum of values."""\n'

@@ -4,13 +4,13 @@ import os
 
 import pytest
 import torch
+from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
 
 from specviz.cache import BUCKETS, open_cache
 from specviz.drafters import LookupDrafter, ModelDrafter
-from specviz.tree import TreeSpec
 from specviz.engine import Decoder
 from specviz.models import compile_model
-from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
+from specviz.tree import TreeSpec
 
 TOK = TinyTokenizer()
 

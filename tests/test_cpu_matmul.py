@@ -5,10 +5,10 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny import tiny_model
 
 from specviz.cache import open_cache
 from specviz.cpu.matmul import MAX_ROWS, RowsLinear, engine_products, install, rows_product
-from tiny import tiny_model
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8, MAX_ROWS])

@@ -4,14 +4,14 @@ import copy
 
 import pytest
 import torch
+from test_int4 import gqa_model
+from tiny import tiny_model
 
-from specviz.cpu import kernels
 from specviz.cache import OwnForwardKV, open_cache
+from specviz.cpu import kernels
 from specviz.cpu.decoder import LlamaForward, supported
 from specviz.models import LoadedModel, _quantized
 from specviz.tree import ancestor_matrix
-from test_int4 import gqa_model
-from tiny import tiny_model
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
 

@@ -6,17 +6,17 @@ import functools
 
 import pytest
 import torch
+from tiny import TinyTokenizer, tiny_model, tiny_stack
 
-from specviz.cpu import kernels
 from specviz.cache import open_cache, read_bytes, restricts_output
+from specviz.cpu import kernels
 from specviz.cpu.int4 import WIDE_GROUP, Int4Linear
-from specviz.drafters.katz import KatzTrigram
 from specviz.cpu.int8 import Int8Linear
+from specviz.drafters.katz import KatzTrigram
 from specviz.models import LoadedModel, _quantized
 from specviz.sampling import Sampling
 from specviz.strategies import STRATEGIES, default_tree
 from specviz.tree_builder import Proposal
-from tiny import TinyTokenizer, tiny_model, tiny_stack
 
 SPECIAL = 63
 

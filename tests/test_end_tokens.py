@@ -3,6 +3,7 @@ strategy stops exactly where baseline stops."""
 from types import SimpleNamespace
 
 import pytest
+from tiny import TinyTokenizer, tiny_model
 
 from specviz import end_tokens
 from specviz.cache import open_cache
@@ -10,7 +11,6 @@ from specviz.drafters import LookupDrafter, ModelDrafter
 from specviz.engine import Decoder
 from specviz.sampling import Sampling
 from specviz.tree import TreeSpec
-from tiny import TinyTokenizer, tiny_model
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 

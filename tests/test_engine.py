@@ -2,15 +2,15 @@
 import json
 
 import pytest
+from tiny import TinyTokenizer, tiny_model
 
 from specviz.cache import open_cache
 from specviz.drafters import LookupDrafter, ModelDrafter
-from specviz.tree import TreeSpec
 from specviz.engine import Decoder
 from specviz.metrics import summarise
 from specviz.sampling import Sampling
 from specviz.trace import RunRecord, StepRecord
-from tiny import TinyTokenizer, tiny_model
+from specviz.tree import TreeSpec
 
 TOK = TinyTokenizer()
 

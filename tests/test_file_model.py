@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 import torch
+from short_prompts import ONE_TOKEN, beyond_near_ties, greedy_disagreements
 
 from specviz.cpu.blocks import BlockEmbedding, BlockLinear
 from specviz.models import load_model
 from specviz.prompts import load_prompts
 from specviz.stack import Stack
 from specviz.strategies import STRATEGIES
-from short_prompts import ONE_TOKEN, beyond_near_ties, greedy_disagreements
 
 pytestmark = pytest.mark.slow
 

@@ -6,14 +6,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny import TinyTokenizer, tiny_model
+from toy_ngram import ToyBigram
 
 from specviz.cache import open_cache
 from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
-from specviz.models import quantize_in_place
-from specviz.tree import TreeSpec
 from specviz.engine import Decoder
-from tiny import TinyTokenizer, tiny_model
-from toy_ngram import ToyBigram
+from specviz.precision import quantize_in_place
+from specviz.tree import TreeSpec
 
 TOK = TinyTokenizer()
 INT4 = "llama-int4"       # the llama family 64 wide in 4 bits: specviz/cpu/decoder.py's forward and the 4-bit kernel

@@ -5,13 +5,13 @@ import copy
 
 import pytest
 import torch
+from tiny import tiny_model
 
 from specviz.cpu import kernels
 from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.int4 import Int4Linear
-from specviz.models import quantize_in_place
 from specviz.cpu.kernels import KernelInputError
-from tiny import tiny_model
+from specviz.precision import quantize_in_place
 
 pytestmark = pytest.mark.skipif(not kernels.rows_available(), reason="no C compiler or no AVX2: torch's products run")
 

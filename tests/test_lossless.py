@@ -5,13 +5,20 @@ from dataclasses import replace
 
 import pytest
 import torch
+from tiny import tiny_stack
 
 from specviz import engine
-from specviz.lossless import (ChiSquare, first_tokens, goodness_of_fit, greedy_diff, homogeneity,
-                              next_token_distribution, p_value)
+from specviz.lossless import (
+    ChiSquare,
+    first_tokens,
+    goodness_of_fit,
+    greedy_diff,
+    homogeneity,
+    next_token_distribution,
+    p_value,
+)
 from specviz.sampling import Sampling, sample
 from specviz.verify import Verdict, target_probs_of_nodes
-from tiny import tiny_stack
 
 PROMPT = [3, 14, 15, 9, 26, 5]
 SAMPLING = Sampling(temperature=0.3)    # sharp enough that 1000 samples tell small biases apart

@@ -1,8 +1,9 @@
 """Model specs, loading errors and the tokenizer check."""
 import pytest
-
-from specviz.models import LoadedModel, ModelLoadError, check_tokenizers_match, load_model, resolve
 from tiny import TinyTokenizer, tiny_model
+
+import specviz.precision as precision
+from specviz.models import LoadedModel, ModelLoadError, check_tokenizers_match, load_model, resolve
 
 
 def test_resolve_specs(tmp_path):
@@ -38,39 +39,40 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
 
 def test_auto_dtype_follows_the_probe(monkeypatch, preparing):
     import specviz.models as models
-    for faster in ("bfloat16", "float32", "int4", *(["int8"] if "int8" in models.cpu_precisions() else [])):
+    import specviz.precision as precision
+    for faster in ("bfloat16", "float32", "int4", *(["int8"] if "int8" in precision.cpu_precisions() else [])):
         clear_probe(models)
-        monkeypatch.setattr(models, "_probe_layer", lambda dtype, f=faster: {1: 0.5, 16: 0.5} if dtype == f
+        monkeypatch.setattr(precision, "_probe_layer", lambda dtype, f=faster: {1: 0.5, 16: 0.5} if dtype == f
                             else {1: 1.0, 16: 2.0})
-        assert models.resolve_dtype("auto") == faster                   # by absolute speed, not by a ratio
-        assert models.auto_reason().startswith(f"auto picked {faster}, the fastest here: ")
-        assert f"{faster} 500 ms" in models.auto_reason()         # its one-token time
+        assert precision.resolve_dtype("auto") == faster                   # by absolute speed, not by a ratio
+        assert precision.auto_reason().startswith(f"auto picked {faster}, the fastest here: ")
+        assert f"{faster} 500 ms" in precision.auto_reason()         # its one-token time
     clear_probe(models)
     close = {"float32": 1.0, "bfloat16": 0.8, "int4": 0.5, "int8": 0.48}      # int8 within 10% of int4: int4 stays
-    monkeypatch.setattr(models, "_probe_layer", lambda dtype: {1: close[dtype]})
-    assert models.resolve_dtype("auto") == "int4"
+    monkeypatch.setattr(precision, "_probe_layer", lambda dtype: {1: close[dtype]})
+    assert precision.resolve_dtype("auto") == "int4"
     clear_probe(models)
-    monkeypatch.setattr(models, "_probe_layer", lambda dtype: {1: 1.0, 16: 1.0})      # a tie is no reason for bf16
-    assert models.resolve_dtype("auto") == "float32"
-    assert models.resolve_dtype("float16") == "float16"                 # names pass through
+    monkeypatch.setattr(precision, "_probe_layer", lambda dtype: {1: 1.0, 16: 1.0})      # a tie is no reason for bf16
+    assert precision.resolve_dtype("auto") == "float32"
+    assert precision.resolve_dtype("float16") == "float16"                 # names pass through
     clear_probe(models)
 
 
 def clear_probe(models) -> None:
     """As a new process on a new machine: nothing measured, nothing stored."""
     import specviz.auto_choice as auto_choice
-    models.resolve_dtype.cache_clear()
-    models.probe_seconds.cache_clear()
+    precision.resolve_dtype.cache_clear()
+    precision.probe_seconds.cache_clear()
     auto_choice.forget()
 
 
 @pytest.mark.slow
 def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):
-    import specviz.models as models
-    assert all(models._probe_layer(name, feeds=(1,), repeats=1)[1] > 0 for name in models.cpu_precisions())
+    import specviz.precision as precision
+    assert all(precision._probe_layer(name, feeds=(1,), repeats=1)[1] > 0 for name in precision.cpu_precisions())
     tiny_model("llama").save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path), dtype="auto")
-    assert loaded.dtype == models.resolve_dtype("auto") in models.cpu_precisions()
+    assert loaded.dtype == precision.resolve_dtype("auto") in precision.cpu_precisions()
 
 
 def test_models_load_as_from_pretrained_leaves_them(tmp_path):

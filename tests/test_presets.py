@@ -3,8 +3,9 @@ import pytest
 
 import specviz.auto_trigram
 import specviz.models
-from specviz.models import ModelLoadError
+import specviz.precision
 from specviz.auto_trigram import auto_trigram
+from specviz.models import ModelLoadError
 from specviz.presets import PRESETS, get_preset, load_preset
 from specviz.strategies import is_non_neural
 
@@ -57,9 +58,10 @@ def test_the_token_time_is_predicted_from_the_probe_layer_here(preparing):
     import specviz.presets as presets
     seconds = presets.predicted_token_seconds()
     target = presets.PRESETS["qwen-coder"].target        # its GGUF file's own blocks, where the kernels build
-    assert specviz.models.auto_precision(target) == ("gguf" if specviz.models.runs_file_blocks() else
-                                                     specviz.models.resolve_dtype("auto"))
-    assert seconds == specviz.models.probe_seconds(specviz.models.auto_precision(target))[1] * 33 and 0 < seconds < 60
+    assert specviz.precision.auto_precision(target) == ("gguf" if specviz.precision.runs_file_blocks() else
+                                                     specviz.precision.resolve_dtype("auto"))
+    probe = specviz.precision.probe_seconds(specviz.precision.auto_precision(target))
+    assert seconds == probe[1] * 33 and 0 < seconds < 60
 
 
 def test_hub_preset_without_network_says_what_to_do(monkeypatch, tmp_path):

@@ -9,14 +9,14 @@ from collections import Counter
 import pytest
 
 import specviz.auto_choice as auto_choice
-from specviz import draft_precision, models, prepare, tree_plan_store
+from specviz import draft_precision, precision, prepare, tree_plan_store
 from specviz.cli import main
 from specviz.cpu import prompt_reader
 from specviz.presets import load_preset
 
 pytestmark = pytest.mark.slow         # the real SmolLM2 stack
 # every function that times something to fill the profile
-TIMERS = [(models, "_probe_layer"), (draft_precision, "draft_probe_seconds"), (prompt_reader, "choose"),
+TIMERS = [(precision, "_probe_layer"), (draft_precision, "draft_probe_seconds"), (prompt_reader, "choose"),
           (tree_plan_store, "measure")]
 
 

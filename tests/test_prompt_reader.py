@@ -4,15 +4,15 @@ import copy
 
 import pytest
 import torch
+from tiny import tiny_model, tiny_stack
 
 from specviz.cache import open_cache
 from specviz.cpu import kernels, layer_loop, prompt_reader
 from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.layer_loop import LayerLoop
-from specviz.models import LoadedModel, _quantized
 from specviz.metrics import summarise, time_split
+from specviz.models import LoadedModel, _quantized
 from specviz.plots.compare import latency_figure
-from tiny import tiny_model, tiny_stack
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
 
@@ -132,9 +132,10 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
     assert "bfloat16 copies of its weights" in prompt_reader.describe(chosen)
 
 
-def test_a_stack_measures_its_draft_prompt_read_only_when_asked_and_later_stacks_read_the_stored_choice(
-        preparing, monkeypatch):
-    auto_choices = preparing            # measured as prepare measures
+def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks_read_the_stored_choice(
+        auto_choices, monkeypatch):
+    from specviz import auto_choice
+
     def quantized_stack():
         return quantized_draft_stack()[0]
     measured = []
@@ -143,20 +144,22 @@ def test_a_stack_measures_its_draft_prompt_read_only_when_asked_and_later_stacks
     first = quantized_stack()
     assert first.prompt_reads.read(first.draft_models()) == {} and not auto_choices.exists()  # generating never times
     assert first.prompt_reads.products.get("draft") is None and first.drafter_for("staged").kv.reader is None
-    assert first.prompt_reads.read(first.draft_models(), measure_now=True)["draft"]["choice"] == "bfloat16"
+    with auto_choice.preparing("the tests"):       # measured as prepare measures
+        assert first.prompt_reads.read(first.draft_models())["draft"]["choice"] == "bfloat16"
     assert measured == [1]
     assert "prompt read: draft" in auto_choices.read_text()
     second = quantized_stack()
     assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16" and measured == [1]
     assert second.drafter_for("staged").kv.reader is not None        # the stack's drafters get the reader
     assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.bfloat16
-    assert second.prompt_reads.read(second.draft_models(), measure_now=True)["draft"]["choice"] == "bfloat16"
-    assert measured == [1]
-    # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
-    monkeypatch.setenv("SPECVIZ_REMEASURE", "1")
-    monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(2) or
-                        {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
-    assert second.prompt_reads.read(second.draft_models(), measure_now=True)["draft"]["choice"] == "float32"
+    with auto_choice.preparing("the tests"):
+        assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16"
+        assert measured == [1]
+        # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
+        monkeypatch.setenv("SPECVIZ_REMEASURE", "1")
+        monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(2) or
+                            {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
+        assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "float32"
     assert measured == [1, 2]
     assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.float32
 

@@ -3,15 +3,15 @@ packages): it loads offline, both models share one vocabulary, and every strateg
 equals baseline's with the files' own blocks (`gguf`, the default), compared within this run (never against tokens
 remembered from one CPU)."""
 import pytest
+from short_prompts import beyond_near_ties, greedy_disagreements
 
 from specviz.auto_trigram import draft_text_path, draft_texts
 from specviz.chunked import CHUNKED, available
-from specviz.strategies import STRATEGIES
+from specviz.cpu.file_model import requantizable
+from specviz.models import load_model
 from specviz.presets import load_preset
 from specviz.prompts import load_prompts
-from specviz.models import load_model
-from specviz.cpu.file_model import requantizable
-from short_prompts import beyond_near_ties, greedy_disagreements
+from specviz.strategies import STRATEGIES
 
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 12

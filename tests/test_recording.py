@@ -7,15 +7,15 @@ import gzip
 import json
 
 import pytest
+from test_app import SETTINGS
 
 from specviz import plots
+from specviz import recording as rec
 from specviz.app import replay as app_replay
 from specviz.app import settings as app_settings
 from specviz.app import stacks, words
-from specviz import recording as rec
 from specviz.app.race import Race
 from specviz.app.sessions import Session
-from test_app import SETTINGS
 
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
 

@@ -7,6 +7,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_sampling_exact import chi2, chi2_critical, exact_two_token_distribution
+from tiny import TinyTokenizer, tiny_model, tiny_stack
 
 from specviz.cache import open_cache
 from specviz.calibration import BIN_MEANS, KEEP, STORED_CAP, Calibration
@@ -18,8 +20,6 @@ from specviz.strategies import default_tree
 from specviz.trace import RunRecord
 from specviz.tree import TreeSpec
 from specviz.tree_plan import DRAFT_FEED, TreePlan
-from test_sampling_exact import chi2, chi2_critical, exact_two_token_distribution
-from tiny import TinyTokenizer, tiny_model, tiny_stack
 
 TOK = TinyTokenizer()
 CHAIN = TreeSpec(shape="chain", budget=8, max_depth=8, planned=True)
@@ -272,7 +272,7 @@ def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_a
     assert not auto_choices.exists()                                     # a stack given curves by hand stores nothing
     monkeypatch.setattr(tree_plan_store, "measure", lambda *a: cpu_plan().to_dict())
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.plans.tree_plan(measure_now=True) is not None
+    assert stack.plans.tree_plan() is not None
     stack.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
     keys = [k for k in json.loads(auto_choices.read_text())["machines"][auto_choice.machine()] if "calibration" in k]
     assert keys == [stack.plans.name().replace("tree plan", "calibration of speculative, greedy")]

@@ -10,8 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specviz.cpu import kernels
-from specviz.cpu import cpu_info
+from specviz.cpu import cpu_info, kernels
 from specviz.cpu.matmul import rows_product
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,15 +5,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny import TinyTokenizer, tiny_model
 
 import specviz.verify as verify
 from specviz.cache import open_cache
 from specviz.drafters import ModelDrafter
-from specviz.tree import TreeSpec
 from specviz.engine import Decoder
 from specviz.sampling import Sampling, draw_without_replacement, logits_to_probs
-from specviz.tree import Tree
-from tiny import TinyTokenizer, tiny_model
+from specviz.tree import Tree, TreeSpec
 
 
 def chi2_critical(df: int, p_value: float = 1e-5) -> float:

@@ -4,8 +4,16 @@ import random
 
 import pytest
 
-from specviz.speed_model import (FittedCosts, best_chain, chain_curve, chain_tokens, explain, fit_costs, rank_rates,
-                                 tree_tokens)
+from specviz.speed_model import (
+    FittedCosts,
+    best_chain,
+    chain_curve,
+    chain_tokens,
+    explain,
+    fit_costs,
+    rank_rates,
+    tree_tokens,
+)
 from specviz.trace import NodeRecord, StageInfo, StepRecord
 from specviz.tree import chain_shape
 

@@ -1,13 +1,14 @@
 """Which drafters each strategy gets from a model stack."""
 import pytest
 import torch
-
-from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
-from specviz.models import LoadedModel, precision_name
-from specviz.stack import Stack
-from specviz.strategies import STAGED_LOOKUP, default_tree
 from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model, tiny_stack
 from toy_ngram import ToyBigram
+
+from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
+from specviz.models import LoadedModel
+from specviz.precision import precision_name
+from specviz.stack import Stack
+from specviz.strategies import STAGED_LOOKUP, default_tree
 
 
 def stack(drafts, loaded=None):
@@ -67,9 +68,9 @@ def test_default_trees():
 def target_probe(monkeypatch, preparing):
     """The target's probe layer timed as made-up seconds (float32 fastest): these tests choose a draft's precision,
     and the real probe (a 1.5B-shaped layer in every precision, tests/test_models.py) would take seconds each."""
-    import specviz.models as models
-    monkeypatch.setattr(models, "_probe_layer", lambda dtype, **_: {n: (1.0 if dtype == "float32" else 2.0) * n
-                                                                      for n in models.PROBE_FEEDS})
+    import specviz.precision as precision
+    monkeypatch.setattr(precision, "_probe_layer", lambda dtype, **_: {n: (1.0 if dtype == "float32" else 2.0) * n
+                                                                      for n in precision.PROBE_FEEDS})
     return preparing
 
 

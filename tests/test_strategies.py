@@ -1,8 +1,15 @@
 """One answer to 'what does strategy X run, with which tree': the CLI, bench and app all ask specviz.strategies."""
 import pytest
 
-from specviz.strategies import (AUTO_SHAPE, STRATEGIES, check_strategy, default_tree, drafter_specs, shape_for,
-                                tree_for_lane)
+from specviz.strategies import (
+    AUTO_SHAPE,
+    STRATEGIES,
+    check_strategy,
+    default_tree,
+    drafter_specs,
+    shape_for,
+    tree_for_lane,
+)
 
 
 def test_each_strategy_takes_its_drafters_from_the_cascade():
@@ -33,6 +40,7 @@ def test_a_race_lane_grows_a_dynamic_tree_by_its_own_rule_at_the_size_the_user_s
     """The app's settings (one budget and depth for every lane): staged takes one path a level while the draft
     is sure, tree its wide levels, and context lookup stays staged's."""
     from dataclasses import replace
+
     from specviz.tree import TreeSpec
     app = TreeSpec(shape="dynamic", budget=12, max_depth=8, max_branch=4, lookup=3, min_score=0.2)
     staged, tree = tree_for_lane("staged", app, "staged"), tree_for_lane("tree", app, "staged")

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 import torch
+from tiny import tiny_model
 
 from specviz.train import load_labelled, save_labelled, teacher_forced_labels
-from tiny import tiny_model
 
 
 def test_teacher_forced_labels_are_the_models_top_k_at_every_position(tmp_path):
@@ -28,6 +28,7 @@ def _mass_outside_active(negatives: int) -> float:
     """Train a fresh tied-embedding draft on labels inside the first 32 of 256 tokens; return the
     softmax mass its full-vocabulary output leaves on the 224 tokens it was never trained to predict."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
     from specviz.train import train_steps
     torch.manual_seed(0)
     draft = LlamaForCausalLM(LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64,

@@ -6,8 +6,9 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tiny import tiny_model, tiny_stack
 
-from specviz import tree_plan, tree_plan_store
+from specviz import auto_choice, prepare, tree_plan, tree_plan_store
 from specviz.cache import open_cache
 from specviz.drafters import ModelDrafter
 from specviz.sampling import Sampling
@@ -15,7 +16,6 @@ from specviz.strategies import default_tree
 from specviz.tree import TreeSpec
 from specviz.tree_builder import build_tree
 from specviz.tree_plan import DRAFT_FEED, MAX_NODES, TreePlan
-from tiny import tiny_model, tiny_stack
 
 
 def plan(target: dict, draft_level: float) -> TreePlan:
@@ -99,21 +99,25 @@ def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
     assert len(tree) - 1 == 6
 
 
-def test_a_stack_measures_its_plan_only_when_asked_stores_it_and_every_later_stack_reads_it(preparing, monkeypatch):
-    auto_choices = preparing            # measured as prepare measures
+def test_a_stack_measures_its_plan_only_in_prepare_stores_it_and_every_later_stack_reads_it(auto_choices,
+                                                                                            monkeypatch):
+    from specviz import auto_choice
     # The tiny models' curves are timed for real; whether two timings in a row agree depends on what else the machine
     # runs (a fresh-clone CI run got None here beside the suite's other worker): the test below covers that.
     monkeypatch.setattr(tree_plan_store, "agree", lambda *a, **k: True)
     first = tiny_stack(("draft", "lookup"), plan=None)
     unplanned = first.plans.planned(default_tree("staged"))        # a process that only generates never times anything
     assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not auto_choices.exists()
-    measured = first.plans.tree_plan(measure_now=True)
+    assert first.plans.tree_plan() is None and not auto_choices.exists()
+    with auto_choice.preparing("the tests"):        # measured as prepare measures
+        measured = first.plans.tree_plan()
     planned = first.plans.planned(default_tree("staged"))
     assert planned.min_scores == measured.min_scores()[:MAX_NODES] and planned.planned
     assert "tree plan: tiny-target" in auto_choices.read_text()
     monkeypatch.setattr(tree_plan_store, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
     second = tiny_stack(("draft", "lookup"), plan=None)
-    stored = second.plans.tree_plan(measure_now=True)
+    with auto_choice.preparing("the tests"):
+        stored = second.plans.tree_plan()
     assert stored == TreePlan(measured.target, measured.draft, second.plans.tree_plan().source)
     run = second.decoder([1, 2, 3], "staged", max_new_tokens=6).generate()
     assert run.settings["tree"]["min_scores"] == list(planned.min_scores)
@@ -133,12 +137,14 @@ def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_store
         return [{1: one, 2: 0.0104, 16: 0.0375}, {1: 0.002, 2: 0.002, 16: 0.003}]
     monkeypatch.setattr(tree_plan_store, "cost_curves", busy)
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.plans.tree_plan(measure_now=True) is None
+    assert stack.plans.tree_plan() is None
     assert not auto_choices.exists() or "tree plan" not in auto_choices.read_text()
-    assert stack.plans.planned(default_tree("staged")).min_scores == ()
+    assert stack.plans.planned(default_tree("staged")).min_scores == ()    # not measured again in this prepare
+    assert auto_choice.UNSETTLED and "tree plan" in prepare.closing_line()
+    monkeypatch.setattr(auto_choice, "UNSETTLED", {})       # the next prepare
     timings = iter([0.267, 0.0093, 0.0095])                # the last two agree: the faster kept
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.plans.tree_plan(measure_now=True).target[1] == 0.0093
+    assert stack.plans.tree_plan().target[1] == 0.0093
 
 
 def test_interpolate_is_linear_between_sizes_and_past_the_last_two():

@@ -12,7 +12,7 @@ import torch
 from .. import llama_cpp
 from ..cost_curve import cost_curve
 from ..markdown import md_table
-from ..models import cpu_precisions, probe_seconds, runs_file_blocks
+from ..precision import cpu_precisions, probe_seconds, runs_file_blocks
 from ..cpu import prompt_reader
 from ..cpu.blocks import GGUF
 from ..plots import base_layout, empty_figure

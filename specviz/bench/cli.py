@@ -13,7 +13,8 @@ from time import perf_counter
 
 from ..llama_cpp import LlamaCppMissing
 from ..cpu.machine import describe
-from ..models import AUTO_DTYPE, DTYPES, PRECISION_HELP, PRECISIONS, ModelLoadError, load_model
+from ..models import ModelLoadError, load_model
+from ..precision import AUTO_DTYPE, DTYPES, PRECISION_HELP, PRECISIONS
 from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP

@@ -11,7 +11,7 @@ import torch
 
 from ..engine import Decoder, static_length
 from ..kv_replay import ReplayBackend, ReplayDrafter, ReplayError, rounds_of
-from ..models import DTYPES
+from ..precision import DTYPES
 from ..trace import RunRecord
 from ..tree import TreeSpec
 from .report import fmt, median, ratio

@@ -29,7 +29,8 @@ import torch
 
 from ..llama_cpp import program
 from ..markdown import md_table
-from ..models import ModelLoadError, load_model, precision_name, resolve
+from ..models import ModelLoadError, load_model, resolve
+from ..precision import precision_name
 from ..prompts import humaneval_path
 
 REFERENCE = "float32"

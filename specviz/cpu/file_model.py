@@ -172,7 +172,7 @@ def requantizable(loaded):
 
 def random_blocks(model: torch.nn.Module, qtype: int = reference.Q4_K, seed: int = 0) -> torch.nn.Module:
     """A model's linear layers replaced by random blocks of `qtype` of their shapes (a Q4_K_M file is mostly Q4_K),
-    marked as a `gguf` model: for timing its products (models.probe_seconds), whatever the blocks hold."""
+    marked as a `gguf` model: for timing its products (precision.probe_seconds), whatever the blocks hold."""
     rng = np.random.default_rng(seed)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
