@@ -256,6 +256,24 @@ def test_the_library_reports_the_instruction_set_it_was_built_for():
     assert kernels.available() and blocks.simd() == build.library()[1].name and blocks.simd() in kernels.status()
 
 
+def test_the_library_is_named_by_its_sources_and_flags_not_by_where_the_checkout_lies(tmp_path, monkeypatch):
+    """A clone elsewhere finds the library, and the machine profile keyed by its name, that setup made here."""
+    import shutil
+
+    from specviz.cpu import build
+    chosen = build.library()[1]
+    here = build.library_name("gcc", chosen)
+    moved = shutil.copytree(build.C, tmp_path / "elsewhere" / "c")
+    monkeypatch.setattr(build, "C", moved)
+    monkeypatch.setattr(build, "COMMON", tuple(f"-I{moved}" if f.startswith("-I") else f for f in build.COMMON))
+    assert str(moved) in " ".join(chosen.command("gcc", tmp_path / "out"))
+    assert build.library_name("gcc", chosen) == here
+    assert build.library_name("clang", chosen) != here                  # another command is another library
+    source = moved / chosen.sources[0]
+    source.write_bytes(source.read_bytes() + b"\n")
+    assert build.library_name("gcc", chosen) != here                    # and so is a changed source
+
+
 def test_the_header_and_the_definition_agree_on_the_formats():
     from specviz.cpu import build
     for name, qtype in build.CONSTANTS.items():

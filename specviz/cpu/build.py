@@ -133,11 +133,18 @@ def _first_error(error: Exception) -> str:
     return (errors or lines or ["failed"])[0][:160]
 
 
+def library_name(compiler: str, build: Build) -> str:
+    """The build's file name: a digest of its sources and its command. The command names the sources by this
+    checkout's path; the digest does not, so that the library, and the machine profile keyed by its name
+    (auto_choice.machine), stay the same wherever the repository lies."""
+    contents = b"".join((C / name).read_bytes() for name in build.sources + HEADERS)
+    command = " ".join(build.command(compiler, Path("out"))).replace(str(C), "c")
+    return f"specviz-{hashlib.sha256(contents + command.encode()).hexdigest()[:12]}.so"
+
+
 def _built(compiler: str, build: Build) -> Path:
     """The build's library in the user cache, compiled there first where it is not yet."""
-    contents = b"".join((C / name).read_bytes() for name in build.sources + HEADERS)
-    digest = hashlib.sha256(contents + " ".join(build.command(compiler, Path("out"))).encode()).hexdigest()[:12]
-    library = cache_dir() / "kernels" / f"specviz-{digest}.so"
+    library = cache_dir() / "kernels" / library_name(compiler, build)
     if not library.exists():
         library.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
