@@ -95,10 +95,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def closing_line() -> str:
-    """prepare's last line: every measurement settled, or which did not (their stated defaults stand)."""
-    unsettled = "; ".join(f"{key} ({why})" for key, why in auto_choice.UNSETTLED.items())
-    return (f"could not settle, so stated defaults stand for: {unsettled}; run `python -m specviz.prepare` again on a "
-            "machine at rest" if unsettled else "this machine's profile holds every measurement")
+    """prepare's last line: every measurement settled, or which did not, and what stands for each (what the profile
+    held before, under --remeasure, else the stated default)."""
+    def stands(key: str) -> str:
+        return "the profile's earlier value stands" if auto_choice.stored(key, measured=False) is not None \
+            else "the stated default stands"
+    unsettled = "; ".join(f"{key} ({why}: {stands(key)})" for key, why in auto_choice.UNSETTLED.items())
+    return (f"could not settle: {unsettled}; run `python -m specviz.prepare` again on a machine at rest"
+            if unsettled else "this machine's profile holds every measurement")
 
 
 def measure_profile() -> None:

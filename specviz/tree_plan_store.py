@@ -46,7 +46,7 @@ def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
     on a busy machine it would store nonsense)."""
     try:
         data = auto_choice.decided(name, lambda: measure(target, draft, draft_vocab))
-    except NoisyMachine as exc:
+    except NoisyMachine as exc:         # what the profile held before (--remeasure) stands, else no plan
         auto_choice.unsettled(name, str(exc))
-        return None
+        data = auto_choice.stored(name)
     return None if data is None else TreePlan.from_dict(data, auto_choice.source(name))

@@ -64,10 +64,13 @@ def test_what_prepare_measured_is_what_a_later_process_reads_and_names(auto_choi
     assert draft_key not in auto_choice.missing_line() and "lacks" in auto_choice.missing_line()
 
 
-def test_prepares_last_line_names_what_did_not_settle(monkeypatch):
-    monkeypatch.setattr(auto_choice, "UNSETTLED", {})
+def test_prepares_last_line_names_what_did_not_settle_and_what_stands(auto_choices, monkeypatch):
     assert prepare.closing_line() == "this machine's profile holds every measurement"
     monkeypatch.setattr(auto_choice, "UNSETTLED", {"probe layer in int8": "other work used 60% of the cores"})
-    assert prepare.closing_line() == ("could not settle, so stated defaults stand for: probe layer in int8 (other work "
-                                      "used 60% of the cores); run `python -m specviz.prepare` again on a machine at "
+    assert prepare.closing_line() == ("could not settle: probe layer in int8 (other work used 60% of the cores: the "
+                                      "stated default stands); run `python -m specviz.prepare` again on a machine at "
                                       "rest")
+    with auto_choice.preparing("the tests"):        # measured before: under --remeasure the earlier value stands
+        auto_choice.decided("probe layer in int4", lambda: {"1": 0.5})
+    monkeypatch.setattr(auto_choice, "UNSETTLED", {"probe layer in int4": "other work used 55% of the cores"})
+    assert "(other work used 55% of the cores: the profile's earlier value stands)" in prepare.closing_line()
