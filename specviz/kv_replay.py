@@ -81,15 +81,17 @@ class ReplayKV:
 
     def forward(self, tokens: list[int], positions: list[int], visible: torch.Tensor,
                 keep: int | None = None) -> torch.Tensor:
-        logits = self.inner.forward(tokens, positions, visible, keep)
+        if keep is not None:
+            raise ReplayError("a replayed tree forward returns every row (the engine never asks for fewer)")
+        logits = self.inner.forward(tokens, positions, visible)
         if self.round >= len(self.rounds):
             raise ReplayError(f"the replay went past the recording's {len(self.rounds)} rounds")
         accepts = self.rounds[self.round].accepts
         self.round += 1
         rows = [(row, accepts[key]) for row, key in enumerate([ROOT, *tokens[1:]]) if key in accepts]
         at = torch.tensor([row for row, _ in rows], device=logits.device)
-        top = logits[at].amax(-1) + 1.0
-        logits[at, torch.tensor([token for _, token in rows], device=logits.device)] = top
+        # the largest value the dtype holds: a margin over the row's maximum could round away in bfloat16
+        logits[at, torch.tensor([token for _, token in rows], device=logits.device)] = torch.finfo(logits.dtype).max
         return logits
 
     def feed_committed(self, tokens: list[int], keep: int | None = None) -> torch.Tensor:
@@ -180,7 +182,8 @@ class ReplayDrafter(Drafter):
             raise ReplayError(f"round {self.round}: the replayed tree has {len(tree)} nodes, the recording "
                               f"{recorded.nodes}")
         for name, kv in self.drafts.items():
-            self._feed(name, None)
+            with self.timer.phase(f"stage{self.stage}_draft"):
+                self._feed(name, None)
             # a draft keeps what it fed of the committed text, the bonus token aside, as a real draft does
             kept = len(context) + len(path) - 1 - kv.committed
             kv.commit(list(range(max(0, min(kv.pending, kept)))))

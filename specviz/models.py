@@ -1,4 +1,5 @@
-"""Loading target and draft models (hub ids, local directories, GGUF files) in a precision (specviz/precision.py).
+"""Loading target and draft models (hub ids, local directories, GGUF files) in a precision (specviz/precision.py),
+checking that a pair shares its tokenizer, and compiling a model for static caches.
 
 A GGUF file runs as the file stores it (`gguf`: its own blocks, specviz/cpu/file_model.py), which `auto` takes on a CPU;
 `int4` and `int8` re-quantise its weights in memory (lossier, and named so). Its float precisions go through

@@ -1,6 +1,6 @@
 """This machine's tree plans: the cost curves measured until they repeat themselves, stored once per machine, target,
-draft and precision (specviz/auto_choice.py), and read back as a TreePlan (specviz/tree_plan.py). Measuring is asked
-for only where the machine is meant to be at rest; a process that only generates reads what is stored.
+draft and precision (specviz/auto_choice.py), and read back as a TreePlan (specviz/tree_plan.py). Only prepare measures
+(auto_choice.decided), on a machine meant to be at rest; a process that generates reads what is stored.
 """
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from ..tree import TreeSpec
 from .report import fmt, median, ratio
 
 QWEN2 = {"rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
-PROJECTION_SIZES = {   # the paper's GPT-2-L target and 40M GPT-2 draft; "tiny" for tests
+ROUND_PARTS = {"verify": "verify", "bookkeeping": "bookkeeping"}     # every other phase (tree, stageN_draft) drafts
+PROJECTION_SIZES = {   # the paper's GPT-2-L target and 40M GPT-2 draft, the Qwen2.5-Coder pair; "tiny*" for tests
     "paper": {"family": "gpt2", "vocab": 50257, "target": {"n_layer": 36, "n_embd": 1280, "n_head": 20},
               "draft": {"n_layer": 4, "n_embd": 512, "n_head": 8}},
     "tiny": {"family": "gpt2", "vocab": 256, "target": {"n_layer": 2, "n_embd": 64, "n_head": 4},
@@ -37,8 +38,9 @@ PROJECTION_SIZES = {   # the paper's GPT-2-L target and 40M GPT-2 draft; "tiny" 
 PROJECTION_NOTE = ("PROJECTION, not a measurement: randomly initialised models of the given sizes run the "
                    "engine's rounds again with the decisions recorded from real runs (the replay backend, "
                    "specviz/kv_replay.py): whole rounds are timed (tree building, masks, the target's forward, "
-                   "verification, commits), decode only, prefill excluded. The drafts feed the recorded forward "
-                   "sizes and hand back the recorded trees, so an n-gram or lookup stage's own work is not timed; "
+                   "verification, commits), decode only: the target's prompt read is excluded, a draft's (its first "
+                   "recorded forward) is not. The drafts feed the recorded forward sizes and hand back the recorded "
+                   "trees, so an n-gram or lookup stage's own work is not timed; "
                    "sampled runs are verified greedily along their recorded path.")
 
 
@@ -123,7 +125,8 @@ class NodeIds:
 def replay(target, drafts: dict, recorded: dict, prompt_tokens: int, vocab: int,
            static_len: int | None = None, compiled=None) -> tuple[float, RunRecord]:
     """Run a recorded generation's rounds again through the engine on other models (the replay backend); return the
-    decode's seconds (the prompt's read excluded) and its run record."""
+    decode's seconds (the target's prompt read excluded; a draft reads the prompt in its first round, as recorded)
+    and its run record."""
     rounds = rounds_of(recorded, vocab)
     drafter = ReplayDrafter(rounds, drafts, vocab) if any(r.nodes > 1 for r in rounds) else None
     prompt = torch.randint(0, vocab, (prompt_tokens,)).tolist()
@@ -186,11 +189,11 @@ def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: 
         new = len(record.tokens)
         phases = Counter()
         for step in record.steps:
-            phases.update(step.phase_s)
+            phases.update({ROUND_PARTS.get(name, "draft"): seconds for name, seconds in step.phase_s.items()})
         out.append({"prompt": row["prompt"], "sampling": row["sampling"], "strategy": row["strategy"],
                     "new_tokens": new, "target_forwards": len(record.steps), "wall_s": seconds,
                     "tokens_per_s": new / seconds if seconds > 0 else 0.0,
-                    "phase_s": {name: phases[name] for name in ("tree", "verify", "bookkeeping")}})
+                    "phase_s": {name: phases[name] for name in ("draft", "verify", "bookkeeping")}})
     base = {(r["prompt"], r["sampling"]): r["tokens_per_s"] for r in out if r["strategy"] == "baseline"}
     for r in out:
         r["speedup_vs_baseline"] = ratio(r["tokens_per_s"], base.get((r["prompt"], r["sampling"])))
@@ -212,8 +215,8 @@ def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: 
 
 
 def _shares(rows: list[dict]) -> dict[str, float]:
-    """Each round phase's share of the rows' round time (tree building with the drafts' forwards, the target's
-    verification, bookkeeping)."""
+    """Each part's share of the rows' round time (drafting: tree building and the drafts' forwards; the target's
+    verification; bookkeeping)."""
     total = Counter()
     for row in rows:
         total.update(row["phase_s"])
@@ -231,10 +234,10 @@ def format_projection(projection: dict) -> str:
              f"*** target {projection['target_params'] / 1e6:.0f}M, draft {projection['draft_params'] / 1e6:.0f}M "
              f"parameters, {projection['device']} {projection['dtype']}"
              f"{', compiled' if projection.get('compiled') else ''}",
-             "sampling  strategy     projected tok/s med [p25-p75]  vs base  tok/fwd  tree/verify/bookkeeping"]
+             "sampling  strategy     projected tok/s med [p25-p75]  vs base  tok/fwd  draft/verify/bookkeeping"]
     for r in projection["results"]:
         lines.append(f"{r['sampling']:<9} {r['strategy']:<12} {r['tokens_per_s_median']:8.1f} "
                      f"[{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]"
                      f"{'':8}{fmt(r['speedup_vs_baseline'], '{:.2f}x'):>7}  {r['tokens_per_target_forward']:7.2f}  "
-                     + "/".join(f"{r['phase_share'].get(name, 0):.0%}" for name in ("tree", "verify", "bookkeeping")))
+                     + "/".join(f"{r['phase_share'].get(name, 0):.0%}" for name in ("draft", "verify", "bookkeeping")))
     return "\n".join(lines)

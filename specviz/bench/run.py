@@ -107,7 +107,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     """Run every strategy on every prompt under every sampling.
 
     Returns {"settings", "results" (one row per sampling and strategy), "per_prompt"} and, with
-    `projection` ("paper" or "tiny"), "projection". compile: our strategies run the compiled target
+    `projection` (a PROJECTION_SIZES name), "projection". compile: our strategies run the compiled target
     over one static cache length, compiled for every bucket before anything is timed."""
     strategies, notes = usable_strategies(stack, strategies)
     if not strategies:
@@ -160,7 +160,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
                                            next((r["tokens_per_s_median"] for r in results
                                                  if r["strategy"] == ref), None))}
     if projection:
-        report["projection"] = project(rows, projection, device, dtype)
+        report["projection"] = project(rows, projection, device, dtype, compile)
     return report
 
 
