@@ -13,7 +13,8 @@ A measurement is stored only where the machine was at rest while it ran: where o
 taking the cores back) used more than BUSY_SHARE of the cores meanwhile, prepare measures again (SETTLE_TRIES in all),
 then names on its last line what it could not settle. A process on another machine (another CPU, core count, torch
 build or kernel build) has no profile until prepare runs there. `python -m specviz.prepare --remeasure` measures
-again. Concurrent preparations measure one at a time (a lock file), so they do not slow each other's timings.
+again, replacing what is stored only where the new measurement settles. Concurrent preparations measure one at a
+time (a lock file), so they do not slow each other's timings.
 """
 from __future__ import annotations
 

@@ -74,3 +74,24 @@ def test_prepares_last_line_names_what_did_not_settle_and_what_stands(auto_choic
         auto_choice.decided("probe layer in int4", lambda: {"1": 0.5})
     monkeypatch.setattr(auto_choice, "UNSETTLED", {"probe layer in int4": "other work used 55% of the cores"})
     assert "(other work used 55% of the cores: the profile's earlier value stands)" in prepare.closing_line()
+
+
+def test_remeasuring_on_a_busy_machine_keeps_the_profile(auto_choices, monkeypatch):
+    """`prepare --remeasure` beside other work: every key is measured again, none settles, and the profile keeps what it
+    held (it once dropped the profile first, and a busy run left the machine on stated defaults)."""
+    monkeypatch.delenv(auto_choice.REMEASURE, raising=False)      # main sets it; this restores its absence
+    with auto_choice.preparing("the tests"):
+        auto_choice.decided("probe layer in int4", lambda: {"1": 0.5})
+    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
+    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.6)      # others use 60% of the cores
+    tries = []
+    monkeypatch.setattr(prepare, "measure_profile",
+                        lambda: auto_choice.decided("probe layer in int4", lambda: tries.append(1) or {"1": 9.0}))
+    monkeypatch.setattr(prepare, "offline_presets", lambda: [])
+    lines = []
+    monkeypatch.setattr(prepare, "say", lines.append)
+    assert prepare.main(["--remeasure"]) == 0
+    assert len(tries) == auto_choice.SETTLE_TRIES                               # measured again, in vain
+    assert auto_choice.stored("probe layer in int4") == {"1": 0.5}             # what it held stands
+    assert "the profile's earlier value stands" in lines[-1]
