@@ -119,6 +119,7 @@ def _exclusive():
 
 _REMEASURED: set[str] = set()       # keys this process measured anew under SPECVIZ_REMEASURE
 _PREPARING: list[str] = []          # who measures, while this process prepares the profile (else nothing times)
+_REMEASURING: list[bool] = []       # ...and whether it measures again what is stored (--remeasure)
 DEFAULTED: dict[str, object] = {}   # keys this process found missing, with the stated default it used
 UNSETTLED: dict[str, str] = {}      # keys this preparation could not settle, and why
 _UNSTORED: dict[str, object] = {}   # ...and what this process measured of them (used, never stored)
@@ -127,13 +128,16 @@ CONSULTED: list[str] = []           # every key this process looked up, in order
 
 
 @contextlib.contextmanager
-def preparing(who: str = "setup (python -m specviz.prepare)"):
-    """Measure what is missing from the profile while inside (only `python -m specviz.prepare`, and tests of it)."""
+def preparing(who: str = "setup (python -m specviz.prepare)", remeasure: bool = False):
+    """Measure what is missing from the profile while inside (only `python -m specviz.prepare`, and tests of it);
+    remeasure: measure again, once each, what is stored too (a value is replaced only where the new one settles)."""
     _PREPARING.append(who)
+    _REMEASURING.append(remeasure)
     try:
         yield
     finally:
         _PREPARING.pop()
+        _REMEASURING.pop()
 
 
 def cpu_seconds() -> tuple[float, float] | None:
@@ -166,7 +170,8 @@ def decided(key: str, measure: Callable[[], object], default: object = None) -> 
     """The profile's value for `key`. Where it has none: while preparing, measured (one process at a time, again where
     the machine was busy), stored and returned; in any other process, `default`, noted in DEFAULTED (never timed).
     Values are plain JSON data."""
-    remeasure = os.environ.get(REMEASURE) == "1" and key not in _REMEASURED and bool(_PREPARING)
+    asked = os.environ.get(REMEASURE) == "1" or any(_REMEASURING)
+    remeasure = asked and key not in _REMEASURED and bool(_PREPARING)
     _consulted(key)
     entry = _read().get(key)
     if entry is not None and not remeasure:

@@ -20,7 +20,6 @@ Each step says what it does and how long it took; a step already done takes a mo
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -83,10 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in offline_presets():
         for path in gguf_files(name):
             timed(f"reading {path.name}'s config, tokenizer and tensors", lambda: read_metadata(path))
-    if args.remeasure:      # each key measured once more, and replaced only where it settles: on a busy machine the
-        os.environ[auto_choice.REMEASURE] = "1"     # profile keeps what it held (dropping it first lost it all)
-    try:
-        with auto_choice.preparing():
+    try:    # --remeasure: each key measured again, replaced only where it settles (a busy run keeps the profile)
+        with auto_choice.preparing(remeasure=args.remeasure):
             measure_profile()
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)

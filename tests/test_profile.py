@@ -79,7 +79,6 @@ def test_prepares_last_line_names_what_did_not_settle_and_what_stands(auto_choic
 def test_remeasuring_on_a_busy_machine_keeps_the_profile(auto_choices, monkeypatch):
     """`prepare --remeasure` beside other work: every key is measured again, none settles, and the profile keeps what it
     held (it once dropped the profile first, and a busy run left the machine on stated defaults)."""
-    monkeypatch.delenv(auto_choice.REMEASURE, raising=False)      # main sets it; this restores its absence
     with auto_choice.preparing("the tests"):
         auto_choice.decided("probe layer in int4", lambda: {"1": 0.5})
     monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
