@@ -32,7 +32,7 @@ from .paths import cache_dir
 FILE = "auto.json"
 VERSION = 2                          # the record's layout: a file of another layout is no profile (prepare rewrites it)
 TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
-REMEASURE = "SPECVIZ_REMEASURE"      # "1": a preparing process measures again what is stored (and stores it)
+REMEASURE = "SPECVIZ_REMEASURE"      # "1": as `prepare --remeasure` (specviz/prepare.py reads it)
 BUSY_SHARE = 0.25                    # others' share of the cores during a measurement past which it is not stored
 SETTLE_TRIES = 3                     # measurements of one key on a busy machine before prepare gives it up
 SETTLE_WAIT_S = 5.0                  # the pause between them, for the other work to end
@@ -117,7 +117,7 @@ def _exclusive():
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-_REMEASURED: set[str] = set()       # keys this process measured anew under SPECVIZ_REMEASURE
+_REMEASURED: set[str] = set()       # keys this process measured anew while remeasuring
 _PREPARING: list[str] = []          # who measures, while this process prepares the profile (else nothing times)
 _REMEASURING: list[bool] = []       # ...and whether it measures again what is stored (--remeasure)
 DEFAULTED: dict[str, object] = {}   # keys this process found missing, with the stated default it used
@@ -170,8 +170,7 @@ def decided(key: str, measure: Callable[[], object], default: object = None) -> 
     """The profile's value for `key`. Where it has none: while preparing, measured (one process at a time, again where
     the machine was busy), stored and returned; in any other process, `default`, noted in DEFAULTED (never timed).
     Values are plain JSON data."""
-    asked = os.environ.get(REMEASURE) == "1" or any(_REMEASURING)
-    remeasure = asked and key not in _REMEASURED and bool(_PREPARING)
+    remeasure = any(_REMEASURING) and key not in _REMEASURED
     _consulted(key)
     entry = _read().get(key)
     if entry is not None and not remeasure:

@@ -20,6 +20,7 @@ Each step says what it does and how long it took; a step already done takes a mo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in gguf_files(name):
             timed(f"reading {path.name}'s config, tokenizer and tensors", lambda: read_metadata(path))
     try:    # --remeasure: each key measured again, replaced only where it settles (a busy run keeps the profile)
-        with auto_choice.preparing(remeasure=args.remeasure):
+        with auto_choice.preparing(remeasure=args.remeasure or os.environ.get(auto_choice.REMEASURE) == "1"):
             measure_profile()
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -18,9 +18,8 @@ rule.
 
 The curves are measured once per machine, target, draft and precision by `python -m specviz.prepare`, on the machine
 at rest, and stored (specviz/tree_plan_store.py): every later process grows the same trees, and a process that only
-generates never times anything (under load it would store nonsense); where no plan is stored yet it grows staged's fixed
-rule
-(specviz/strategies.py). The app's regime panel draws the curve a plan used and its minimum scores.
+generates never times anything (under load it would store nonsense); where no plan is stored yet it grows staged's
+fixed rule (specviz/strategies.py). The app's regime panel draws the curve a plan used and its minimum scores.
 """
 from __future__ import annotations
 

@@ -50,9 +50,8 @@ def test_remeasuring_is_asked_for(store, monkeypatch):
     new_process(monkeypatch, IDLE)
     assert precision.resolve_dtype("auto") == "int4"
     new_process(monkeypatch, BUSY)
-    monkeypatch.setenv(auto_choice.REMEASURE, "1")
-    assert precision.resolve_dtype("auto") == "int8"                               # measured again, and stored
-    monkeypatch.delenv(auto_choice.REMEASURE)
+    with auto_choice.preparing("the tests", remeasure=True):
+        assert precision.resolve_dtype("auto") == "int8"                           # measured again, and stored
     new_process(monkeypatch, IDLE)
     assert precision.resolve_dtype("auto") == "int8"
     auto_choice.forget()

@@ -156,10 +156,10 @@ def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks
         assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16"
         assert measured == [1]
         # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
-        monkeypatch.setenv("SPECVIZ_REMEASURE", "1")
         monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(2) or
                             {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
-        assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "float32"
+        with auto_choice.preparing("the tests", remeasure=True):
+            assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "float32"
     assert measured == [1, 2]
     assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.float32
 

@@ -146,10 +146,10 @@ def test_curves_that_do_not_repeat_themselves_are_measured_again_and_never_store
     stack = tiny_stack(("draft", "lookup"), plan=None)
     assert stack.plans.tree_plan().target[1] == 0.0093
     monkeypatch.setattr(auto_choice, "UNSETTLED", {})       # `prepare --remeasure` on a busy machine: the plan stands
-    monkeypatch.setenv(auto_choice.REMEASURE, "1")
     timings = iter([0.267, 0.009, 0.130, 0.011, 0.2])
     stack = tiny_stack(("draft", "lookup"), plan=None)
-    assert stack.plans.tree_plan().target[1] == 0.0093
+    with auto_choice.preparing("the tests", remeasure=True):
+        assert stack.plans.tree_plan().target[1] == 0.0093
     assert "the profile's earlier value stands" in prepare.closing_line()
 
 
