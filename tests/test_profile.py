@@ -78,7 +78,7 @@ def test_prepares_last_line_names_what_did_not_settle_and_what_stands(auto_choic
 
 def test_remeasuring_on_a_busy_machine_keeps_the_profile(auto_choices, monkeypatch):
     """`prepare --remeasure` beside other work: every key is measured again, none settles, and the profile keeps what it
-    held (it once dropped the profile first, and a busy run left the machine on stated defaults)."""
+    held (dropping it first would leave a busy machine on stated defaults). SPECVIZ_REMEASURE=1 asks the same."""
     with auto_choice.preparing("the tests"):
         auto_choice.decided("probe layer in int4", lambda: {"1": 0.5})
     monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
@@ -94,3 +94,9 @@ def test_remeasuring_on_a_busy_machine_keeps_the_profile(auto_choices, monkeypat
     assert len(tries) == auto_choice.SETTLE_TRIES                               # measured again, in vain
     assert auto_choice.stored("probe layer in int4") == {"1": 0.5}             # what it held stands
     assert "the profile's earlier value stands" in lines[-1]
+    monkeypatch.setattr(auto_choice, "UNSETTLED", {})
+    monkeypatch.setattr(auto_choice, "_REMEASURED", set())
+    monkeypatch.setenv(auto_choice.REMEASURE, "1")
+    tries.clear()
+    assert prepare.main([]) == 0 and len(tries) == auto_choice.SETTLE_TRIES
+    assert auto_choice.stored("probe layer in int4") == {"1": 0.5}
