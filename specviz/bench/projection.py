@@ -17,7 +17,7 @@ from ..tree import TreeSpec
 from .report import fmt, median, ratio
 
 QWEN2 = {"rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
-ROUND_PARTS = {"verify": "verify", "bookkeeping": "bookkeeping"}     # every other phase (tree, stageN_draft) drafts
+ROUND_PARTS = ("draft", "verify", "bookkeeping")     # a round's time, by part: every phase but the last two drafts
 PROJECTION_SIZES = {   # the paper's GPT-2-L target and 40M GPT-2 draft, the Qwen2.5-Coder pair; "tiny*" for tests
     "paper": {"family": "gpt2", "vocab": 50257, "target": {"n_layer": 36, "n_embd": 1280, "n_head": 20},
               "draft": {"n_layer": 4, "n_embd": 512, "n_head": 8}},
@@ -187,13 +187,10 @@ def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: 
     for row in rows:
         seconds, record = run(row)
         new = len(record.tokens)
-        phases = Counter()
-        for step in record.steps:
-            phases.update({ROUND_PARTS.get(name, "draft"): seconds for name, seconds in step.phase_s.items()})
         out.append({"prompt": row["prompt"], "sampling": row["sampling"], "strategy": row["strategy"],
                     "new_tokens": new, "target_forwards": len(record.steps), "wall_s": seconds,
                     "tokens_per_s": new / seconds if seconds > 0 else 0.0,
-                    "phase_s": {name: phases[name] for name in ("draft", "verify", "bookkeeping")}})
+                    "phase_s": round_parts(record.steps)})
     base = {(r["prompt"], r["sampling"]): r["tokens_per_s"] for r in out if r["strategy"] == "baseline"}
     for r in out:
         r["speedup_vs_baseline"] = ratio(r["tokens_per_s"], base.get((r["prompt"], r["sampling"])))
@@ -212,6 +209,15 @@ def project(rows: list[dict], sizes: str = "paper", device: str = "cpu", dtype: 
             "target_params": sum(p.numel() for p in models[0].parameters()),
             "draft_params": sum(p.numel() for p in models[1].parameters()),
             "results": results, "per_prompt": out}
+
+
+def round_parts(steps) -> dict[str, float]:
+    """The rounds' seconds by part: drafting (tree building and each stage's draft phase), verifying, bookkeeping."""
+    parts = dict.fromkeys(ROUND_PARTS, 0.0)
+    for step in steps:
+        for phase, seconds in step.phase_s.items():
+            parts[phase if phase in parts else "draft"] += seconds
+    return parts
 
 
 def _shares(rows: list[dict]) -> dict[str, float]:
@@ -239,5 +245,5 @@ def format_projection(projection: dict) -> str:
         lines.append(f"{r['sampling']:<9} {r['strategy']:<12} {r['tokens_per_s_median']:8.1f} "
                      f"[{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]"
                      f"{'':8}{fmt(r['speedup_vs_baseline'], '{:.2f}x'):>7}  {r['tokens_per_target_forward']:7.2f}  "
-                     + "/".join(f"{r['phase_share'].get(name, 0):.0%}" for name in ("draft", "verify", "bookkeeping")))
+                     + "/".join(f"{r['phase_share'].get(name, 0):.0%}" for name in ROUND_PARTS))
     return "\n".join(lines)
