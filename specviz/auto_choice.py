@@ -122,6 +122,7 @@ _PREPARING: list[str] = []          # who measures, while this process prepares 
 _REMEASURING: list[bool] = []       # ...and whether it measures again what is stored (--remeasure)
 DEFAULTED: dict[str, object] = {}   # keys this process found missing, with the stated default it used
 UNSETTLED: dict[str, str] = {}      # keys this preparation could not settle, and why
+IMPRECISE: dict[str, str] = {}      # keys stored from timings that stayed noisy (used all the same), and why
 _UNSTORED: dict[str, object] = {}   # ...and what this process measured of them (used, never stored)
 MEASURED: list[str] = []            # every measurement this process ran, in order (a generating process runs none)
 CONSULTED: list[str] = []           # every key this process looked up, in order: what its settings came from
@@ -219,8 +220,19 @@ def said() -> dict[str, str]:
 
 
 def unsettled(key: str, why: str) -> None:
-    """A measurement prepare could not settle in another way (cost curves that did not repeat themselves)."""
+    """A measurement prepare could not settle in another way (cost curves that stayed noisy where the profile held
+    precise ones)."""
     UNSETTLED[key] = why
+
+
+def imprecise(key: str, why: str) -> None:
+    """A stored measurement whose timings stayed noisy: it is used, and prepare's last line asks for a run at rest."""
+    IMPRECISE[key] = why
+
+
+def measuring() -> bool:
+    """Whether this process prepares the profile (python -m specviz.prepare)."""
+    return bool(_PREPARING)
 
 
 def missing_line() -> str:

@@ -27,22 +27,40 @@ def cost_curves(models: list[torch.nn.Module], sizes=SIZES, context: int = 256, 
     """cost_curve for several models, interleaved within each round too: on a VM whose memory speed
     drifts by tens of percent over seconds, models timed one after the other are compared at
     different speeds. output_vocabs: per model, the tokens it predicts (a draft's restricted vocabulary)."""
-    kvs = [open_cache(model, "cost", vocab) for model, vocab in zip(models, output_vocabs or [None] * len(models))]
-    vocabs = [model.get_input_embeddings().weight.shape[0] for model in models]
-    best = [dict.fromkeys(sizes, float("inf")) for _ in models]
-    with torch.inference_mode():
-        for kv, vocab in zip(kvs, vocabs):
-            kv.feed_committed([i % vocab for i in range(context)], keep=1)
-        for _ in range(reps):
-            for kv, vocab, seconds in zip(kvs, vocabs, best):
-                for n in sizes:
-                    visible = torch.eye(n, dtype=torch.bool)
-                    visible[:, 0] = True
-                    started = perf_counter()
-                    kv.forward([(context + i) % vocab for i in range(n)], [context] + [context + 1] * (n - 1), visible)
-                    seconds[n] = min(seconds[n], perf_counter() - started)
-                    kv.commit([])
-    return best
+    return [{n: min(times) for n, times in samples.items()}
+            for samples in CostSampler(models, sizes, context, output_vocabs).rounds(reps)]
+
+
+class CostSampler:
+    """Times forwards of each model by tokens fed, round after round: each round times every size of every model in
+    turn, so a drift of the machine's speed hits the sizes and models of one round alike."""
+
+    def __init__(self, models: list[torch.nn.Module], sizes=SIZES, context: int = 256,
+                 output_vocabs: list[torch.Tensor | None] | None = None):
+        self.sizes, self.context = tuple(sizes), context
+        self.kvs = [open_cache(model, "cost", vocab)
+                    for model, vocab in zip(models, output_vocabs or [None] * len(models))]
+        self.vocabs = [model.get_input_embeddings().weight.shape[0] for model in models]
+        with torch.inference_mode():
+            for kv, vocab in zip(self.kvs, self.vocabs):
+                kv.feed_committed([i % vocab for i in range(context)], keep=1)
+
+    def rounds(self, count: int) -> list[dict[int, list[float]]]:
+        """`count` more rounds: per model, per size, the seconds of each round's forward."""
+        samples = [{n: [] for n in self.sizes} for _ in self.kvs]
+        context = self.context
+        with torch.inference_mode():
+            for _ in range(count):
+                for kv, vocab, seconds in zip(self.kvs, self.vocabs, samples):
+                    for n in self.sizes:
+                        visible = torch.eye(n, dtype=torch.bool)
+                        visible[:, 0] = True
+                        started = perf_counter()
+                        kv.forward([(context + i) % vocab for i in range(n)], [context] + [context + 1] * (n - 1),
+                                   visible)
+                        seconds[n].append(perf_counter() - started)
+                        kv.commit([])
+        return samples
 
 
 def format_curve(curve: dict[int, float]) -> str:

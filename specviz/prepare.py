@@ -95,13 +95,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def closing_line() -> str:
     """prepare's last line: every measurement settled, or which did not, and what stands for each (what the profile
-    held before, under --remeasure, else the stated default)."""
+    held before, under --remeasure, else the stated default), and which were stored from noisy timings."""
     def stands(key: str) -> str:
         return "the profile's earlier value stands" if auto_choice.stored(key, measured=False) is not None \
             else "the stated default stands"
-    unsettled = "; ".join(f"{key} ({why}: {stands(key)})" for key, why in auto_choice.UNSETTLED.items())
-    return (f"could not settle: {unsettled}; run `python -m specviz.prepare` again on a machine at rest"
-            if unsettled else "this machine's profile holds every measurement")
+    said = [f"{key} ({why}: {stands(key)})" for key, why in auto_choice.UNSETTLED.items()]
+    said += [f"{key} ({why}: stored all the same, and used)" for key, why in auto_choice.IMPRECISE.items()]
+    return (f"could not settle: {'; '.join(said)}; run `python -m specviz.prepare --remeasure` on a machine at rest"
+            if said else "this machine's profile holds every measurement")
 
 
 def measure_profile() -> None:
@@ -115,8 +116,8 @@ def measure_profile() -> None:
         plan = timed(f"measuring preset {name}'s cost curves for staged's tree",
                      lambda: stack.plans.tree_plan())
         say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "
-            "(the curves did not repeat themselves: a busy machine?); staged grows the fixed rule until "
-            "`python -m specviz.prepare` runs on a machine at rest")
+            "(other work kept the cores busy); staged grows the fixed rule until `python -m specviz.prepare` runs on "
+            "a machine at rest")
         reads = timed(f"measuring how preset {name}'s draft reads prompts fastest",
                       lambda: stack.prompt_reads.read(stack.draft_models()))
         for spec, choice in reads.items():

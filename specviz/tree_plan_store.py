@@ -1,42 +1,81 @@
-"""This machine's tree plans: the cost curves measured until they repeat themselves, stored once per machine, target,
-draft and precision (specviz/auto_choice.py), and read back as a TreePlan (specviz/tree_plan.py). Only prepare measures
+"""This machine's tree plans: the cost curves measured by prepare, stored once per machine, target, draft and precision
+(specviz/auto_choice.py), and read back as a TreePlan (specviz/tree_plan.py). Only prepare measures
 (auto_choice.decided), on a machine meant to be at rest; a process that generates reads what is stored.
+
+These VMs' speed swings by tens of percent from one second to the next, and alike for every size and model timed in
+the same second. A plan depends only on the curves' ratios to each other (a guess's price is the tokens a second a
+round makes times the seconds it adds), so each round of timings is scaled by its own total, which takes the swing out,
+and each size's curve is the median over the rounds of those shares, times the median round's total. Rounds are added
+until every size's median is known to within PRECISION (its standard error, from the rounds' own spread), or up to
+MOST_ROUNDS. Curves that never got that precise are stored all the same, marked unsettled: the planner runs from what
+was measured rather than a fixed rule, and prepare's last line names them so that a run at rest can refine them.
 """
 from __future__ import annotations
+
+from statistics import median
 
 import torch
 
 from . import auto_choice
-from .cost_curve import cost_curves
-from .tree_plan import CONTEXT, REPS, SIZES, TreePlan
+from .cost_curve import CostSampler
+from .tree_plan import CONTEXT, SIZES, TreePlan
+
+WARMUP_ROUNDS = 1       # the first forwards of each size allocate their buffers: never kept
+FIRST_ROUNDS = 5        # rounds before the spread is first looked at
+MORE_ROUNDS = 4         # ...then added at a time
+MOST_ROUNDS = 25        # ...up to this many (about 40 s for the qwen-coder pair on a slow 2-core AVX2 machine)
+PRECISION = 0.04        # the standard error a stored median may keep at any size, relative to it
+MAD_TO_SE = 1.4826 * 1.2533     # a median absolute deviation to a median's standard error (times 1/sqrt(rounds))
 
 
 class NoisyMachine(RuntimeError):
-    """The curves did not repeat themselves in any try: the machine was busy."""
+    """Curves that did not get precise, where the profile holds precise ones already (they stand)."""
 
 
-def agree(first: dict[int, float], second: dict[int, float], within: float = 0.25) -> bool:
-    """Whether two measurements of a curve agree at every size (a quiet machine's repeat within a few percent; a busy
-    one's timed a one-token forward at 267 ms where a quiet one takes 9)."""
-    return all(abs(first[n] - second[n]) <= within * min(first[n], second[n]) for n in first)
+def summarise(samples: list[dict[int, list[float]]]) -> tuple[list[dict[int, float]], float]:
+    """Per model, the curve; and the largest relative standard error of any size's median. samples: per model, per
+    size, one timing a round (every list as long)."""
+    rounds = len(next(iter(samples[0].values())))
+    totals = [sum(times[r] for curve in samples for times in curve.values()) for r in range(rounds)]
+    scale = median(totals)
+    curves, worst = [], 0.0
+    for curve in samples:
+        out = {}
+        for n, times in curve.items():
+            shares = [t / total for t, total in zip(times, totals)]
+            middle = median(shares)
+            deviation = median(abs(s - middle) for s in shares)
+            worst = max(worst, MAD_TO_SE * deviation / middle / rounds ** 0.5)
+            out[n] = middle * scale
+        curves.append(out)
+    return curves, worst
 
 
-def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None,
-            tries: int = 3) -> dict:
-    """Both curves, interleaved round by round (so the machine's drifting speed hits them alike), the draft over the
-    vocabulary it predicts in staged; measured until two measurements in a row agree, and the faster of them kept."""
-    def curves():
-        with torch.inference_mode():
-            return cost_curves([target, draft], sizes=SIZES, context=CONTEXT, reps=REPS,
-                               output_vocabs=[None, draft_vocab])
-    last = curves()
-    for _ in range(tries):
-        now = curves()
-        if all(agree(a, b) for a, b in zip(last, now)):
-            best = [{n: min(a[n], b[n]) for n in a} for a, b in zip(last, now)]
-            return {"target": {str(n): s for n, s in best[0].items()}, "draft": {str(n): s for n, s in best[1].items()}}
-        last = now
-    raise NoisyMachine(f"the cost curves did not repeat themselves in {tries + 1} measurements (a busy machine?)")
+def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None) -> dict:
+    """Both curves, the draft over the vocabulary it predicts in staged, with how precise they got ("spread": the
+    largest relative standard error of a size's median) and whether that is within PRECISION ("settled")."""
+    sampler = CostSampler([target, draft], SIZES, CONTEXT, [None, draft_vocab])
+    sampler.rounds(WARMUP_ROUNDS)
+    samples = sampler.rounds(FIRST_ROUNDS)
+    while True:
+        curves, spread = summarise(samples)
+        rounds = len(samples[0][SIZES[0]])
+        if spread <= PRECISION or rounds >= MOST_ROUNDS:
+            break
+        for kept, more in zip(samples, sampler.rounds(MORE_ROUNDS)):
+            for n in kept:
+                kept[n] += more[n]
+    return {"target": {str(n): s for n, s in curves[0].items()}, "draft": {str(n): s for n, s in curves[1].items()},
+            "rounds": rounds, "spread": round(spread, 4), "settled": spread <= PRECISION}
+
+
+def settled(data: object) -> bool:
+    return isinstance(data, dict) and data.get("settled", True) is not False
+
+
+def unsettled_why(data: dict) -> str:
+    return (f"the cost curves' medians stayed {data['spread']:.0%} uncertain over {data['rounds']} rounds of timings "
+            f"(a busy machine?)")
 
 
 def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
@@ -44,9 +83,16 @@ def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
     """This machine's plan for the pair under `name` (see key), as its profile holds it; where there is none, measured
     and stored while prepare runs (specviz/auto_choice.py), else None (a process that generates never times anything:
     on a busy machine it would store nonsense)."""
+    def measured() -> dict:
+        data = measure(target, draft, draft_vocab)
+        if not settled(data) and settled(auto_choice.stored(name, measured=False)):
+            raise NoisyMachine(unsettled_why(data))      # --remeasure: the precise curves stored before stand
+        return data
     try:
-        data = auto_choice.decided(name, lambda: measure(target, draft, draft_vocab))
-    except NoisyMachine as exc:         # what the profile held before (--remeasure) stands, else no plan
+        data = auto_choice.decided(name, measured)
+    except NoisyMachine as exc:
         auto_choice.unsettled(name, str(exc))
         data = auto_choice.stored(name)
+    if data is not None and not settled(data) and auto_choice.measuring():
+        auto_choice.imprecise(name, unsettled_why(data))
     return None if data is None else TreePlan.from_dict(data, auto_choice.source(name))
