@@ -72,7 +72,8 @@ def auto_choices(tmp_path, monkeypatch):
     import specviz.precision as precision
     monkeypatch.setattr(auto_choice, "path", lambda: tmp_path / auto_choice.FILE)
     monkeypatch.setattr(auto_choice, "_REMEASURED", set())
-    for record in ("DEFAULTED", "UNSETTLED", "IMPRECISE", "_UNSTORED", "MEASURED", "CONSULTED"):    # what this process did from now
+    # what this process did from now on
+    for record in ("DEFAULTED", "UNSETTLED", "IMPRECISE", "_UNSTORED", "MEASURED", "CONSULTED"):
         monkeypatch.setattr(auto_choice, record, type(getattr(auto_choice, record))())
     # tests run beside another worker: what they measure is stored whatever the load (test_auto_choice tests the guard)
     monkeypatch.setattr(auto_choice, "BUSY_SHARE", 1.0)
