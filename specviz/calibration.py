@@ -9,7 +9,11 @@ the path score, how many such guesses were drafted and how many were on the acce
 chance is those counts smoothed toward a prior (Beta smoothing with PRIOR_WEIGHT pseudo-guesses at the prior's mean),
 a deeper bucket's prior shifted by what the bucket above it learnt (a depth no round reached yet starts from what the
 shallower ones show). A kind's past evidence fades by KEEP in each round that adds to it, so the estimate follows the
-text when it turns more or less predictable.
+text when it turns more or less predictable. The prior is the oldest evidence of all, so a cell's prior fades by KEEP
+too in each round that adds to that cell, down to PRIOR_FLOOR: were it to keep its weight while the run's evidence
+fades, it would set a floor under the estimate (a prior learnt on code, where copied text is often right, kept context
+lookup at 15% on prose that never copied right, enough for a one-token guess to join every plain step on an AVX2
+machine where it costs 12% of that step).
 
 It also keeps, per depth, how often a round that reached a depth went one accepted guess further (`depth_rates`): the
 rates the round planner (specviz/round_plan.py) prices a chain with before a round, and the app quotes.
@@ -28,7 +32,8 @@ DEPTH_STARTS = (1, 2, 3, 5)                         # depth buckets: 1, 2, 3-4, 
 LOOKUP_PRIOR = (0.5, 0.4, 0.3, 0.25)                # a copied run's chance per depth bucket, before any round
 DEPTH_PRIOR = 0.6                                   # a round's chance to go one guess deeper, before any round
 MAX_DEPTH = 16
-PRIOR_WEIGHT = 2.0      # pseudo-guesses of the prior in each cell: a few rounds' evidence outweighs it
+PRIOR_WEIGHT = 2.0      # pseudo-guesses of the prior in each cell: a few rounds' evidence outweighs it...
+PRIOR_FLOOR = 0.25      # ...and what it fades to as the cell's own evidence comes in
 KEEP = 0.9              # the weight a round's evidence keeps at each later round that drafted (about 10 rounds)
 STORED_CAP = 200.0      # guesses a stored cell's mean may stand for (later runs still move it)
 
@@ -68,6 +73,7 @@ class Calibration:
                     default = self.prior[kind][d][b]
                     self.prior[kind][d][b] = (default * PRIOR_WEIGHT + mean * weight) / (PRIOR_WEIGHT + weight)
         self.hits, self.tried = _cells(), _cells()              # faded evidence of this run
+        self.prior_weight = _cells(PRIOR_WEIGHT)                # each cell's prior, fading as the cell learns
         self.run_hits, self.run_tried = _cells(), _cells()      # all of this run's evidence, for the store
         self.depth_hits, self.depth_tried = [0.0] * MAX_DEPTH, [0.0] * MAX_DEPTH
         self.rounds = 0
@@ -97,6 +103,8 @@ class Calibration:
             for table in (self.hits, self.tried):
                 for row in table[kind]:
                     row[:] = [value * KEEP for value in row]
+        for kind, d, b in {(kind, depth_bucket(depth), score_bin(score)) for kind, depth, score, _ in guesses}:
+            self.prior_weight[kind][d][b] = max(self.prior_weight[kind][d][b] * KEEP, PRIOR_FLOOR)
         for kind, depth, score, hit in guesses:
             d, b = depth_bucket(depth), score_bin(score)
             for hits, tried in ((self.hits, self.tried), (self.run_hits, self.run_tried)):
@@ -120,7 +128,8 @@ class Calibration:
                     mean = self.prior[kind][d][b]
                     if d:
                         mean = min(max(mean + rows[d - 1][b] - self.prior[kind][d - 1][b], 0.005), 0.995)
-                    row[b] = (self.hits[kind][d][b] + mean * PRIOR_WEIGHT) / (self.tried[kind][d][b] + PRIOR_WEIGHT)
+                    weight = self.prior_weight[kind][d][b]
+                    row[b] = (self.hits[kind][d][b] + mean * weight) / (self.tried[kind][d][b] + weight)
 
     def table(self, kind: str) -> list[list[float]]:
         """The current estimates of one kind, per depth bucket and score bin (rounded, for a trace record)."""

@@ -121,10 +121,11 @@ def generate(args) -> int:
         if stack.precision_reason:
             print(stack.precision_reason, file=sys.stderr)
         if run.stats.get("rounds_by_plan"):
-            rounds = run.stats["rounds_by_plan"]
+            rounds, lookup = run.stats["rounds_by_plan"], run.stats["lookup_joined_by_plan"]
             print(f"rounds planned from this run's acceptance and the cost curves: {rounds['speculate']} guessed, "
-                  f"{rounds['plain']} plain steps, {rounds['probe']} probes; last: {run.steps[-1].plan.reason}",
-                  file=sys.stderr)
+                  f"{rounds['plain']} plain steps, {rounds['probe']} probes (context lookup joined "
+                  f"{lookup['speculate']}, {lookup['plain']} and {lookup['probe']} of them); "
+                  f"last: {run.steps[-1].plan.reason}", file=sys.stderr)
         if decoder.spec.planned and decoder.strategy == "staged":
             plan = stack.plans.tree_plan()
             print(f"staged's tree: {describe(plan)}" if plan else f"staged's tree: the fixed rule (one path while the "
@@ -168,6 +169,7 @@ def cli_json(run, decoder, dtype: str, precision: str) -> dict:
         "phase_share": s["phase_share"],
         "finish_reason": decoder.finish_reason,
         "rounds_by_plan": s.get("rounds_by_plan"),
+        "lookup_joined_by_plan": s.get("lookup_joined_by_plan"),
         "dtype": dtype,
         "precision": precision,
         "settings": run.settings,

@@ -79,6 +79,8 @@ def summarise(steps: list[StepRecord], costs: dict[str, tuple[int, int]] | None 
     plans = [s.plan.kind for s in steps if s.plan is not None]
     if plans:       # planned rounds (specviz/round_plan.py): how many were plain steps, probes, or speculated
         stats["rounds_by_plan"] = {kind: plans.count(kind) for kind in ("speculate", "plain", "probe")}
+        joined = [s.plan.kind for s in steps if s.plan is not None and s.plan.lookup_joined]
+        stats["lookup_joined_by_plan"] = {kind: joined.count(kind) for kind in ("speculate", "plain", "probe")}
     if costs and prompt_tokens is not None and target in costs and new_tokens:
         base = baseline_bytes(costs[target], prompt_tokens, new_tokens)
         stats["bytes_relative_to_baseline"] = total_read / base

@@ -62,6 +62,16 @@ class Costs:
         return self.verify(drafted + 2) - self.verify(drafted + 1)
 
 
+@dataclass(frozen=True)
+class LookupChoice:
+    """What context lookup offered a round and what joined: the copied tokens found, how many joined, and the chance
+    and price of the first that did not (else of the last that did)."""
+    found: int
+    joined: int
+    chance: float
+    price: float
+
+
 @dataclass
 class RoundPlan:
     """One round's decisions, fixed before it is drafted. kind: "speculate", "plain" or "probe"."""
@@ -76,6 +86,7 @@ class RoundPlan:
     share: float = 1.0          # the share of draft levels that needed a forward of their own, in this run
     probe_wait: int = PROBE_EVERY   # plain steps in a row before a probe, at this round
     chances: dict[int, float] = field(default_factory=dict)    # per node drafted: the chance the plan gave it
+    lookup: LookupChoice | None = None      # what context lookup offered and what joined, once the tree is built
 
     @property
     def drafts(self) -> bool:
@@ -182,6 +193,9 @@ class RoundPlanner:
                             recent_ms=round(plan.recent_s * 1e3, 2), plain_ms=round(self.costs.verify(1) * 1e3, 2),
                             rates=[round(r, 3) for r in self.calibration.depth_rates(SHOWN_DEPTHS)],
                             calibration=shown, reason="")
+        if plan.lookup is not None:
+            record.lookup_found, record.lookup_joined = plan.lookup.found, plan.lookup.joined
+            record.lookup_chance, record.lookup_price = round(plan.lookup.chance, 3), round(plan.lookup.price, 3)
         record.reason = reason(record, plan.probe_wait)
         return record
 
@@ -209,8 +223,24 @@ def reason(plan: PlanRecord, probe_wait: int) -> str:
     recent = (f"The last drafted rounds made {plan.recent_tokens:.1f} tokens in {plan.recent_ms:.0f} ms, {speed:.2f}x "
               f"a plain step's {plan.plain_ms:.0f} ms a token (their guesses were accepted {said})")
     if plan.kind == "plain":
-        return f"{recent}: this round is a plain step; a small guess probes after {probe_wait} plain steps in a row."
-    if plan.kind == "probe":
-        return (f"{recent}. After {probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
+        said = f"{recent}: this round is a plain step; a small guess probes after {probe_wait} plain steps in a row."
+    elif plan.kind == "probe":
+        said = (f"{recent}. After {probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
                 "whatever they cost, to see whether the text has turned predictable.")
-    return f"{recent}: this round drafts, and each guess joins while its calibrated chance beats that rate."
+    else:
+        said = f"{recent}: this round drafts, and each guess joins while its calibrated chance beats that rate."
+    return f"{said} {lookup_reason(plan)}".rstrip()
+
+
+def lookup_reason(plan: PlanRecord) -> str:
+    """Whether context lookup's copied tokens joined the round, and why, in a sentence ('' where it found none)."""
+    found, joined = plan.lookup_found, plan.lookup_joined
+    if not found:
+        return ""
+    odds = f"a calibrated chance of {plan.lookup_chance:.0%} against the {plan.lookup_price:.0%} its verifying costs"
+    copied = f"Context lookup found {found} token{'s' if found != 1 else ''} to copy from the text"
+    if joined == found:
+        return f"{copied}, and all joined (the last with {odds})."
+    if joined == 0:
+        return f"{copied}; none joined: the first had {odds}."
+    return f"{copied}; {joined} joined, and the next had {odds}."

@@ -41,6 +41,10 @@ class PlanRecord:
     rates: list[float]          # per depth 1, 2, ...: the chance that a guess reached there was accepted, lately
     calibration: dict[str, list[list[float]]]   # per stage kind, depth bucket and score bin: the calibrated chance
     reason: str                 # the plan in a sentence (round_plan.reason)
+    lookup_found: int = 0       # tokens context lookup could copy from the text this round...
+    lookup_joined: int = 0      # ...and how many of them joined it
+    lookup_chance: float = 0.0  # the calibrated chance of the first that did not join (else of the last that did)...
+    lookup_price: float = 0.0   # ...and the chance it needed to pay for verifying it
 
 
 @dataclass

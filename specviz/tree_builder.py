@@ -12,7 +12,7 @@ import torch
 
 from .drafters.base import Drafter
 from .drafters.lookup import context_continuation
-from .round_plan import RoundPlan
+from .round_plan import LookupChoice, RoundPlan
 from .sampling import Sampling, draw_without_replacement, logits_to_probs, top_tokens
 from .tree import Tree, TreeSpec, children_ranks
 
@@ -90,7 +90,8 @@ def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: Tre
             ended = [i for i, token in enumerate(follow) if token in ends]
             follow = follow[: ended[0] + 1] if ended else follow
             if plan is not None:
-                follow = follow[: _lookup_worth(tree, follow, plan)]
+                plan.lookup = _lookup_worth(tree, follow, plan)
+                follow = follow[: plan.lookup.joined]
             first = len(tree)
             tree.add_lookup_chain(follow, stage)
         if plan is not None:
@@ -98,15 +99,17 @@ def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: Tre
     return tree, dists
 
 
-def _lookup_worth(tree: Tree, follow: list[int], plan: RoundPlan) -> int:
+def _lookup_worth(tree: Tree, follow: list[int], plan: RoundPlan) -> LookupChoice:
     """How many of the copied tokens pay for verifying them by the plan, each priced as a new node even where the
     drafted tree holds its token already: what joins must not depend on which tokens were drawn (sampling's
     exactness), only on how many."""
     drafted = len(tree) - 1
+    chance = price = 0.0
     for depth in range(1, len(follow) + 1):
-        if plan.value("lookup", depth, 1.0) < plan.need(drafted + depth - 1):
-            return depth - 1
-    return len(follow)
+        chance, price = plan.value("lookup", depth, 1.0), plan.need(drafted + depth - 1)
+        if chance < price:
+            return LookupChoice(len(follow), depth - 1, chance, price)
+    return LookupChoice(len(follow), len(follow), chance, price)
 
 
 def _kind_of(drafter: Drafter):

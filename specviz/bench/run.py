@@ -64,7 +64,8 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None)
             "mean_accepted_per_target_forward": s["mean_accepted_per_target_forward"],
             "steps": s["steps"], "bytes_per_token": s["bytes_per_token"],
             "decode_wall_s": s["wall_s"], "phase_s": s["phase_s"], "forward_s": decoder.forward_seconds(),
-            "rounds_by_plan": s.get("rounds_by_plan"), "_decisions": decisions(run.steps)}
+            "rounds_by_plan": s.get("rounds_by_plan"), "lookup_joined_by_plan": s.get("lookup_joined_by_plan"),
+            "_decisions": decisions(run.steps)}
 
 
 def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:

@@ -1,0 +1,96 @@
+"""A plain step is plain: context lookup's copied tokens join a planned round only where their calibrated chance pays
+for what they add to verification, priced by the machine's cost curve, and a chance learnt elsewhere (code, where
+copies are often right) gives way to what this run's copies yield (prose, where they are not)."""
+import pytest
+import torch
+
+from specviz import calibration, tree_builder
+from specviz.calibration import Calibration
+from specviz.drafters import LookupDrafter
+from specviz.round_plan import Costs, LookupChoice, RoundPlanner, lookup_reason
+from specviz.sampling import Sampling
+from specviz.trace import PlanRecord
+from specviz.tree import TreeSpec
+from specviz.tree_builder import build_tree
+from specviz.tree_plan import DRAFT_FEED, TreePlan
+
+# An AVX2 2-core machine's curves for the 1.5B (prepare, a Zen 3): a plain token 80 ms, each more token fed ~10 ms,
+# so a copied token must be right at least 1 time in 8 to pay for verifying it in a plain step
+AVX2 = TreePlan({1: 0.080, 2: 0.090, 4: 0.110, 8: 0.168, 16: 0.255}, {1: 0.021, DRAFT_FEED: 0.024, 16: 0.08})
+PRICE = (0.090 - 0.080) / 0.080
+CODE_PRIOR = {"lookup": [[[0.9, 200.0]] * 7, [[0.8, 200.0]] * 7, [[0.7, 200.0]] * 7, [[0.6, 200.0]] * 7]}
+SPEC = TreeSpec(shape="dynamic", budget=8, max_depth=8, level_width=1, lookup=3, planned=True)
+# a context whose last two tokens came before: lookup copies what followed them (6, 7, 8)
+CONTEXT = [4, 9, 5, 6, 7, 8, 1, 2, 3, 9, 5]
+
+
+def plain_planner(calibration: Calibration) -> RoundPlanner:
+    planner = RoundPlanner(Costs.of(AVX2, DRAFT_FEED), calibration)
+    planner.tokens, planner.seconds, planner.read_prompt = 1.0, 0.2, True     # drafting has been slower than plain
+    planner.probe_wait = 10 ** 6                                               # no probe in these rounds
+    return planner
+
+
+def plain_round(planner: RoundPlanner, lookup_right: bool):
+    """One planned round with context lookup's copy, verified: the copy's first token accepted or not."""
+    plan = planner.plan()
+    assert plan.kind == "plain"
+    tree, _ = build_tree(CONTEXT[-1], CONTEXT, LookupDrafter(16), SPEC, Sampling(), torch.Generator(), plan=plan)
+    path = [0, 1] if lookup_right and len(tree) > 1 else [0]
+    planner.observe(tree, path, ["target", "lookup", "lookup"], [])
+    return tree, planner.record(plan, ["lookup"])
+
+
+def copied(tree) -> int:
+    return sum(tree.point_mass[1:])
+
+
+def test_a_copied_token_that_does_not_pay_is_left_out_of_a_plain_step_and_one_that_pays_joins():
+    doubtful = Calibration({"lookup": [[[0.05, 200.0]] * 7] * 4})          # copies right 5% of the time: under 12.5%
+    tree, record = plain_round(plain_planner(doubtful), lookup_right=False)
+    assert len(tree) == 1 and record.lookup_found == 3 and record.lookup_joined == 0
+    assert record.lookup_chance < record.lookup_price == pytest.approx(PRICE, rel=1e-6)
+    assert "none joined" in record.reason
+    sure = Calibration({"lookup": [[[0.95, 200.0]] * 7] * 4})
+    tree, record = plain_round(plain_planner(sure), lookup_right=True)
+    assert copied(tree) == 3 and record.lookup_joined == 3 and "all joined" in record.reason
+
+
+def test_a_chance_learnt_on_code_gives_way_within_a_few_plain_steps_where_copies_fail():
+    """The mutants fail here: a plan that always lets the copy join, and a prior that keeps its weight while the run's
+    evidence fades (it held lookup's chance at 15%, over the price, for as long as the run went on)."""
+    def joined_per_round(rounds=30):
+        planner = plain_planner(Calibration(CODE_PRIOR))
+        return [copied(plain_round(planner, lookup_right=False)[0]) for _ in range(rounds)]
+
+    joined = joined_per_round()
+    assert joined[0] >= 1 and sum(joined[12:]) == 0, joined
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tree_builder, "_lookup_worth",
+                      lambda tree, follow, plan: LookupChoice(len(follow), len(follow), 1.0, 0.0))
+        assert sum(joined_per_round()[12:]) > 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(calibration, "PRIOR_FLOOR", calibration.PRIOR_WEIGHT)
+        assert sum(joined_per_round()[12:]) > 0
+
+
+def test_copies_that_turn_right_join_again_in_the_rounds_that_draft():
+    """A run's evidence moves the chance both ways: copies right in drafted rounds raise it over a plain step's price
+    again."""
+    calibration = Calibration(CODE_PRIOR)
+    planner = plain_planner(calibration)
+    for _ in range(12):
+        plain_round(planner, lookup_right=False)
+    assert calibration.chance("lookup", 1, 1.0) < PRICE
+    for _ in range(6):
+        calibration.observe([("lookup", 1, 1.0, True)], reached=0, accepted=0)
+    assert calibration.chance("lookup", 1, 1.0) > PRICE
+    assert copied(plain_round(planner, lookup_right=True)[0]) >= 1
+
+
+def test_the_reason_says_whether_lookup_joined_and_why():
+    base = dict(kind="plain", recent_tokens=1.0, recent_ms=100.0, plain_ms=80.0, rates=[], calibration={}, reason="")
+    assert lookup_reason(PlanRecord(**base)) == ""
+    some = PlanRecord(**base, lookup_found=3, lookup_joined=1, lookup_chance=0.1, lookup_price=0.125)
+    assert lookup_reason(some) == ("Context lookup found 3 tokens to copy from the text; 1 joined, and the next had a "
+                                   "calibrated chance of 10% against the 12% its verifying costs.")
