@@ -28,15 +28,24 @@ class Sampling:
 
 
 def logits_to_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """Rows of logits -> rows of probabilities (float32). Greedy uses the plain softmax."""
+    """Rows of logits -> rows of probabilities (float32). Greedy uses the plain softmax.
+
+    Top-k keeps every logit at least the k-th largest (ties included). Where no row ties at the k-th, as is all but
+    certain, the softmax runs over the k kept logits alone and is scattered into zeros: comparing and masking 151,936
+    logits took milliseconds a row on 2 cores (a sampled token cost 15% more than a greedy one on an AVX2 machine)."""
     logits = logits.float()
     if sampling.greedy:
         return torch.softmax(logits, dim=-1)
     logits = logits / sampling.temperature
     if sampling.top_k and sampling.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, sampling.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
+        k = sampling.top_k
+        values, tokens = torch.topk(logits, k + 1, dim=-1)      # one more than kept, to see a tie at the k-th
+        if bool((values[..., k] < values[..., k - 1]).all()):
+            probs = torch.zeros_like(logits).scatter_(-1, tokens[..., :k], torch.softmax(values[..., :k], dim=-1))
+        else:
+            probs = torch.softmax(logits.masked_fill(logits < values[..., k - 1:k], float("-inf")), dim=-1)
+    else:
+        probs = torch.softmax(logits, dim=-1)
     if sampling.top_p < 1.0:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
@@ -47,8 +56,13 @@ def logits_to_probs(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One draw from a 1-D distribution."""
-    return int(torch.multinomial(probs, 1, generator=generator))
+    """One draw from a 1-D distribution: the inverse of its cumulative sum over its support at one uniform number.
+    torch.multinomial took 7-8 ms over 151,936 probabilities on 2 cores; this takes a few hundred microseconds."""
+    support = torch.nonzero(probs > 0).flatten()
+    cumulative = torch.cumsum(probs[support].double(), dim=0)
+    at = torch.searchsorted(cumulative, torch.rand((), dtype=torch.float64, generator=generator) * cumulative[-1],
+                            right=True)
+    return int(support[min(int(at), support.numel() - 1)])
 
 
 def draw_without_replacement(probs: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:

@@ -11,7 +11,7 @@ import specviz.verify as verify
 from specviz.cache import open_cache
 from specviz.drafters import ModelDrafter
 from specviz.engine import Decoder
-from specviz.sampling import Sampling, draw_without_replacement, logits_to_probs
+from specviz.sampling import Sampling, draw_without_replacement, logits_to_probs, sample
 from specviz.tree import Tree, TreeSpec
 
 
@@ -153,3 +153,32 @@ def test_seeded_runs_are_reproducible():
                     sampling=Sampling(temperature=1.0, top_k=20, seed=12), max_new_tokens=20).generate().tokens
     assert runs[0] == runs[1]
     assert other != runs[0]
+
+
+def masked_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k as a mask over every logit: the definition the fast path must equal."""
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    return torch.softmax(logits.masked_fill(logits < kth, float("-inf")), dim=-1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(2, 40), st.integers(1, 12), st.integers(0, 10 ** 6), st.booleans())
+def test_top_k_over_the_kept_logits_alone_equals_the_mask_over_every_logit(rows, vocab, k, seed, tie):
+    """Ties at the k-th logit keep every tied token (the slow path); otherwise exactly k, with the same probabilities."""
+    k = min(k, vocab - 1)
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)).mul_(3).round_(decimals=1)
+    if tie:
+        logits[0, torch.topk(logits[0], k + 1).indices[-1]] = torch.topk(logits[0], k).values[-1]
+    got = logits_to_probs(logits, Sampling(temperature=1.0, top_k=k))
+    assert torch.allclose(got, masked_top_k(logits, k), atol=1e-6)
+    assert ((got > 0).sum(-1) >= k).all()
+
+
+def test_one_draw_follows_the_distribution_and_never_takes_a_token_without_probability():
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.2, 0.3, 0.0])
+    generator = torch.Generator().manual_seed(0)
+    counts = torch.bincount(torch.tensor([sample(probs, generator) for _ in range(6000)]), minlength=6)
+    assert counts[probs == 0].sum() == 0
+    statistic, df = chi2(counts[probs > 0], probs[probs > 0])
+    assert statistic < chi2_critical(df)
+    assert sample(torch.tensor([0.0, 0.0, 1.0]), generator) == 2
