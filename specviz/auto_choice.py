@@ -167,14 +167,22 @@ class OthersWatch:
         return max(0.0, busy - (time.process_time() - self.own)) / total
 
 
-def decided(key: str, measure: Callable[[], object], default: object = None) -> object:
-    """The profile's value for `key`. Where it has none: while preparing, measured (one process at a time, again where
-    the machine was busy), stored and returned; in any other process, `default`, noted in DEFAULTED (never timed).
-    Values are plain JSON data."""
+def settled(value: object) -> bool:
+    """Whether a stored value is final: one marked {"settled": False} is used, and every prepare measures it again."""
+    return not (isinstance(value, dict) and value.get("settled") is False)
+
+
+def decided(key: str, measure: Callable[[], object], default: object = None,
+            unsettled_value: Callable[[object, str], object] | None = None) -> object:
+    """The profile's value for `key`. Where it has none, or one not settled: while preparing, measured (one process at
+    a time, again where the machine was busy), stored and returned; in any other process, the stored value, else
+    `default`, noted in DEFAULTED (never timed). Values are plain JSON data. unsettled_value(value, why): what a
+    measurement that other work kept busy is stored as (a value marked unsettled); without it, nothing is stored."""
     remeasure = any(_REMEASURING) and key not in _REMEASURED
     _consulted(key)
     entry = _read().get(key)
-    if entry is not None and not remeasure:
+    again = remeasure or (entry is not None and not settled(entry.value) and key not in MEASURED)
+    if entry is not None and not (again and _PREPARING):
         return entry.value
     if not _PREPARING:
         DEFAULTED[key] = default
@@ -183,7 +191,7 @@ def decided(key: str, measure: Callable[[], object], default: object = None) -> 
         return _UNSTORED.get(key, default)
     with _exclusive():
         stored = _read()            # another process may have measured while this one waited
-        if key in stored and not remeasure:
+        if key in stored and not remeasure and settled(stored[key].value):
             return stored[key].value
         for attempt in range(SETTLE_TRIES):
             if attempt:
@@ -196,12 +204,16 @@ def decided(key: str, measure: Callable[[], object], default: object = None) -> 
             give_back_freed_memory()    # what the measuring allocated and dropped (copies of weights, probe layers)
             if others <= BUSY_SHARE:
                 break
+            last = ": not stored" if unsettled_value is None else ": stored, marked unsettled"
             print(f"specviz: other work used {others:.0%} of this machine's cores while it timed '{key}'"
-                  + ("; measuring again" if attempt + 1 < SETTLE_TRIES else ": not stored"), file=sys.stderr)
+                  + ("; measuring again" if attempt + 1 < SETTLE_TRIES else last), file=sys.stderr)
         else:
-            UNSETTLED[key] = f"other work used {others:.0%} of the cores"
-            _UNSTORED[key] = value
-            return value
+            why = f"other work used {others:.0%} of the cores"
+            if unsettled_value is None or (key in stored and settled(stored[key].value)):
+                UNSETTLED[key] = why            # what the profile holds stands (--remeasure), else the default
+                _UNSTORED[key] = value
+                return stored[key].value if key in stored else value
+            value = unsettled_value(value, why)
         _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
         if remeasure:
             _REMEASURED.add(key)

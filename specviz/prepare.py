@@ -101,7 +101,7 @@ def closing_line() -> str:
             else "the stated default stands"
     said = [f"{key} ({why}: {stands(key)})" for key, why in auto_choice.UNSETTLED.items()]
     said += [f"{key} ({why}: stored all the same, and used)" for key, why in auto_choice.IMPRECISE.items()]
-    return (f"could not settle: {'; '.join(said)}; run `python -m specviz.prepare --remeasure` on a machine at rest"
+    return (f"could not settle: {'; '.join(said)}; run `python -m specviz.prepare` again on a machine at rest"
             if said else "this machine's profile holds every measurement")
 
 

@@ -7,8 +7,9 @@ the same second. A plan depends only on the curves' ratios to each other (a gues
 round makes times the seconds it adds), so each round of timings is scaled by its own total, which takes the swing out,
 and each size's curve is the median over the rounds of those shares, times the median round's total. Rounds are added
 until every size's median is known to within PRECISION (its standard error, from the rounds' own spread), or up to
-MOST_ROUNDS. Curves that never got that precise are stored all the same, marked unsettled: the planner runs from what
-was measured rather than a fixed rule, and prepare's last line names them so that a run at rest can refine them.
+MOST_ROUNDS. Curves that never got that precise, or that were timed while other work kept the cores busy, are stored
+all the same, marked unsettled: the planner runs from what was measured rather than from a fixed rule, prepare's last
+line names them, and the next prepare measures them again.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def summarise(samples: list[dict[int, list[float]]]) -> tuple[list[dict[int, flo
 
 def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None) -> dict:
     """Both curves, the draft over the vocabulary it predicts in staged, with how precise they got ("spread": the
-    largest relative standard error of a size's median) and whether that is within PRECISION ("settled")."""
+    largest relative standard error of a size's median); where that is over PRECISION, marked unsettled, with why."""
     sampler = CostSampler([target, draft], SIZES, CONTEXT, [None, draft_vocab])
     sampler.rounds(WARMUP_ROUNDS)
     samples = sampler.rounds(FIRST_ROUNDS)
@@ -65,34 +66,31 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.
         for kept, more in zip(samples, sampler.rounds(MORE_ROUNDS)):
             for n in kept:
                 kept[n] += more[n]
-    return {"target": {str(n): s for n, s in curves[0].items()}, "draft": {str(n): s for n, s in curves[1].items()},
-            "rounds": rounds, "spread": round(spread, 4), "settled": spread <= PRECISION}
-
-
-def settled(data: object) -> bool:
-    return isinstance(data, dict) and data.get("settled", True) is not False
-
-
-def unsettled_why(data: dict) -> str:
-    return (f"the cost curves' medians stayed {data['spread']:.0%} uncertain over {data['rounds']} rounds of timings "
-            f"(a busy machine?)")
+    data = {"target": {str(n): s for n, s in curves[0].items()}, "draft": {str(n): s for n, s in curves[1].items()},
+            "rounds": rounds, "spread": round(spread, 4)}
+    if spread > PRECISION:
+        data.update(settled=False, why=f"the cost curves' medians stayed {spread:.0%} uncertain over {rounds} rounds "
+                                       "of timings (a busy machine?)")
+    return data
 
 
 def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
                 draft_vocab: torch.Tensor | None = None) -> TreePlan | None:
-    """This machine's plan for the pair under `name` (see key), as its profile holds it; where there is none, measured
-    and stored while prepare runs (specviz/auto_choice.py), else None (a process that generates never times anything:
-    on a busy machine it would store nonsense)."""
+    """This machine's plan for the pair under `name` (see key), as its profile holds it, settled or not; where there is
+    none (or an unsettled one), measured and stored while prepare runs (specviz/auto_choice.py). None where nothing is
+    stored: a process that generates never times anything (on a busy machine it would store nonsense)."""
     def measured() -> dict:
         data = measure(target, draft, draft_vocab)
-        if not settled(data) and settled(auto_choice.stored(name, measured=False)):
-            raise NoisyMachine(unsettled_why(data))      # --remeasure: the precise curves stored before stand
+        before = auto_choice.stored(name, measured=False)
+        if not auto_choice.settled(data) and before is not None and auto_choice.settled(before):
+            raise NoisyMachine(data["why"])     # --remeasure: the precise curves stored before stand
         return data
     try:
-        data = auto_choice.decided(name, measured)
+        data = auto_choice.decided(name, measured, unsettled_value=lambda data, why: {**data, "settled": False,
+                                                                                      "why": why})
     except NoisyMachine as exc:
         auto_choice.unsettled(name, str(exc))
         data = auto_choice.stored(name)
-    if data is not None and not settled(data) and auto_choice.measuring():
-        auto_choice.imprecise(name, unsettled_why(data))
+    if data is not None and not auto_choice.settled(data) and auto_choice.measuring():
+        auto_choice.imprecise(name, data["why"])
     return None if data is None else TreePlan.from_dict(data, auto_choice.source(name))

@@ -165,34 +165,59 @@ def test_a_quiet_machine_settles_at_once_and_prepare_says_the_profile_holds_it(p
     stack = tiny_stack(("draft", "lookup"), plan=None)
     plan = stack.plans.tree_plan()
     stored = auto_choice.stored(stack.plans.name())
-    assert stored["settled"] and stored["rounds"] == tree_plan_store.FIRST_ROUNDS
+    assert auto_choice.settled(stored) and stored["rounds"] == tree_plan_store.FIRST_ROUNDS
     assert plan.target[4] / plan.target[1] == pytest.approx(1.6, rel=0.03)
     assert prepare.closing_line() == "this machine's profile holds every measurement"
 
 
 def test_curves_that_stay_noisy_are_stored_and_planned_from_and_prepare_names_them(preparing, monkeypatch):
-    """The fallback is the curves measured, not staged's fixed rule; the last line asks for a run at rest. Under
-    --remeasure, noisy curves never replace precise ones."""
+    """The fallback is the curves measured, not staged's fixed rule; the last line asks for a run at rest, and every
+    prepare measures them again until they settle. Under --remeasure, noisy curves never replace precise ones."""
     from specviz.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.6))
     stack = tiny_stack(("draft", "lookup"), plan=None)
     noisy = stack.plans.tree_plan()
     stored = auto_choice.stored(stack.plans.name())
-    assert not stored["settled"] and stored["rounds"] >= tree_plan_store.MOST_ROUNDS
+    assert not auto_choice.settled(stored) and stored["rounds"] >= tree_plan_store.MOST_ROUNDS
     assert noisy is not None and stack.plans.planned(default_tree("staged")).min_scores == noisy.min_scores()
     assert "stored all the same, and used" in prepare.closing_line() and "uncertain" in prepare.closing_line()
-    later = tiny_stack(("draft", "lookup"), plan=None)
+    later = tiny_stack(("draft", "lookup"), plan=None)       # in the same prepare: not measured again
     assert later.plans.tree_plan().target == noisy.target
+    monkeypatch.setattr(auto_choice, "MEASURED", [])           # the next prepare measures it again: still noisy
+    again = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
+    assert again.target != noisy.target and not auto_choice.settled(auto_choice.stored(stack.plans.name()))
+    noisy = again
 
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))     # at rest: --remeasure refines
-    with auto_choice.preparing("the tests", remeasure=True):
-        precise = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
-    assert auto_choice.stored(stack.plans.name())["settled"] and precise.target != noisy.target
+    monkeypatch.setattr(auto_choice, "MEASURED", [])
+    precise = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
+    assert auto_choice.settled(auto_choice.stored(stack.plans.name())) and precise.target != noisy.target
     monkeypatch.setattr(auto_choice, "_REMEASURED", set())
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.6))     # busy again: the precise stand
     with auto_choice.preparing("the tests", remeasure=True):
         assert tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan().target == precise.target
     assert "the profile's earlier value stands" in prepare.closing_line()
+
+
+def test_curves_timed_while_other_work_kept_the_cores_busy_are_stored_unsettled_and_planned_from(preparing,
+                                                                                                   monkeypatch):
+    from specviz.cost_curve import CostSampler
+    monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))
+    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.9)
+    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
+    stack = tiny_stack(("draft", "lookup"), plan=None)
+    busy = stack.plans.tree_plan()
+    stored = auto_choice.stored(stack.plans.name())
+    assert busy is not None and not auto_choice.settled(stored) and "other work used 90%" in stored["why"]
+    assert auto_choice.MEASURED.count(stack.plans.name()) == auto_choice.SETTLE_TRIES
+    assert "stored all the same, and used" in prepare.closing_line()
+    monkeypatch.setattr(auto_choice, "IMPRECISE", {})          # the next prepare, on a machine at rest
+    monkeypatch.setattr(auto_choice, "MEASURED", [])
+    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.0)
+    tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
+    assert auto_choice.settled(auto_choice.stored(stack.plans.name()))
+    assert prepare.closing_line() == "this machine's profile holds every measurement"
 
 
 def test_interpolate_is_linear_between_sizes_and_past_the_last_two():
