@@ -164,7 +164,7 @@ def masked_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 3), st.integers(2, 40), st.integers(1, 12), st.integers(0, 10 ** 6), st.booleans())
 def test_top_k_over_the_kept_logits_alone_equals_the_mask_over_every_logit(rows, vocab, k, seed, tie):
-    """Ties at the k-th logit keep every tied token (the slow path); otherwise exactly k, with the same probabilities."""
+    """Ties at the k-th logit keep every tied token (the slow path); else exactly k, with the same probabilities."""
     k = min(k, vocab - 1)
     logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(seed)).mul_(3).round_(decimals=1)
     if tie:
