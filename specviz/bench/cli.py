@@ -19,7 +19,7 @@ from ..presets import PRESETS, get_preset, load_preset
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
 from .projection import PROJECTION_SIZES, format_projection, project, recorded_rows
-from .report import format_analyses, format_table, write_outputs
+from .report import format_analyses, format_table, regret_line, write_outputs
 from .run import run_bench
 from .settings import ALL_STRATEGIES, DEFAULT_SAMPLINGS, BenchError, parse_sampling
 from .. import tree_plan
@@ -124,6 +124,8 @@ def render(path: str, png: bool = True) -> int:
 def print_results(results: list[dict]) -> None:
     """The table, then what each speculative strategy's rounds cost and would need."""
     print(format_table(results))
+    if regret_line(results):
+        print(regret_line(results))
     analyses = format_analyses(results)
     if analyses:
         print("\n" + analyses)

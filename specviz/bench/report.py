@@ -35,6 +35,7 @@ def compare_rows(rows: list[dict]) -> list[dict]:
         hf = by_key.get((r["prompt"], r["sampling"], "hf_generate"))
         assisted = by_key.get((r["prompt"], r["sampling"], "hf_assisted"))
         ref = by_key.get((r["prompt"], r["sampling"], reference))
+        speculative = by_key.get((r["prompt"], r["sampling"], "speculative"))
         n = len(r["tokens"])
         rate = n / r["wall_s"] if r["wall_s"] > 0 else 0.0
         # tokens kept: runs can be compared token for token
@@ -47,6 +48,7 @@ def compare_rows(rows: list[dict]) -> list[dict]:
                    speedup_vs_hf_generate=ratio(rate, hf and _rate(hf)),
                    speedup_vs_hf_assisted=ratio(rate, assisted and _rate(assisted)),
                    speedup_vs_reference=ratio(rate, ref and _rate(ref)),
+                   speedup_vs_speculative=ratio(rate, speculative and _rate(speculative)),
                    exact=same_output(r, base) if base is not None and r["sampling"] == "greedy" else None)
         out.append(row)
     return out
@@ -89,6 +91,8 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
             "speedup_vs_hf_assisted": median(r.get("speedup_vs_hf_assisted") for r in rows),
             "speedup_vs_baseline": median(r["speedup_vs_baseline"] for r in rows),
             "speedup_vs_reference": median(r.get("speedup_vs_reference") for r in rows),
+            "speedup_vs_speculative": median(r.get("speedup_vs_speculative") for r in rows),
+            "lowest_vs_baseline": lowest(rows),
             "tokens_per_target_forward": tokens / forwards if forwards else None,
             "mean_accepted_per_target_forward": (
                 sum(r["mean_accepted_per_target_forward"] * r["steps"] for r in rows) / sum(r["steps"] for r in rows)
@@ -104,6 +108,31 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
         })
     order = {s: i for i, s in enumerate(ALL_STRATEGIES)}
     return sorted(results, key=lambda r: (r["sampling"] != "greedy", r["sampling"], order[r["strategy"]]))
+
+
+def lowest(rows: list[dict]) -> dict | None:
+    """The prompt this strategy ran slowest on against our baseline: its ratio and the prompt's id."""
+    ratios = [(r["speedup_vs_baseline"], r["prompt"]) for r in rows if r.get("speedup_vs_baseline") is not None]
+    if not ratios:
+        return None
+    worst, prompt = min(ratios)
+    return {"ratio": worst, "prompt": prompt}
+
+
+NO_REGRET = 0.97        # the least a speculating strategy may run at against plain decoding, on any prompt
+
+
+def regret_line(results: list[dict]) -> str:
+    """Whether speculative and staged ran at NO_REGRET or more of our baseline's speed on every prompt, or which
+    prompts fell under it."""
+    checked = [r for r in results if r["strategy"] in ("speculative", "staged") and r.get("lowest_vs_baseline")]
+    if not checked:
+        return ""
+    under = [f"{r['strategy']} ({r['sampling']}) {r['lowest_vs_baseline']['ratio']:.2f}x on "
+             f"{r['lowest_vs_baseline']['prompt']}" for r in checked if r["lowest_vs_baseline"]["ratio"] < NO_REGRET]
+    if not under:
+        return f"no regret: every prompt ran at {NO_REGRET:.2f}x our baseline or faster, speculative and staged alike"
+    return f"regret: under {NO_REGRET:.2f}x our baseline on at least one prompt: " + "; ".join(under)
 
 
 def _decode_token_s(rows: list[dict]) -> float | None:
@@ -176,11 +205,12 @@ def format_analyses(results: list[dict]) -> str:
 
 def format_table(results: list[dict], markdown: bool = False) -> str:
     """vs ref: against the reference, the fastest plain decoder measured in the run (llama.cpp where it ran);
-    vs base: against our baseline in the run's precision. draft/verify/rest: shares of decode time by engine
+    vs base: against our baseline in the run's precision; lowest: the prompt it ran slowest on, against our baseline;
+    vs spec: against speculative. draft/verify/rest: shares of decode time by engine
     phase (draft includes the draft models' prompt read; rest = tree building, bookkeeping and untimed); outside
     fwd: share of end-to-end time spent outside model forward calls."""
-    head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs ref", "vs HF", "vs assisted", "vs base", "tok/fwd",
-            "bytes/base",
+    head = ("sampling", "strategy", "tok/s med [p25-p75]", "vs ref", "vs HF", "vs assisted", "vs base", "lowest",
+            "vs spec", "tok/fwd", "bytes/base",
             "draft", "verify", "rest", "outside fwd", "exact")
     lines = [head]
     for r in results:
@@ -193,6 +223,9 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
             fmt(r.get("speedup_vs_reference"), "{:.2f}x"), fmt(r["speedup_vs_hf_generate"], "{:.2f}x"),
             fmt(r.get("speedup_vs_hf_assisted"), "{:.2f}x"),
             fmt(r["speedup_vs_baseline"], "{:.2f}x"),
+            fmt((r.get("lowest_vs_baseline") or {}).get("ratio"), "{:.2f}x"),
+            fmt(r.get("speedup_vs_speculative") if r["strategy"] not in ("speculative", "baseline") else None,
+                "{:.2f}x"),
             fmt(r["tokens_per_target_forward"], "{:.2f}"), fmt(r["bytes_relative_to_baseline"], "{:.2f}"),
             fmt(draft if split else None, "{:.0%}"), fmt(split.get("verify"), "{:.0%}"),
             fmt(split.get("overhead"), "{:.0%}"),
@@ -261,7 +294,9 @@ def write_outputs(report: dict, out: Path, png: bool = True) -> list[Path]:
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     table = out.with_name(f"{out.stem}_table.md")
     analyses = format_analyses(report["results"]).replace("\n", "\n\n")
-    table.write_text(format_table(report["results"], markdown=True) + "\n" + (f"\n{analyses}\n" if analyses else ""),
+    regret = regret_line(report["results"])
+    table.write_text(format_table(report["results"], markdown=True) + "\n" + (f"\n{regret}\n" if regret else "")
+                     + (f"\n{analyses}\n" if analyses else ""),
                      encoding="utf-8")
     written = [out, table]
     for name, fig in figures(report).items():
