@@ -345,3 +345,18 @@ def test_the_bench_data_loads_the_prompt_sets_and_the_decisions_the_gpu_projecti
     assert len(decisions) == 8
     for path in decisions:
         assert {"baseline", "speculative", "tree", "staged"} <= set(load(path).lanes), path.name
+
+
+def test_the_no_regret_line_names_each_prompt_a_speculating_strategy_ran_slower_on_than_plain_decoding():
+    from specviz.bench.report import NO_REGRET, lowest, regret_line
+
+    def result(strategy, ratios):
+        rows = [{"prompt": f"prose/{i}", "speedup_vs_baseline": r} for i, r in enumerate(ratios)]
+        return {"strategy": strategy, "sampling": "greedy", "lowest_vs_baseline": lowest(rows)}
+    calm = [result("baseline", [1.0, 1.0]), result("speculative", [1.3, 0.99]), result("staged", [1.4, NO_REGRET])]
+    assert calm[2]["lowest_vs_baseline"] == {"ratio": NO_REGRET, "prompt": "prose/1"}
+    assert regret_line(calm).startswith("no regret")
+    sore = calm[:2] + [result("staged", [1.4, 0.74])]
+    assert regret_line(sore) == ("regret: under 0.97x our baseline on at least one prompt: staged (greedy) 0.74x on "
+                                 "prose/1")
+    assert regret_line([result("baseline", [1.0])]) == ""
