@@ -234,9 +234,10 @@ def build() -> gr.Blocks:
                     queue=False)
         timer = gr.Timer(2.0, active=not live.ready())       # the live-mode line, while the models get ready
         timer.tick(lambda: (live.line(), gr.Timer(active=not live.ready())), None, [live_line, timer], queue=False,
-                   show_progress="hidden")
+                   show_progress="hidden", api_name="live_line")
         start_outputs = [*open_outputs, *compare_outputs[2:]]
-        demo.load(lambda: on_start(len(start_outputs)), None, start_outputs, queue=False)
+        # named, as the live line's tick is, so a script (tests/test_space.py) sees what a new page shows
+        demo.load(lambda: on_start(len(start_outputs)), None, start_outputs, queue=False, api_name="on_start")
     return demo
 
 
