@@ -1,4 +1,4 @@
-"""How a prompt is fed to the model, and which way it is fed unless told: the page and the CLI both ask here.
+"""How a prompt is fed to the model, and which way it is fed unless told: the page, the CLI and the bench all ask here.
 
 *chat* puts the prompt in the model's chat template as a user's turn, the assistant's turn opened; *completion* feeds
 it as written. An instruct model answers plain language well only in chat; code (the HumanEval tasks, as in the
