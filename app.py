@@ -22,6 +22,7 @@ from specviz.app.race import SHOWN
 from specviz.app.replay_events import on_live, on_open, on_save, on_start
 from specviz.app.texts import CSS, HELP, MEASURED_TITLE, MORE_TITLE, TITLE
 from specviz.tree import SHAPES
+from specviz.prompt_format import default_format
 from specviz.recording import MAX_BYTES
 from specviz.strategies import AUTO_SHAPE, STAGED_LOOKUP, STRATEGIES
 
@@ -81,7 +82,7 @@ def build() -> gr.Blocks:
                 prompt = gr.Textbox(EXAMPLES[default_example], label="Prompt", lines=7, max_lines=14,
                                     elem_id="prompt")
                 prompt_format = gr.Radio(list(app_settings.PROMPT_FORMATS),
-                                         value=app_settings.format_for(default_example), label="Prompt format",
+                                         value=default_format(EXAMPLES[default_example]), label="Prompt format",
                                          elem_id="prompt-format",
                                          info="chat: inside the model's chat template, as an instruct model expects "
                                               "(grey in the text) · completion: continued as written")
@@ -225,7 +226,7 @@ def build() -> gr.Blocks:
         live_btn.click(on_live, [session], step_outputs, show_progress="hidden")
         for button in (save_btn, save2_btn):
             button.click(on_save, [session], [session, status, saved], show_progress="hidden")
-        example.change(lambda name: (EXAMPLES[name], app_settings.format_for(name)) if name in EXAMPLES else
+        example.change(lambda name: (EXAMPLES[name], default_format(EXAMPLES[name])) if name in EXAMPLES else
                        (gr.skip(), gr.skip()), [example], [prompt, prompt_format], queue=False)
         preset.change(lambda p: [gr.update(visible=p == app_settings.CUSTOM)] * 2, [preset], [target, drafts],
                       queue=False)
@@ -234,9 +235,10 @@ def build() -> gr.Blocks:
                     queue=False)
         timer = gr.Timer(2.0, active=not live.ready())       # the live-mode line, while the models get ready
         timer.tick(lambda: (live.line(), gr.Timer(active=not live.ready())), None, [live_line, timer], queue=False,
-                   show_progress="hidden")
+                   show_progress="hidden", api_name="live_line")
         start_outputs = [*open_outputs, *compare_outputs[2:]]
-        demo.load(lambda: on_start(len(start_outputs)), None, start_outputs, queue=False)
+        # named, as the live line's tick is, so a script (tests/test_space.py) sees what a new page shows
+        demo.load(lambda: on_start(len(start_outputs)), None, start_outputs, queue=False, api_name="on_start")
     return demo
 
 

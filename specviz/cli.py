@@ -17,6 +17,7 @@ from .locations import DEFAULT_TARGET
 from .models import ModelLoadError
 from .precision import AUTO_DTYPE, PRECISION_HELP, PRECISIONS
 from .presets import PRESETS, default_choice, load_preset
+from .prompt_format import PROMPT_FORMATS, NoChatTemplate, default_format, encode_prompt
 from .sampling import Sampling
 from .stack_compile import compile_models
 from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
@@ -30,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     source = gen.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
     source.add_argument("--prompt-file", help="file whose text is the prompt")
+    gen.add_argument("--prompt-format", choices=PROMPT_FORMATS, default=None,
+                     help="chat: the prompt as a user's turn of the model's chat template; completion: as written "
+                          "(default, as in the app: completion for Python source such as the HumanEval tasks, chat "
+                          "for plain language)")
     gen.add_argument("--strategy", choices=STRATEGIES, default="staged")
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -96,7 +101,11 @@ def generate(args) -> int:
     stack = load_preset(preset, args.dtype, args.device, target=args.target, drafts=drafts)
     if args.compile:
         stack.compiled = compile_models(stack.target, stack.draft_models(), stack.vocabulary)
-    prompt_ids = stack.encode(prompt)
+    prompt_format = args.prompt_format or default_format(prompt)
+    try:
+        prompt_ids = encode_prompt(stack, prompt, prompt_format)
+    except NoChatTemplate as exc:
+        raise ValueError(f"{exc}: pass --prompt-format completion") from None
     started = perf_counter()
     decoder = stack.decoder(prompt_ids, args.strategy, tree, sampling, args.max_new_tokens)
     run = decoder.generate()
@@ -107,6 +116,7 @@ def generate(args) -> int:
         print(lacking, file=sys.stderr)
     if args.json:
         print(json.dumps({**cli_json(run, decoder, stack.dtype, stack.precision()), "tokens_per_s_with_prompt": speed,
+                          "prompt_format": prompt_format,
                           "preset": preset, "target": stack.target.name, "drafts": stack.drafts,
                           "precision_reason": stack.precision_reason,
                           "preset_reason": preset_reason, "profile": auto_choice.said(),
@@ -120,6 +130,8 @@ def generate(args) -> int:
               f"{stack.precision()}", file=sys.stderr)
         if stack.precision_reason:
             print(stack.precision_reason, file=sys.stderr)
+        print(f"prompt format: {prompt_format}" + ("" if args.prompt_format else " (this prompt's default; "
+              "--prompt-format chooses)"), file=sys.stderr)
         if run.stats.get("rounds_by_plan"):
             rounds, lookup = run.stats["rounds_by_plan"], run.stats["lookup_joined_by_plan"]
             print(f"rounds planned from this run's acceptance and the cost curves: {rounds['speculate']} guessed, "

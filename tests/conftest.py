@@ -26,8 +26,9 @@ KERNEL_BUILDS = {"test_every_build_computes_the_definition_bit_for_bit",
 
 # The files that take longest on 2 cores, longest first: pytest.ini hands whole files to the two workers in the order
 # collected, and starting the long ones first keeps one worker from finishing minutes after the other
-LONGEST_FIRST = ("test_qwen_coder.py", "test_sampling_exact.py", "test_browser.py", "test_blocks.py", "test_build.py",
-                 "test_under_load.py", "test_int4.py", "test_round_plan.py", "test_file_model.py", "test_lossless.py")
+LONGEST_FIRST = ("test_qwen_coder.py", "test_space.py", "test_sampling_exact.py", "test_browser.py", "test_blocks.py",
+                 "test_build.py", "test_under_load.py", "test_int4.py", "test_round_plan.py", "test_file_model.py",
+                 "test_lossless.py")
 
 
 @pytest.hookimpl(tryfirst=True)         # before `-m` selects: a browser test is a slow one too

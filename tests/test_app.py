@@ -414,11 +414,11 @@ def test_plain_language_examples_open_in_chat_and_the_race_is_the_same_in_either
     from tiny import tiny_stack
 
     from specviz.app import events
+    from specviz.prompt_format import default_format
 
-    assert app_settings.format_for("Explain: why is the sky blue?") == "chat"
-    assert app_settings.format_for(app_settings.PATTERN_EXAMPLE) == "completion"
-    assert app_settings.format_for(next(k for k in app_settings.example_prompts() if k.startswith("HumanEval"))) == \
-        "completion"
+    for name, text in app_settings.example_prompts().items():       # code and the pattern are continued as written
+        code = name.startswith("HumanEval") or name == app_settings.PATTERN_EXAMPLE
+        assert default_format(text) == ("completion" if code else "chat"), name
     stack = tiny_stack(tokenizer=ChatWordTokenizer())
     monkeypatch.setitem(stacks._STACKS, ("offline",), stack)
     chat = app_settings.parse_settings(**{**SETTINGS, "prompt": "why is the sky blue", "prompt_format": "chat",

@@ -360,3 +360,27 @@ def test_the_no_regret_line_names_each_prompt_a_speculating_strategy_ran_slower_
     assert regret_line(sore) == ("regret: under 0.97x our baseline on at least one prompt: staged (greedy) 0.74x on "
                                  "prose/1")
     assert regret_line([result("baseline", [1.0])]) == ""
+
+
+def test_the_bench_feeds_plain_language_as_chat_and_code_as_written_unless_told(tmp_path, capsys):
+    """As the app and the CLI: each prompt's default format, or the one --prompt-format names for all."""
+    from tiny import WORD_CHAT_TEMPLATE, save_with_word_tokenizer
+
+    save_with_word_tokenizer(tiny_model("llama", 0), tmp_path / "model", WORD_CHAT_TEMPLATE)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "w5 w6 w7"}) + "\n" + json.dumps({"prompt": "w5(w6)"}) + "\n")
+
+    def report(*extra):
+        out = tmp_path / "report.json"
+        assert bench.main(["--target", str(tmp_path / "model"), "--draft", "lookup", "--dtype", "float32",
+                           "--prompts", str(prompts), "--strategies", "baseline", "--sampling", "greedy",
+                           "--max-new-tokens", "2", "--no-png", "--no-progress", "--out", str(out), *extra]) == 0, \
+            capsys.readouterr().err[-2000:]
+        return json.loads(out.read_text())
+
+    mixed = report()
+    assert mixed["settings"]["prompt_formats"] == {"chat": 1, "completion": 1}
+    assert sorted(row["prompt_tokens"] for row in mixed["per_prompt"]) == [4, 6]     # "w5(w6)" as written; w1 ... w3
+    written = report("--prompt-format", "completion")
+    assert written["settings"]["prompt_formats"] == {"completion": 2}
+    assert sorted(row["prompt_tokens"] for row in written["per_prompt"]) == [3, 4]

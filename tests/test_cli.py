@@ -143,3 +143,28 @@ def test_draft_with_another_tokenizer_is_refused(tmp_path):
     tiny_model("llama").save_pretrained(tmp_path)
     assert_one_line_error(in_process("--prompt", "x", "--strategy", "tree", "--draft", str(tmp_path)),
                           "different tokenizers")
+
+
+def test_a_plain_language_prompt_goes_in_as_chat_unless_told_otherwise(tmp_path, capsys):
+    """As on the page: plain language is a user's turn of the model's chat template, Python source is continued as
+    written, and --prompt-format says which; a model without a template refuses chat in one line."""
+    from tiny import WORD_CHAT_TEMPLATE, save_with_word_tokenizer
+
+    chatty, plain = tmp_path / "chatty", tmp_path / "plain"
+    save_with_word_tokenizer(tiny_model("llama"), chatty, WORD_CHAT_TEMPLATE)
+    save_with_word_tokenizer(tiny_model("llama"), plain)
+
+    def run(target, prompt, *extra):
+        result = run_main(capsys, "--target", str(target), "--prompt", prompt, "--strategy", "baseline",
+                          "--max-new-tokens", "2", "--dtype", "float32", "--no-reference", "--json", *extra)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return json.loads(result.stdout)
+
+    chat = run(chatty, "w5 w6 w7")
+    assert (chat["prompt_format"], chat["prompt_tokens"]) == ("chat", 6)             # w1 w5 w6 w7 w2 w3
+    written = run(chatty, "w5 w6 w7", "--prompt-format", "completion")
+    assert (written["prompt_format"], written["prompt_tokens"]) == ("completion", 3)
+    assert run(chatty, "w5(w6)")["prompt_format"] == "completion"                      # code, as HumanEval's
+    assert run(chatty, "w5(w6)", "--prompt-format", "chat")["prompt_tokens"] == 4 + 3
+    assert_one_line_error(run_main(capsys, "--target", str(plain), "--prompt", "w5 w6 w7", "--strategy", "baseline",
+                                   "--dtype", "float32", "--no-reference"), "--prompt-format completion")

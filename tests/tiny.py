@@ -86,12 +86,20 @@ def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, l
     return stack if plan is None else pin_plan(stack, plan)
 
 
-def save_with_word_tokenizer(model, path) -> None:
+# a word-level chat template: the user's turn between w1 and w2, then w3 opens the assistant's
+WORD_CHAT_TEMPLATE = ("{% for m in messages %}w1 {{ m['content'] }} w2 {% endfor %}"
+                      "{% if add_generation_prompt %}w3{% endif %}")
+
+
+def save_with_word_tokenizer(model, path, chat_template: str | None = None) -> None:
     """Save a tiny model with a word-level tokenizer ("w0" .. "w63"), loadable as --target PATH."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w0"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend).save_pretrained(path)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend)
+    if chat_template:
+        tokenizer.chat_template = chat_template
+    tokenizer.save_pretrained(path)
     model.save_pretrained(path)

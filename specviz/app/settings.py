@@ -13,6 +13,7 @@ from ..tree import TreeSpec
 from ..sampling import Sampling
 from ..strategies import DEFAULT_MIN_SCORE, STRATEGIES, default_tree, shape_for
 from ..environment import env_number
+from ..prompt_format import COMPLETION, PROMPT_FORMATS
 from .server_policy import custom_models_allowed
 
 MAX_PROMPT_CHARS = int(env_number("SPECVIZ_MAX_PROMPT_CHARS", 6000))
@@ -34,8 +35,6 @@ CUSTOM = "custom model ids"
 BENCHMARK_FILE = Path(os.environ.get("SPECVIZ_BENCHMARK")
                       or Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "latest.json")
 
-PROMPT_FORMATS = ("chat", "completion")
-CHAT, COMPLETION = PROMPT_FORMATS
 PATTERN_EXAMPLE = "Pattern: days of the week"
 NATURAL_PROMPTS = {
     PATTERN_EXAMPLE: "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday, Tuesday,",
@@ -45,13 +44,6 @@ NATURAL_PROMPTS = {
     "List: tips for learning to code": "Here are five tips for learning to program:\n1.",
     "Recipe: pancakes": "A simple recipe for pancakes.\n\nIngredients:\n-",
 }
-
-
-def format_for(example: str) -> str:
-    """The prompt format an example opens with: chat for the plain-language ones, which ask or tell something (where
-    the model has no chat template, a chat prompt is refused with one line); completion for code and the pattern,
-    which are continued as written."""
-    return CHAT if example in NATURAL_PROMPTS and example != PATTERN_EXAMPLE else COMPLETION
 
 
 class UserError(ValueError):

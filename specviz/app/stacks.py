@@ -7,13 +7,14 @@ import os
 import threading
 from collections import OrderedDict
 
-from .. import presets
+from .. import presets, prompt_format
+from ..prompt_format import CHAT
 from ..metrics import summarise
 from ..models import ModelLoadError
 from ..stack import Stack, default_drafts
 from ..strategies import drafter_specs, tree_for_lane
 from .server_policy import PolicyError, check_custom
-from .settings import (CHAT, CUSTOM, DTYPE, MAX_CACHED_STACKS, MAX_PROMPT_TOKENS, MAX_STACK_BYTES, Settings, UserError,
+from .settings import (CUSTOM, DTYPE, MAX_CACHED_STACKS, MAX_PROMPT_TOKENS, MAX_STACK_BYTES, Settings, UserError,
                        one_line)
 
 _STACKS: "OrderedDict[tuple, object]" = OrderedDict()
@@ -93,22 +94,14 @@ def prompt_ids(stack, settings: Settings) -> list[int]:
     """The settings' prompt as token ids (in chat, inside the model's chat template as a user's turn, the
     assistant's turn opened), or a UserError saying why it cannot be used."""
     try:
-        ids = stack.encode(settings.prompt)
-        if settings.prompt_format == CHAT:
-            ids = chat_ids(stack.tokenizer, settings.prompt)
+        ids = prompt_format.encode_prompt(stack, settings.prompt, settings.prompt_format)
+    except prompt_format.NoChatTemplate as exc:
+        raise UserError(f"{exc}: choose completion under Prompt format.") from exc
     except ValueError as exc:
         raise UserError(f"The prompt cannot be used: {one_line(exc)}") from exc
     if len(ids) > MAX_PROMPT_TOKENS:
         raise UserError(f"The prompt is too long ({len(ids)} tokens; at most {MAX_PROMPT_TOKENS}).")
     return ids
-
-
-def chat_ids(tokenizer, prompt: str) -> list[int]:
-    if not getattr(tokenizer, "chat_template", None):
-        raise UserError("This model has no chat template: choose completion under Prompt format.")
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                         add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def shown_prompt(decoder, settings: Settings | None) -> str:

@@ -16,6 +16,7 @@ from ..cpu.machine import describe
 from ..models import ModelLoadError, load_model
 from ..precision import AUTO_DTYPE, DTYPES, PRECISION_HELP, PRECISIONS
 from ..presets import PRESETS, get_preset, load_preset
+from ..prompt_format import PROMPT_FORMATS
 from ..prompts import HUMANEVAL, PromptError, load_prompts
 from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
 from .projection import PROJECTION_SIZES, format_projection, project, recorded_rows
@@ -34,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts", default=HUMANEVAL,
                         help="'humaneval' (164 prompts) or a JSONL file with a \"prompt\" field")
     parser.add_argument("--limit", type=int, default=None, help="the first N prompts only")
+    parser.add_argument("--prompt-format", choices=PROMPT_FORMATS, default=None,
+                        help="chat: each prompt as a user's turn of the model's chat template; completion: as written "
+                             "(default, as in the app: completion for Python source such as HumanEval, chat for "
+                             "plain language)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--strategies", default=",".join(ALL_STRATEGIES),
                         help=f"comma-separated, from {', '.join(ALL_STRATEGIES)}")
@@ -153,7 +158,8 @@ def bench(args, argv: list[str]) -> int:
     tree = {"budget": args.tree_budget, "lookup": args.lookup, "min_score": args.min_score}
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed, tree,
                             progress=not args.no_progress, projection=args.projection,
-                            device=args.device, dtype=stack.dtype, compile=args.compile))
+                            device=args.device, dtype=stack.dtype, compile=args.compile,
+                            prompt_format=args.prompt_format))
     report["duration_s"] = perf_counter() - started
     for note in [*report["settings"]["notes"], report["settings"]["length"]]:
         print(f"note: {note}", file=sys.stderr)

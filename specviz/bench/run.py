@@ -3,12 +3,14 @@ benchmark: prompt-major, so machine noise hits every strategy alike."""
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from time import perf_counter
 
 import torch
 
 from .. import llama_cpp, reference
 from ..hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
+from ..prompt_format import NoChatTemplate, default_format, encode_prompt
 from ..prompts import Prompt
 from ..strategies import STRATEGIES, default_tree
 from .projection import decisions, project
@@ -104,17 +106,23 @@ def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=Non
 def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: list[str],
               max_new_tokens: int, seed: int = 0, tree: dict | None = None,
               progress: bool = True, warmup: bool = True, projection: str | None = None,
-              device: str = "cpu", dtype: str = "float32", compile: bool = False) -> dict:
+              device: str = "cpu", dtype: str = "float32", compile: bool = False,
+              prompt_format: str | None = None) -> dict:
     """Run every strategy on every prompt under every sampling.
 
     Returns {"settings", "results" (one row per sampling and strategy), "per_prompt"} and, with
     `projection` (a PROJECTION_SIZES name), "projection". compile: our strategies run the compiled target
-    over one static cache length, compiled for every bucket before anything is timed."""
+    over one static cache length, compiled for every bucket before anything is timed. prompt_format: chat or
+    completion for every prompt (None: each prompt's default, as in the app)."""
     strategies, notes = usable_strategies(stack, strategies)
     if not strategies:
         raise BenchError("no strategy can run: " + "; ".join(notes))
     settings = {name: parse_sampling(name, seed) for name in samplings}
-    encoded = [(p, stack.encode(p.text)) for p in prompts]
+    formats = {p.id: prompt_format or default_format(p.text) for p in prompts}
+    try:
+        encoded = [(p, encode_prompt(stack, p.text, formats[p.id])) for p in prompts]
+    except NoChatTemplate as exc:
+        raise BenchError(f"{exc}: pass --prompt-format completion") from None
     # staged's plan and how each draft reads prompts, as this machine's profile says (prepare measured them)
     planned = "staged" in strategies and default_tree("staged", **(tree or {})).planned
     plan = stack.plans.tree_plan() if planned else None
@@ -147,6 +155,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     ref = reference_strategy(rows)
     report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
+                           "prompt_formats": dict(Counter(formats.values())),
                            "tree": tree or {}, "tree_plan": None if plan is None else plan.to_dict(),
                            "prompt_reads": reads, "compiled": compile,
                            "static_cache_entries": stack.compiled.static_len if compile else None,
