@@ -7,6 +7,7 @@
 # quality table). 3.5-5 minutes on 2 cores; skipped when built already.
 # On a CPU with AMX, GGML_NATIVE takes ggml's AMX backend, which crashed on our VMs (a segfault in
 # ggml_backend_amx_mul_mat at the first token): there the build names this CPU's other instruction sets instead.
+# LLAMA_CPP_ISA=avx2 builds for AVX2 alone (into another DEST), to bench against specviz held to AVX2.
 set -euo pipefail
 VERSION=0.3.36                      # llama-cpp-python's sdist; its vendor/llama.cpp is what we build
 TARGETS=(llama-completion llama-speculative-simple llama-bench llama-perplexity)
@@ -16,7 +17,11 @@ stamp="$dest/BUILT-FROM"
 cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
 has() { [[ "$cpu_flags" == *" $1 "* ]]; }
 on() { has "$1" && echo ON || echo OFF; }
-if has amx_int8; then
+if [[ "${LLAMA_CPP_ISA:-}" == avx2 ]]; then     # AVX2 only, as on most laptops: to compare with specviz held to AVX2
+    isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2="$(on bmi2)"
+         -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+    flavour="AVX2 only"
+elif has amx_int8; then
     isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2="$(on avx2)" -DGGML_FMA="$(on fma)" -DGGML_F16C="$(on f16c)"
          -DGGML_BMI2="$(on bmi2)" -DGGML_AVX_VNNI="$(on avx_vnni)" -DGGML_AVX512="$(on avx512f)"
          -DGGML_AVX512_VBMI="$(on avx512vbmi)" -DGGML_AVX512_VNNI="$(on avx512_vnni)" -DGGML_AVX512_BF16="$(on avx512_bf16)"
