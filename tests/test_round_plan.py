@@ -342,4 +342,7 @@ def test_the_app_words_say_why_a_round_had_its_shape_and_that_a_lane_fell_back_t
     note = plan_note("speculative", summarise(run.steps))
     assert note.startswith("speculative took") and "plain steps" in note
     assert plan_note("staged", {"rounds_by_plan": {"speculate": 9, "plain": 0, "probe": 0}}) == ""
+    copied = plan_note("staged", {"rounds_by_plan": {"speculate": 1, "plain": 5, "probe": 1},
+                                  "lookup_joined_by_plan": {"speculate": 0, "plain": 2, "probe": 0}})
+    assert "joined 2 of those plain steps" in copied and "joined" not in note
     assert calibration_md(Decoder(target, TOK, [3, 1], backend=open_cache, max_new_tokens=2).generate().steps[0]) == ""
