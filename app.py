@@ -17,7 +17,8 @@ import gradio as gr
 from specviz import plots
 from specviz.app import bench_panel, live, panels, regime, replay, stacks, words
 from specviz.app import settings as app_settings
-from specviz.app.events import NOT_MEASURED, on_compare, on_lossless, on_reset, on_run, on_step, on_stop
+from specviz.app.compare_events import NOT_MEASURED, on_compare
+from specviz.app.events import on_lossless, on_reset, on_run, on_step, on_stop
 from specviz.app.race import SHOWN
 from specviz.app.replay_events import on_live, on_open, on_save, on_start
 from specviz.app.texts import CSS, HELP, MEASURED_TITLE, MORE_TITLE, TITLE

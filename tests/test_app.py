@@ -301,11 +301,11 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     """Why it is fast: measured and predicted tokens per pass for each speculating lane, from the race's
     traces. Is it lossless: plain and staged samples of the next token with their chi-square tests, or
     under greedy the race's lanes compared token by token."""
-    from specviz.app import events, panels
+    from specviz.app import compare_events, events, panels
 
     tiny_default()
     session = Session()
-    list(events.on_compare(session, *controls(max_new_tokens=12)))
+    list(compare_events.on_compare(session, *controls(max_new_tokens=12)))
     view = panels.speed_view({name: lane.steps for name, lane in session.race.decoders.items()})
     assert set(view["explained"]) == {"speculative", "staged"}
     for e in view["explained"].values():
@@ -313,7 +313,7 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     drafted = [step for step in session.race.decoders["speculative"].steps if len(step.nodes) > 1]
     guesses = sum(len(step.nodes) - 1 for step in drafted) / len(drafted)     # its chain planned round by round
     assert f"| speculative | {guesses:.1f} |" in panels.speed_md(view)
-    *_, figure, summary, regime_figure, regime_text = events.render_race(session, "")
+    *_, figure, summary, regime_figure, regime_text = compare_events.render_race(session, "")
     assert "tokens per pass" in summary and len(figure.data) >= 3
     assert "the target is no GGUF file" in regime_text and len(regime_figure.data) >= 3    # measured on the tiny target
     assert "planned from this curve" in regime_text and "0.10, 0.10" in regime_text      # staged's plan (tests/tiny.py)
@@ -368,12 +368,12 @@ def test_a_space_with_the_qwen_coder_files_runs_that_pair_live(monkeypatch):
 
 
 def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
-    from specviz.app import events, replay_events
+    from specviz.app import compare_events, replay_events
 
     monkeypatch.setattr(replay_events, "START_RECORDING", "")
     assert len(replay_events.on_start(5)) == 5 and isinstance(replay_events.on_start(5)[0], Session)
     monkeypatch.setattr(replay_events, "START_RECORDING", replay_events.SPACE_RECORDING)
-    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + events.COMPARE_OUTPUTS - 2)
+    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + compare_events.COMPARE_OUTPUTS - 2)
     session, status = outputs[:2]
     assert session.recording is not None and len(session.decoder.steps) == 1 and session.race.finished
     assert "Showing a recorded run (recorded on AMD EPYC, 2 cores" in status      # the qwen-coder pair's race
@@ -387,7 +387,7 @@ def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
     assert "How it was timed" in measured and "Analysis of staged's rounds" in measured
     assert "tokens per pass" in outputs[-3] and "live models" in outputs[-1]      # why it is fast; the regime
     monkeypatch.setattr(replay_events, "START_RECORDING", "cpu-offline-humaneval2-greedy")     # one lane is absent
-    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + events.COMPARE_OUTPUTS - 2)
+    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + compare_events.COMPARE_OUTPUTS - 2)
     columns = dict(zip(SHOWN, outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(SHOWN)]))
     absent = [columns[name] for name in SHOWN if name not in outputs[0].race.lanes()]
     assert absent and all("not in this recording" in c or "not in this race" in c for c in absent)   # says why
