@@ -452,22 +452,13 @@ def test_the_race_explains_a_missing_staged_stack(tiny_default):
     assert "hf_assisted" not in race.peers and "needs a draft model" in race.skipped["hf_assisted"]
 
 
-def test_sessions_share_models_but_not_state(tiny_default):
+def test_new_settings_or_reset_start_a_new_generation(tiny_default):
+    """(How sessions share decodes, and only identical ones: tests/test_shared_decodes.py.)"""
     tiny_default()
-    settings = app_settings.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12})
-    alone = Session()
-    dec, _ = alone.decoder_for(settings)
-    alone_tokens = dec.generate().tokens
-    first, second = Session(), Session()
-    a, _ = first.decoder_for(settings)
-    b, _ = second.decoder_for(app_settings.parse_settings(**{**SETTINGS, "prompt": "x y z", "max_new_tokens": 12}))
-    while not (a.finished and b.finished):          # interleaved, as two users' events would be
-        for d in (a, b):
-            if not d.finished:
-                d.step()
-    assert a.new_tokens == alone_tokens and a is not b
+    first = Session()
+    a, _ = first.decoder_for(app_settings.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12}))
     again, note = first.decoder_for(app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 5}))
-    assert again is not a and "new generation" in note
+    assert again is not a and "new generation" in note and again.max_new_tokens == 5
     run_id = first.run_id
     first.reset()
     assert first.decoder is None and first.run_id > run_id
@@ -510,33 +501,6 @@ def test_the_model_bytes_a_server_holds_are_bounded(monkeypatch):
     with pytest.raises(app_settings.UserError, match="this server holds at most"):
         stacks.get_stack(("cc",))
     assert ("cc",) not in stacks._STACKS and ("b",) in stacks._STACKS
-
-
-def test_live_sessions_are_bounded_and_idle_ones_give_their_caches_back(tiny_default, monkeypatch):
-    from specviz.app import sessions
-    tiny_default()
-    live = sessions.LiveSessions(limit=2, idle_s=60)
-    monkeypatch.setattr(sessions, "LIVE", live)
-    clock = [1000.0]
-    monkeypatch.setattr(sessions, "monotonic", lambda: clock[0])
-    settings = app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 4})
-    first, second, third = Session(), Session(), Session()
-    first.decoder_for(settings)
-    second.decoder_for(settings)
-    with pytest.raises(app_settings.UserError, match="server is busy: 2 sessions are decoding"):
-        third.decoder_for(settings)
-    assert first.decoder is not None and second.decoder is not None      # the others go on
-    clock[0] += 61                                                      # the first two are idle now
-    second.decoder_for(settings)                                        # ...but the second comes back
-    dec, note = third.decoder_for(settings)
-    assert dec is not None and "released" not in note                 # the third was never idle
-    assert first.decoder is None and first.released and second.decoder is not None
-    with pytest.raises(app_settings.UserError, match="busy"):                 # the first visitor returns: no room
-        first.decoder_for(settings)
-    third.reset()
-    assert id(third) not in live.sessions
-    dec, note = first.decoder_for(settings)                               # room again: told what happened
-    assert dec is not None and "idle" in note and "released" in note and not first.released
 
 
 def test_an_unknown_preset_named_by_the_operator_stops_the_app_with_one_line():

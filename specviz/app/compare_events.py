@@ -7,12 +7,12 @@ from time import perf_counter
 import gradio as gr
 
 from .. import auto_choice, plots
-from . import panels, regime, replay, stacks, words
+from . import decoder_slots, panels, regime, replay, stacks, words
 from . import settings as app_settings
 from .compute import Wait
-from .events import guarded
+from .events import guarded, in_line
 from .race import SHOWN, time_lanes
-from .sessions import LIVE, Session
+from .sessions import Session
 from .settings import UserError
 
 COMPARE_OUTPUTS = 2 + len(SHOWN) + 9
@@ -80,25 +80,29 @@ def _race_loop(session: Session, settings, run_id: int):
             yield render_race(session, "Measuring what verifying k tokens costs here (first race of these models "
                               "only)…", charts=False)
         session.regime = regime.regime_view(stack)
-        LIVE.admit(session)
-        timing, shown, started = time_lanes(settings), 0.0, perf_counter()
-        while True:
-            try:
-                progress = next(timing)
-            except StopIteration as done:
-                timed = done.value
-                break
-            if session.run_id != run_id:
-                if session.stopped_run == run_id:
-                    yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
-                return
-            if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
-                # the status alone (the page redraws nothing else), and a pause for the browser to draw it before the
-                # next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
-                yield (session, words.timing_status(progress, perf_counter() - started),
-                       *[gr.skip()] * (COMPARE_OUTPUTS - 2))
-                yield Wait(SETTLE_S)
-                shown = perf_counter()
+        claim, slots = decoder_slots.Claim(), decoder_slots.SLOTS     # the race's lanes' decoders count as one
+        yield from in_line(session, COMPARE_OUTPUTS, lambda: slots.take(claim))
+        try:
+            timing, shown, started = time_lanes(settings), 0.0, perf_counter()
+            while True:
+                try:
+                    progress = next(timing)
+                except StopIteration as done:
+                    timed = done.value
+                    break
+                if session.run_id != run_id:
+                    if session.stopped_run == run_id:
+                        yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
+                    return
+                if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
+                    # the status alone (the page redraws nothing else), and a pause for the browser to draw it before
+                    # the next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
+                    yield (session, words.timing_status(progress, perf_counter() - started),
+                           *[gr.skip()] * (COMPARE_OUTPUTS - 2))
+                    yield Wait(SETTLE_S)
+                    shown = perf_counter()
+        finally:
+            slots.give_back(claim)
         race, timing_s = timed.replay(), perf_counter() - started
         how = f"All lanes timed alone in {timing_s:.0f} s. Racing them at their own times"
     session.race = race

@@ -5,8 +5,8 @@ opens a parallel region a team of workers of its own, and once it manages more t
 stops spinning between regions: with Gradio's handler threads each keeping a team, every product in the server
 would take up to twice as long (the CLI and the bench compute on their main thread and are not affected).
 
-A handler's loop that must wait (a replay's pace, the race's frames) yields `Wait` instead of sleeping: a sleep on the
-compute thread would hold up every other visitor's step.
+A handler's loop that must wait (a replay's pace, the race's frames, a place in line) yields `Wait` instead of
+sleeping: a sleep on the compute thread would hold up every other visitor's step.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The app's event handlers for Step, Run, Reset, Stop and the lossless check (Compare's: compare_events.py). Each
-returns (session, status, ...) for its outputs; `guarded` turns any failure into a one-line message."""
+returns (session, status, ...) for its outputs; `guarded` turns any failure into a one-line message. A handler that
+needs a live decoder while every one is held waits in line (specviz/app/decoder_slots.py), its page told its place."""
 from __future__ import annotations
 
 import logging
@@ -12,10 +13,11 @@ from time import perf_counter
 import gradio as gr
 
 from .. import lossless, plots
-from . import panels, replay, stacks, words
+from . import decoder_slots, panels, replay, stacks, words
 from . import settings as app_settings
 from .compute import Wait, computed, computed_steps
-from .sessions import LIVE, Session
+from .decoder_slots import InLine
+from .sessions import Session
 from .settings import UserError
 
 log = logging.getLogger("specviz.app")
@@ -101,19 +103,34 @@ def _step_once(session: Session, dec) -> bool:
 
 
 def _finished_note(dec) -> str:
+    if dec.finish_reason == "released":
+        return (f"This generation was idle, so the server gave its memory back after {len(dec.new_tokens)} tokens. "
+                "Press **Step** to start it again.")
     reason = "it wrote the end-of-text token" if dec.finish_reason == "eos" else "it reached max new tokens"
     return f"Finished: {reason}. Press **Reset** (or change a setting) to start again."
+
+
+def in_line(session, n_outputs: int, ask):
+    """ask() until it stops raising InLine, the page told its place and estimate meanwhile; then ask()'s value.
+    The wait is a `Wait` (off the compute thread): those ahead in line compute meanwhile."""
+    while True:
+        try:
+            return ask()
+        except InLine as line:
+            yield (session, line.message(), *[gr.skip()] * (n_outputs - 2))
+            yield Wait(decoder_slots.ASK_EVERY_S)
 
 
 @guarded(STEP_OUTPUTS)
 def on_step(session: Session, *values):
     settings = app_settings.settings_of_values(values)
-    dec, note = session.decoder_for(settings)
+    dec, note = yield from in_line(session, STEP_OUTPUTS, lambda: session.decoder_for(settings))
     if dec.finished:
-        return render_step(session, _finished_note(dec))
+        yield render_step(session, _finished_note(dec))
+        return
     _step_once(session, dec)
     status = note or f"Step {len(dec.steps)} done."
-    return render_step(session, _finished_note(dec) if dec.finished else status)
+    yield render_step(session, _finished_note(dec) if dec.finished else status)
 
 
 @guarded(STEP_OUTPUTS)
@@ -121,11 +138,11 @@ def on_run(session: Session, *values):
     settings = app_settings.settings_of_values(values)
     loaded = session.recording is not None or stacks.stack_loaded(settings.stack_key())
     yield render_step(session, "Starting…" if loaded else "Loading the models (first time only)…")
-    dec, note = session.decoder_for(settings)
+    dec, note = yield from in_line(session, STEP_OUTPUTS, lambda: session.decoder_for(settings))
     yield from session.loop(lambda run_id: _run_loop(session, dec, note, run_id))
 
 
-MAX_PACE_S = 0.4    # a round read from a trace (a recording) shows for the time it took to compute, at most this
+MAX_PACE_S = 0.4    # a round read from a trace (shared or recorded) shows for the time it took to compute, at most this
 
 
 def _run_loop(session: Session, dec, note: str, run_id: int):
@@ -146,7 +163,7 @@ def _run_loop(session: Session, dec, note: str, run_id: int):
                 yield render_step(session, "This run ended: Reset or new settings started a new generation.")
             break
         # a round computed here took its time already; one read shows as long as it took to compute (capped), so a
-        # recording unfolds as it ran instead of all at once
+        # shared decode or a recording unfolds as it ran instead of all at once
         if (pace := min(dec.steps[-1].wall_s, MAX_PACE_S) - (perf_counter() - began)) > 0:
             yield Wait(pace)
         yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
@@ -185,8 +202,12 @@ def on_lossless(session: Session, samples, *values):
         yield session, "Greedy decoding is deterministic: the check is that every lane writes baseline's tokens.", \
             gr.skip(), _greedy_diff_md(session.race)
         return
-    LIVE.admit(session)
-    yield from session.loop(lambda run_id: _lossless_loop(session, settings, n, run_id))
+    claim, slots = decoder_slots.Claim(), decoder_slots.SLOTS      # its decoders live in its loop: they count as one
+    yield from in_line(session, LOSSLESS_OUTPUTS, lambda: slots.take(claim))
+    try:
+        yield from session.loop(lambda run_id: _lossless_loop(session, settings, n, run_id, claim))
+    finally:
+        slots.give_back(claim)
 
 
 def _greedy_diff_md(race) -> str:
@@ -198,7 +219,7 @@ def _greedy_diff_md(race) -> str:
         f"- **{name}**: {words}" for name, words in diff.items())
 
 
-def _lossless_loop(session: Session, settings, n: int, run_id: int):
+def _lossless_loop(session: Session, settings, n: int, run_id: int, claim: decoder_slots.Claim):
     stack = stacks.get_stack(settings.stack_key())
     strategy = settings.strategy if settings.strategy != "baseline" else "staged"
     prompt_ids = stacks.prompt_ids(stack, settings)
@@ -229,7 +250,9 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
     for a, b in pairs:
         plain[a] += 1
         spec[b] += 1
-        if session.run_id != run_id:
+        claim.done = sum(spec.values()) / n
+        decoder_slots.SLOTS.touch(claim)
+        if session.run_id != run_id or claim.released:
             yield render("Sampling stopped; the test uses the samples so far.")
             return
         if perf_counter() - started > app_settings.RUN_TIME_LIMIT_S:
