@@ -1,6 +1,6 @@
-"""A class on one server: identical requests share one decode (specviz/app/shared_decodes.py), each visitor reads
-at their own pace, and a visitor beyond the live decoders waits in line with their place and an estimate instead of
-being turned away (decoder_slots.py). On tiny random models (fast)."""
+"""A class on one server: identical requests share one decode (specviz/app/shared_decodes.py) and one race
+(shared_races.py), each visitor reads at their own pace, and a visitor beyond the live decoders waits in line with
+their place and an estimate instead of being turned away (decoder_slots.py). On tiny random models (fast)."""
 from __future__ import annotations
 
 from dataclasses import asdict, fields, replace
@@ -9,7 +9,7 @@ import pytest
 from test_app import SETTINGS, controls
 
 from specviz import engine
-from specviz.app import decoder_slots, events, shared_decodes, stacks
+from specviz.app import compare_events, decoder_slots, events, shared_decodes, shared_races, stacks
 from specviz.app import settings as app_settings
 from specviz.app.sessions import Session
 
@@ -236,3 +236,38 @@ def test_the_estimate_follows_the_holders_pace_and_drops_a_place_nobody_asks_abo
     assert slots.ask(d) == 1
     slots.give_back(a)
     assert slots.ask(d) == 0
+
+
+# -- the race: timed once for everyone who asks while it runs or soon after ---------------------------------------
+
+def test_a_race_asked_for_while_it_is_timed_or_soon_after_is_timed_once(tiny_default, table, monkeypatch):
+    tiny_default()
+    table()
+    clock = [1000.0]
+    monkeypatch.setattr(shared_races, "RACES", shared_races.SharedRaces(8, decoder_slots.SLOTS, lambda: clock[0]))
+    timed = []
+    time_lanes = shared_races.time_lanes
+    monkeypatch.setattr(shared_races, "time_lanes", lambda settings, *lanes: timed.append(settings) or
+                        time_lanes(settings, *lanes))
+    values = controls(max_new_tokens=6)
+    first = Session()
+    running = compare_events.on_compare(first, *values)
+    while "Timing each lane alone" not in next(running)[1]:
+        pass
+    second = Session()
+    joined = list(compare_events.on_compare(second, *values))[-1][1]        # asked while the first's is timed
+    own = list(running)[-1][1]
+    assert len(timed) == 1 and "Race finished" in own and "Shared race" not in own
+    assert "Shared race" in joined and "being timed when you asked" in joined
+    clock[0] += 60
+    third = Session()
+    later = list(compare_events.on_compare(third, *values))[-1][1]
+    assert len(timed) == 1 and "Shared race: raced at" in later and "60 s before you asked" in later
+    for visitor in (second, third):
+        assert visitor.race is not first.race
+        for name, lane in first.race.decoders.items():
+            assert rounds(visitor.race.decoders[name].steps) == rounds(lane.steps)
+    clock[0] += shared_races.REUSE_S
+    list(compare_events.on_compare(Session(), *values))           # too late to reuse: raced again
+    list(compare_events.on_compare(Session(), *controls(max_new_tokens=5)))   # other settings: another race
+    assert len(timed) == 3

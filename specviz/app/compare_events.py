@@ -1,5 +1,5 @@
-"""The Compare tab's handler: a race timed lane by lane, then replayed on one clock, or a recording's race
-replayed."""
+"""The Compare tab's handler: a race timed once for everyone who asks for it (specviz/app/shared_races.py), then
+replayed on one clock for each visitor, or a recording's race replayed."""
 from __future__ import annotations
 
 from time import perf_counter
@@ -7,11 +7,11 @@ from time import perf_counter
 import gradio as gr
 
 from .. import auto_choice, plots
-from . import decoder_slots, panels, regime, replay, stacks, words
+from . import panels, regime, replay, shared_races, stacks, words
 from . import settings as app_settings
 from .compute import Wait
 from .events import guarded, in_line
-from .race import SHOWN, time_lanes
+from .race import SHOWN
 from .sessions import Session
 from .settings import UserError
 
@@ -66,7 +66,7 @@ REPLAY_SHARE = 0.08         # the replay takes at most this share of the lanes' 
 
 
 def _race_loop(session: Session, settings, run_id: int):
-    started = perf_counter()
+    started, shared_note = perf_counter(), ""
     if session.recording is not None:
         race = replay.race_of(session.recording)
         if race is None:
@@ -80,31 +80,24 @@ def _race_loop(session: Session, settings, run_id: int):
             yield render_race(session, "Measuring what verifying k tokens costs here (first race of these models "
                               "only)…", charts=False)
         session.regime = regime.regime_view(stack)
-        claim, slots = decoder_slots.Claim(), decoder_slots.SLOTS     # the race's lanes' decoders count as one
-        yield from in_line(session, COMPARE_OUTPUTS, lambda: slots.take(claim))
-        try:
-            timing, shown, started = time_lanes(settings), 0.0, perf_counter()
-            while True:
-                try:
-                    progress = next(timing)
-                except StopIteration as done:
-                    timed = done.value
-                    break
-                if session.run_id != run_id:
-                    if session.stopped_run == run_id:
-                        yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
-                    return
-                if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
-                    # the status alone (the page redraws nothing else), and a pause for the browser to draw it before
-                    # the next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
-                    yield (session, words.timing_status(progress, perf_counter() - started),
-                           *[gr.skip()] * (COMPARE_OUTPUTS - 2))
-                    yield Wait(SETTLE_S)
-                    shown = perf_counter()
-        finally:
-            slots.give_back(claim)
-        race, timing_s = timed.replay(), perf_counter() - started
+        shared = shared_races.RACES.get(settings, stack)
+        mine, joined_while_timed = shared.timing is None and shared.result is None, shared.timing is not None
+        shown, started = 0.0, perf_counter()
+        while (progress := (yield from in_line(session, COMPARE_OUTPUTS, shared.advance))) is not None:
+            if session.run_id != run_id:
+                if session.stopped_run == run_id:
+                    yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
+                return
+            if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
+                # the status alone (the page redraws nothing else), and a pause for the browser to draw it before
+                # the next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
+                yield (session, words.timing_status(progress, perf_counter() - shared.began),
+                       *[gr.skip()] * (COMPARE_OUTPUTS - 2))
+                yield Wait(SETTLE_S)
+                shown = perf_counter()
+        race, timing_s = shared.replay(), shared.timing_s
         how = f"All lanes timed alone in {timing_s:.0f} s. Racing them at their own times"
+        shared_note = "" if mine else shared.note(joined_while_timed)
     session.race = race
     lanes_s = sum(race.own_times().values())
     speed = max(1.0, race.duration() / (REPLAY_SHARE * lanes_s)) if lanes_s > 0 else 1.0
@@ -122,7 +115,9 @@ def _race_loop(session: Session, settings, run_id: int):
         timed_how = words.TIMED_ALONE + " " + words.race_time_note(perf_counter() - started, lanes_s, timing_s,
                                                                     perf_counter() - clock)
         timed_how += "\n\n" + words.profile_note(auto_choice.said(), auto_choice.missing_line())
+        timed_how = "\n\n".join(part for part in (shared_note, timed_how) if part)
     else:
         timed_how = words.recorded_timing(session.recording.recorded)
     answer, measured = words.outcome(race, settings.sampling.greedy, timed_how)
-    yield render_race(session, f"Race finished. {answer}", measured=measured)
+    yield render_race(session, " ".join(part for part in ("Race finished.", shared_note, answer) if part),
+                      measured=measured)
