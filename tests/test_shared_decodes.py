@@ -3,6 +3,7 @@
 their place and an estimate instead of being turned away (decoder_slots.py). On tiny random models (fast)."""
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import asdict, fields, replace
 
 import pytest
@@ -176,6 +177,19 @@ def test_the_table_of_shared_decodes_is_bounded_and_a_reader_outlives_its_entry(
     assert late.decoder_for(settings_of(prompt="a b"))[0].shared is not first.shared     # asked again: a new one
 
 
+def test_a_visitor_who_read_a_shared_decode_saves_it_as_a_recording(tiny_default, table, tmp_path):
+    from specviz import recording
+    from specviz.app import replay
+    tiny_default()
+    table()
+    settings = settings_of()
+    first, second = Session(), Session()
+    read_to_the_end((first, settings), (second, settings))
+    lane = recording.load(replay.save(second, tmp_path)).lanes[settings.strategy]
+    assert rounds(lane.recorded_steps) == rounds(first.decoder.steps)
+    assert lane.prompt_text and lane.prompt_text == first.decoder.prompt_text
+
+
 # -- the line: nobody is turned away while others hold every live decoder ----------------------------------------
 
 def test_a_visitor_beyond_the_live_decoders_waits_in_line_with_a_place_and_an_estimate(tiny_default, table):
@@ -236,6 +250,18 @@ def test_the_estimate_follows_the_holders_pace_and_drops_a_place_nobody_asks_abo
     assert slots.ask(d) == 1
     slots.give_back(a)
     assert slots.ask(d) == 0
+
+
+def test_runs_in_progress_share_the_frames_a_second():
+    """A frame costs the compute thread tens of ms: 16 Runs at 4 frames a second each would leave it nothing to
+    decode with, so the Runs in progress share FrameBudget.per_s."""
+    budget = events.FrameBudget(per_s=8)
+    assert budget.interval() == budget.FRAME_S
+    with ExitStack() as runs:
+        for _ in range(16):
+            runs.enter_context(budget.drawing())
+        assert budget.interval() == pytest.approx(2.0)
+    assert budget.running == 0 and budget.interval() == budget.FRAME_S
 
 
 # -- the race: timed once for everyone who asks while it runs or soon after ---------------------------------------

@@ -4,7 +4,9 @@ needs a live decoder while every one is held waits in line (specviz/app/decoder_
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import wraps
 from inspect import isgeneratorfunction
@@ -145,8 +147,40 @@ def on_run(session: Session, *values):
 MAX_PACE_S = 0.4    # a round read from a trace (shared or recorded) shows for the time it took to compute, at most this
 
 
+class FrameBudget:
+    """How often a Run redraws its page. A frame costs the compute thread tens of ms (its figures), so the Runs in
+    progress share `per_s` frames a second, each at most one every FRAME_S: a class's Runs then leave most of the
+    compute thread to decoding instead of drawing."""
+    FRAME_S = 0.25
+
+    def __init__(self, per_s: float):
+        self.per_s, self.running, self.lock = per_s, 0, threading.Lock()
+
+    @contextmanager
+    def drawing(self):
+        """Count a Run in progress for as long as the block lasts."""
+        with self.lock:
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def interval(self) -> float:
+        return max(self.FRAME_S, self.running / self.per_s)
+
+
+FRAMES = FrameBudget(per_s=8)
+
+
 def _run_loop(session: Session, dec, note: str, run_id: int):
-    started = perf_counter()
+    with FRAMES.drawing():
+        yield from _run_rounds(session, dec, note, run_id)
+
+
+def _run_rounds(session: Session, dec, note: str, run_id: int):
+    started = drawn = perf_counter()
     while not dec.finished:
         if session.run_id != run_id:
             if session.stopped_run == run_id:
@@ -163,11 +197,13 @@ def _run_loop(session: Session, dec, note: str, run_id: int):
                 yield render_step(session, "This run ended: Reset or new settings started a new generation.")
             break
         # a round computed here took its time already; one read shows as long as it took to compute (capped), so a
-        # shared decode or a recording unfolds as it ran instead of all at once
-        if (pace := min(dec.steps[-1].wall_s, MAX_PACE_S) - (perf_counter() - began)) > 0:
-            yield Wait(pace)
-        yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
-                                   "Press Stop to pause.")
+        # shared decode or a recording unfolds as it ran instead of all at once. The Wait also lets other visitors'
+        # work onto the compute thread between two rounds of this one.
+        yield Wait(min(dec.steps[-1].wall_s, MAX_PACE_S) - (perf_counter() - began))
+        if not dec.finished and perf_counter() - drawn >= FRAMES.interval():
+            drawn = perf_counter()
+            yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
+                                       "Press Stop to pause.")
     if dec.finished and dec is session.decoder:
         yield render_step(session, (note + " " if note else "") + _finished_note(dec))
 

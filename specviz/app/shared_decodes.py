@@ -16,7 +16,6 @@ import weakref
 from collections import OrderedDict
 from dataclasses import replace
 from datetime import datetime, timezone
-from time import perf_counter
 
 from ..environment import env_number
 from . import decoder_slots
@@ -47,7 +46,7 @@ class SharedDecode:
         self.started_at: datetime | None = None
         # what the decode is, kept from its decoder: the views read these
         self.strategy, self.prompt, self.stages, self.costs = settings.strategy, [], [], {}
-        self.max_new_tokens, self.prompt_text, self.setup_s = settings.max_new_tokens, "", 0.0
+        self.max_new_tokens, self.prompt_text = settings.max_new_tokens, ""
         self.finished = self.released = False
         self.last_used = 0.0
         self.lock = threading.Lock()
@@ -58,13 +57,11 @@ class SharedDecode:
             if self.steps is not None:
                 return
             self.slots.take(self)
-            began = perf_counter()
             try:
                 decoder = new_decoder(stack, self.settings)
             except BaseException:
                 self.slots.give_back(self)
                 raise
-            self.setup_s = perf_counter() - began
             self.strategy, self.prompt, self.stages = decoder.strategy, list(decoder.prompt), list(decoder.stages)
             self.costs, self.max_new_tokens = decoder.model_costs(), decoder.max_new_tokens
             self.prompt_text = decoder.tokenizer.decode(decoder.prompt)
