@@ -12,6 +12,7 @@ from test_app import SETTINGS, controls
 from specviz import engine
 from specviz.app import compare_events, decoder_slots, events, shared_decodes, shared_races, stacks
 from specviz.app import settings as app_settings
+from specviz.app.compute import computed
 from specviz.app.sessions import Session
 
 
@@ -297,3 +298,21 @@ def test_a_race_asked_for_while_it_is_timed_or_soon_after_is_timed_once(tiny_def
     list(compare_events.on_compare(Session(), *values))           # too late to reuse: raced again
     list(compare_events.on_compare(Session(), *controls(max_new_tokens=5)))   # other settings: another race
     assert len(timed) == 3
+
+
+def test_a_race_left_by_everyone_who_asked_gives_its_decoder_back_and_starts_over(tiny_default, table, monkeypatch):
+    tiny_default()
+    table(limit=1)
+    monkeypatch.setattr(shared_races, "RACES", shared_races.SharedRaces(8, decoder_slots.SLOTS))
+    values = controls(max_new_tokens=6)
+    left = compare_events.on_compare(Session(), *values)
+    while "Timing each lane alone" not in next(left)[1]:
+        pass
+    race = next(iter(shared_races.RACES.races.values()))
+    assert decoder_slots.SLOTS.holds(race) and race.timing is not None
+    left.close()                                         # its only visitor's page went away...
+    computed(lambda: None)                               # ...and its loop's clean-up ran on the compute thread
+    assert not decoder_slots.SLOTS.holds(race) and race.released and race.timing is None
+    again = Session()
+    assert "Race finished" in list(compare_events.on_compare(again, *values))[-1][1]
+    assert next(iter(shared_races.RACES.races.values())) is not race and again.race.finished

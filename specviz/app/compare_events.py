@@ -83,18 +83,19 @@ def _race_loop(session: Session, settings, run_id: int):
         shared = shared_races.RACES.get(settings, stack)
         mine, joined_while_timed = shared.timing is None and shared.result is None, shared.timing is not None
         shown, started = 0.0, perf_counter()
-        while (progress := (yield from in_line(session, COMPARE_OUTPUTS, shared.advance))) is not None:
-            if session.run_id != run_id:
-                if session.stopped_run == run_id:
-                    yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
-                return
-            if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
-                # the status alone (the page redraws nothing else), and a pause for the browser to draw it before
-                # the next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
-                yield (session, words.timing_status(progress, perf_counter() - shared.began),
-                       *[gr.skip()] * (COMPARE_OUTPUTS - 2))
-                yield Wait(SETTLE_S)
-                shown = perf_counter()
+        with shared.watched():
+            while (progress := (yield from in_line(session, COMPARE_OUTPUTS, shared.advance))) is not None:
+                if session.run_id != run_id:
+                    if session.stopped_run == run_id:
+                        yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
+                    return
+                if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
+                    # the status alone (the page redraws nothing else), and a pause for the browser to draw it before
+                    # the next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
+                    yield (session, words.timing_status(progress, perf_counter() - shared.began),
+                           *[gr.skip()] * (COMPARE_OUTPUTS - 2))
+                    yield Wait(SETTLE_S)
+                    shown = perf_counter()
         race, timing_s = shared.replay(), shared.timing_s
         how = f"All lanes timed alone in {timing_s:.0f} s. Racing them at their own times"
         shared_note = "" if mine else shared.note(joined_while_timed)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from time import monotonic, perf_counter
 
@@ -37,8 +38,25 @@ class SharedRace:
         self.finished_clock = 0.0
         self.timing_s = 0.0
         self.released = False
+        self.watchers = 0                           # visitors' loops waiting on it now
         self.last_used = 0.0
         self.lock = threading.Lock()
+
+    @contextmanager
+    def watched(self):
+        """A visitor's loop that waits on the race. Where the last one stops (or its page goes) before the race is
+        timed, the timing ends and its decoder is given back: asked for again, the race starts over."""
+        with self.lock:
+            self.watchers += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.watchers -= 1
+                abandoned = self.watchers == 0 and self.result is None
+            if abandoned:
+                self.slots.give_back(self)
+                self.release()
 
     def advance(self) -> Progress | None:
         """Time the race's next step (starting it where nobody has; InLine while it waits for a live decoder);
