@@ -2,8 +2,8 @@
 
 The page: layout and wiring only. Every picture is built from the engine's step traces (specviz/plots.py);
 the handlers, settings, shared models, sessions, the race and the words live in specviz/app/.
-Models are loaded once per model stack and shared read-only; each browser session has its own
-decoder in gr.State.
+Models are loaded once per model stack and shared read-only; identical requests share one decode, and each
+browser session keeps its own place in it in gr.State.
 """
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from collections import Counter
 import gradio as gr
 
 from specviz import plots
+from specviz.environment import env_number
 from specviz.app import bench_panel, live, panels, regime, replay, stacks, words
 from specviz.app import settings as app_settings
-from specviz.app.events import NOT_MEASURED, on_compare, on_lossless, on_reset, on_run, on_step, on_stop
+from specviz.app.compare_events import NOT_MEASURED, on_compare
+from specviz.app.events import on_lossless, on_reset, on_run, on_step, on_stop
 from specviz.app.race import SHOWN
 from specviz.app.replay_events import on_live, on_open, on_save, on_start
 from specviz.app.texts import CSS, HELP, MEASURED_TITLE, MORE_TITLE, TITLE
@@ -27,7 +29,11 @@ from specviz.recording import MAX_BYTES
 from specviz.strategies import AUTO_SHAPE, STAGED_LOOKUP, STRATEGIES
 
 log = logging.getLogger("specviz.app")
-CONCURRENCY = int(os.environ.get("SPECVIZ_CONCURRENCY", "2"))
+# Events in progress at once: each computes on the one compute thread in turn (specviz/app/compute.py), so more of
+# them interleave more finely and use no more cores; beyond them a visitor waits in Gradio's queue, which shows their
+# place and an estimate, and beyond QUEUE_SIZE waiting Gradio turns new events away
+CONCURRENCY = int(env_number("SPECVIZ_CONCURRENCY", 16))
+QUEUE_SIZE = int(env_number("SPECVIZ_QUEUE_SIZE", 128))
 EXAMPLES = app_settings.example_prompts()
 
 # -- numeric controls that refuse a wrong type with one line ------------------------------------------
@@ -68,7 +74,7 @@ def build() -> gr.Blocks:
     default_example = default_example or app_settings.PATTERN_EXAMPLE
     with gr.Blocks(title="specviz: staged speculative decoding") as demo:
         # no time_to_live or delete_callback: with either, the server answered new visitors seconds late
-        # after each run (measured with gradio_client); specviz.sessions bounds live sessions instead
+        # after each run (measured with gradio_client); specviz/app/decoder_slots.py bounds live decoders instead
         session = gr.State(None)
         gr.Markdown(TITLE)
         help_text("intro", elem_id="intro")
@@ -253,10 +259,11 @@ def main() -> None:
     else:
         live.skip()
     demo = build()
-    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=64)
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
                 server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
                 theme=gr.themes.Soft(), css=CSS, show_error=False, max_file_size=MAX_BYTES,
+                max_threads=max(40, 2 * CONCURRENCY + 8),      # an event in progress waits on a thread of these
                 footer_links=["api", "gradio"])
 
 

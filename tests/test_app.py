@@ -301,11 +301,11 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     """Why it is fast: measured and predicted tokens per pass for each speculating lane, from the race's
     traces. Is it lossless: plain and staged samples of the next token with their chi-square tests, or
     under greedy the race's lanes compared token by token."""
-    from specviz.app import events, panels
+    from specviz.app import compare_events, events, panels
 
     tiny_default()
     session = Session()
-    list(events.on_compare(session, *controls(max_new_tokens=12)))
+    list(compare_events.on_compare(session, *controls(max_new_tokens=12)))
     view = panels.speed_view({name: lane.steps for name, lane in session.race.decoders.items()})
     assert set(view["explained"]) == {"speculative", "staged"}
     for e in view["explained"].values():
@@ -313,7 +313,7 @@ def test_the_panels_explain_the_race_and_sample_the_next_token(tiny_default):
     drafted = [step for step in session.race.decoders["speculative"].steps if len(step.nodes) > 1]
     guesses = sum(len(step.nodes) - 1 for step in drafted) / len(drafted)     # its chain planned round by round
     assert f"| speculative | {guesses:.1f} |" in panels.speed_md(view)
-    *_, figure, summary, regime_figure, regime_text = events.render_race(session, "")
+    *_, figure, summary, regime_figure, regime_text = compare_events.render_race(session, "")
     assert "tokens per pass" in summary and len(figure.data) >= 3
     assert "the target is no GGUF file" in regime_text and len(regime_figure.data) >= 3    # measured on the tiny target
     assert "planned from this curve" in regime_text and "0.10, 0.10" in regime_text      # staged's plan (tests/tiny.py)
@@ -368,12 +368,12 @@ def test_a_space_with_the_qwen_coder_files_runs_that_pair_live(monkeypatch):
 
 
 def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
-    from specviz.app import events, replay_events
+    from specviz.app import compare_events, replay_events
 
     monkeypatch.setattr(replay_events, "START_RECORDING", "")
     assert len(replay_events.on_start(5)) == 5 and isinstance(replay_events.on_start(5)[0], Session)
     monkeypatch.setattr(replay_events, "START_RECORDING", replay_events.SPACE_RECORDING)
-    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + events.COMPARE_OUTPUTS - 2)
+    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + compare_events.COMPARE_OUTPUTS - 2)
     session, status = outputs[:2]
     assert session.recording is not None and len(session.decoder.steps) == 1 and session.race.finished
     assert "Showing a recorded run (recorded on AMD EPYC, 2 cores" in status      # the qwen-coder pair's race
@@ -387,7 +387,7 @@ def test_a_space_opens_on_a_recorded_step_and_race(monkeypatch):
     assert "How it was timed" in measured and "Analysis of staged's rounds" in measured
     assert "tokens per pass" in outputs[-3] and "live models" in outputs[-1]      # why it is fast; the regime
     monkeypatch.setattr(replay_events, "START_RECORDING", "cpu-offline-humaneval2-greedy")     # one lane is absent
-    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + events.COMPARE_OUTPUTS - 2)
+    outputs = replay_events.on_start(replay_events.OPEN_OUTPUTS + compare_events.COMPARE_OUTPUTS - 2)
     columns = dict(zip(SHOWN, outputs[replay_events.OPEN_OUTPUTS:replay_events.OPEN_OUTPUTS + len(SHOWN)]))
     absent = [columns[name] for name in SHOWN if name not in outputs[0].race.lanes()]
     assert absent and all("not in this recording" in c or "not in this race" in c for c in absent)   # says why
@@ -452,22 +452,13 @@ def test_the_race_explains_a_missing_staged_stack(tiny_default):
     assert "hf_assisted" not in race.peers and "needs a draft model" in race.skipped["hf_assisted"]
 
 
-def test_sessions_share_models_but_not_state(tiny_default):
+def test_new_settings_or_reset_start_a_new_generation(tiny_default):
+    """(How sessions share decodes, and only identical ones: tests/test_shared_decodes.py.)"""
     tiny_default()
-    settings = app_settings.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12})
-    alone = Session()
-    dec, _ = alone.decoder_for(settings)
-    alone_tokens = dec.generate().tokens
-    first, second = Session(), Session()
-    a, _ = first.decoder_for(settings)
-    b, _ = second.decoder_for(app_settings.parse_settings(**{**SETTINGS, "prompt": "x y z", "max_new_tokens": 12}))
-    while not (a.finished and b.finished):          # interleaved, as two users' events would be
-        for d in (a, b):
-            if not d.finished:
-                d.step()
-    assert a.new_tokens == alone_tokens and a is not b
+    first = Session()
+    a, _ = first.decoder_for(app_settings.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 12}))
     again, note = first.decoder_for(app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 5}))
-    assert again is not a and "new generation" in note
+    assert again is not a and "new generation" in note and again.max_new_tokens == 5
     run_id = first.run_id
     first.reset()
     assert first.decoder is None and first.run_id > run_id
@@ -510,33 +501,6 @@ def test_the_model_bytes_a_server_holds_are_bounded(monkeypatch):
     with pytest.raises(app_settings.UserError, match="this server holds at most"):
         stacks.get_stack(("cc",))
     assert ("cc",) not in stacks._STACKS and ("b",) in stacks._STACKS
-
-
-def test_live_sessions_are_bounded_and_idle_ones_give_their_caches_back(tiny_default, monkeypatch):
-    from specviz.app import sessions
-    tiny_default()
-    live = sessions.LiveSessions(limit=2, idle_s=60)
-    monkeypatch.setattr(sessions, "LIVE", live)
-    clock = [1000.0]
-    monkeypatch.setattr(sessions, "monotonic", lambda: clock[0])
-    settings = app_settings.parse_settings(**{**SETTINGS, "max_new_tokens": 4})
-    first, second, third = Session(), Session(), Session()
-    first.decoder_for(settings)
-    second.decoder_for(settings)
-    with pytest.raises(app_settings.UserError, match="server is busy: 2 sessions are decoding"):
-        third.decoder_for(settings)
-    assert first.decoder is not None and second.decoder is not None      # the others go on
-    clock[0] += 61                                                      # the first two are idle now
-    second.decoder_for(settings)                                        # ...but the second comes back
-    dec, note = third.decoder_for(settings)
-    assert dec is not None and "released" not in note                 # the third was never idle
-    assert first.decoder is None and first.released and second.decoder is not None
-    with pytest.raises(app_settings.UserError, match="busy"):                 # the first visitor returns: no room
-        first.decoder_for(settings)
-    third.reset()
-    assert id(third) not in live.sessions
-    dec, note = first.decoder_for(settings)                               # room again: told what happened
-    assert dec is not None and "idle" in note and "released" in note and not first.released
 
 
 def test_an_unknown_preset_named_by_the_operator_stops_the_app_with_one_line():

@@ -1,22 +1,25 @@
-"""The app's event handlers for Step, Run, Reset, Stop, Compare and the lossless check. Each returns
-(session, status, ...) for its outputs; `guarded` turns any failure into a one-line message."""
+"""The app's event handlers for Step, Run, Reset, Stop and the lossless check (Compare's: compare_events.py). Each
+returns (session, status, ...) for its outputs; `guarded` turns any failure into a one-line message. A handler that
+needs a live decoder while every one is held waits in line (specviz/app/decoder_slots.py), its page told its place."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import wraps
 from inspect import isgeneratorfunction
-from time import perf_counter, sleep
+from time import perf_counter
 
 import gradio as gr
 
-from .. import auto_choice, lossless, plots
-from . import panels, regime, replay, stacks, words
+from .. import lossless, plots
+from . import decoder_slots, panels, replay, stacks, words
 from . import settings as app_settings
-from .compute import computed, computed_steps
-from .race import SHOWN, time_lanes
-from .sessions import LIVE, Session
+from .compute import Wait, computed, computed_steps
+from .decoder_slots import InLine
+from .sessions import Session
 from .settings import UserError
 
 log = logging.getLogger("specviz.app")
@@ -24,8 +27,6 @@ log = logging.getLogger("specviz.app")
 
 def warning(message: str) -> str:
     return f'<div class="status-warn">⚠ {message}</div>'
-
-
 
 
 # -- error handling: every handler returns (session, status, ...); failures become a message -------
@@ -104,19 +105,34 @@ def _step_once(session: Session, dec) -> bool:
 
 
 def _finished_note(dec) -> str:
+    if dec.finish_reason == "released":
+        return (f"This generation was idle, so the server gave its memory back after {len(dec.new_tokens)} tokens. "
+                "Press **Step** to start it again.")
     reason = "it wrote the end-of-text token" if dec.finish_reason == "eos" else "it reached max new tokens"
     return f"Finished: {reason}. Press **Reset** (or change a setting) to start again."
+
+
+def in_line(session, n_outputs: int, ask):
+    """ask() until it stops raising InLine, the page told its place and estimate meanwhile; then ask()'s value.
+    The wait is a `Wait` (off the compute thread): those ahead in line compute meanwhile."""
+    while True:
+        try:
+            return ask()
+        except InLine as line:
+            yield (session, line.message(), *[gr.skip()] * (n_outputs - 2))
+            yield Wait(decoder_slots.ASK_EVERY_S)
 
 
 @guarded(STEP_OUTPUTS)
 def on_step(session: Session, *values):
     settings = app_settings.settings_of_values(values)
-    dec, note = session.decoder_for(settings)
+    dec, note = yield from in_line(session, STEP_OUTPUTS, lambda: session.decoder_for(settings))
     if dec.finished:
-        return render_step(session, _finished_note(dec))
+        yield render_step(session, _finished_note(dec))
+        return
     _step_once(session, dec)
     status = note or f"Step {len(dec.steps)} done."
-    return render_step(session, _finished_note(dec) if dec.finished else status)
+    yield render_step(session, _finished_note(dec) if dec.finished else status)
 
 
 @guarded(STEP_OUTPUTS)
@@ -124,12 +140,47 @@ def on_run(session: Session, *values):
     settings = app_settings.settings_of_values(values)
     loaded = session.recording is not None or stacks.stack_loaded(settings.stack_key())
     yield render_step(session, "Starting…" if loaded else "Loading the models (first time only)…")
-    dec, note = session.decoder_for(settings)
+    dec, note = yield from in_line(session, STEP_OUTPUTS, lambda: session.decoder_for(settings))
     yield from session.loop(lambda run_id: _run_loop(session, dec, note, run_id))
 
 
+MAX_PACE_S = 0.4    # a round read from a trace (shared or recorded) shows for the time it took to compute, at most this
+
+
+class FrameBudget:
+    """How often a Run redraws its page. A frame costs the compute thread tens of ms (its figures), so the Runs in
+    progress share `per_s` frames a second, each at most one every FRAME_S: a class's Runs then leave most of the
+    compute thread to decoding instead of drawing."""
+    FRAME_S = 0.25
+
+    def __init__(self, per_s: float):
+        self.per_s, self.running, self.lock = per_s, 0, threading.Lock()
+
+    @contextmanager
+    def drawing(self):
+        """Count a Run in progress for as long as the block lasts."""
+        with self.lock:
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def interval(self) -> float:
+        return max(self.FRAME_S, self.running / self.per_s)
+
+
+FRAMES = FrameBudget(per_s=8)
+
+
 def _run_loop(session: Session, dec, note: str, run_id: int):
-    started = perf_counter()
+    with FRAMES.drawing():
+        yield from _run_rounds(session, dec, note, run_id)
+
+
+def _run_rounds(session: Session, dec, note: str, run_id: int):
+    started = drawn = perf_counter()
     while not dec.finished:
         if session.run_id != run_id:
             if session.stopped_run == run_id:
@@ -140,13 +191,19 @@ def _run_loop(session: Session, dec, note: str, run_id: int):
             yield render_step(session, f"Stopped: runs are limited to {app_settings.RUN_TIME_LIMIT_S:.0f} s. "
                                        "Press Run again to continue.")
             return
+        began = perf_counter()
         if not _step_once(session, dec):
             if dec is not session.decoder:
                 yield render_step(session, "This run ended: Reset or new settings started a new generation.")
             break
-        replay.pace(dec)
-        yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
-                                   "Press Stop to pause.")
+        # a round computed here took its time already; one read shows as long as it took to compute (capped), so a
+        # shared decode or a recording unfolds as it ran instead of all at once. The Wait also lets other visitors'
+        # work onto the compute thread between two rounds of this one.
+        yield Wait(min(dec.steps[-1].wall_s, MAX_PACE_S) - (perf_counter() - began))
+        if not dec.finished and perf_counter() - drawn >= FRAMES.interval():
+            drawn = perf_counter()
+            yield render_step(session, f"Running… {len(dec.new_tokens)}/{dec.max_new_tokens} tokens. "
+                                       "Press Stop to pause.")
     if dec.finished and dec is session.decoder:
         yield render_step(session, (note + " " if note else "") + _finished_note(dec))
 
@@ -166,117 +223,6 @@ def on_stop(session: Session | None):
     return session, gr.skip()
 
 
-# -- Compare ---------------------------------------------------------------------------------------
-
-COMPARE_OUTPUTS = 2 + len(SHOWN) + 9
-NOT_MEASURED = "*Run **Compare** to time the lanes; how they were timed, and where their time went, is told here.*"
-
-
-def render_race(session: Session, status: str, charts: bool = True, measured: str = NOT_MEASURED):
-    """The Compare tab's outputs: the status, a column per lane (in SHOWN's order), "how this was measured", the
-    table and the charts (all but the status and the columns skipped while the lanes are timed and replayed)."""
-    race = session.race
-    columns = []
-    table = race.table_stats() if race is not None else {}
-    for name in SHOWN:
-        if race is not None and name in race.decoders:
-            columns.append(words.race_column_html(name, race.decoders[name], table.get(name, {})))
-        elif race is not None and name in race.peers:
-            peer = race.peers[name]
-            columns.append(words.race_column_html(name, peer, table.get(name, {}), body=peer.text()))
-        elif race is not None and name in race.skipped:
-            columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b>: not in this race. '
-                           f"{race.skipped[name]}</div>")
-        elif race is not None and session.recording is not None:
-            columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b>: not in this recording.</div>')
-        else:
-            columns.append(f'<div class="race-col" data-strategy="{name}"><b>{name}</b></div>')
-    stats = race.stats() if race is not None else {}
-    if not charts:
-        return (session, status, *columns, *[gr.skip()] * 9)
-    caption = f"\n\n*Replay: {replay.label(session.recording)}; timings as recorded.*" if session.recording else ""
-    speed = panels.speed_view({name: lane.steps for name, lane in race.decoders.items()}) if race else None
-    stages = {name: lane.stages for name, lane in race.decoders.items()} if race else {}
-    table_md = words.compare_table_md(table, race.precision if race else "") + caption
-    return (session, status, *columns, measured, table_md, plots.latency_figure(stats, stages),
-            plots.forwards_figure(stats), plots.memory_figure(stats, stages), panels.speed_figure(speed),
-            panels.speed_md(speed), regime.regime_figure(session.regime), regime.regime_md(session.regime))
-
-
-@guarded(COMPARE_OUTPUTS)
-def on_compare(session: Session, *values):
-    settings = app_settings.settings_of_values(values)
-    yield render_race(session, "Replaying the recorded race…" if session.recording else
-                      "Loading models and preparing the race…", charts=False)
-    yield from session.loop(lambda run_id: _race_loop(session, settings, run_id))
-
-
-PROGRESS_EVERY_S = 4.0      # while lanes are timed, the page hears how far they got at most this often (a few words)
-SETTLE_S = 0.2              # ...and then the browser gets this long to draw it before the next timed step
-FRAME_S = 0.25              # the replay redraws the lanes' columns this often (charts at the end only)
-REPLAY_SHARE = 0.08         # the replay takes at most this share of the lanes' summed times (faster if need be): the
-                            # verdict then comes within 1.5x their sum, llama.cpp's model loads (off its clock) included
-
-
-def _race_loop(session: Session, settings, run_id: int):
-    started = perf_counter()
-    if session.recording is not None:
-        race = replay.race_of(session.recording)
-        if race is None:
-            raise UserError("This recording holds no race: open one saved from Compare, or go back to live.")
-        how, timing_s = "Replaying the recorded race", None
-    else:
-        if not stacks.stack_loaded(settings.stack_key()):
-            yield render_race(session, "Loading the models (first time only)…", charts=False)
-        stack = stacks.get_stack(settings.stack_key())
-        if not regime.measured(stack):      # before the race, so that its verdict ends the event (clicks count again)
-            yield render_race(session, "Measuring what verifying k tokens costs here (first race of these models "
-                              "only)…", charts=False)
-        session.regime = regime.regime_view(stack)
-        LIVE.admit(session)
-        timing, shown, started = time_lanes(settings), 0.0, perf_counter()
-        while True:
-            try:
-                progress = next(timing)
-            except StopIteration as done:
-                timed = done.value
-                break
-            if session.run_id != run_id:
-                if session.stopped_run == run_id:
-                    yield render_race(session, "Race stopped while its lanes were timed.", charts=False)
-                return
-            if progress.tokens == 0 or perf_counter() - shown >= PROGRESS_EVERY_S:
-                # the status alone (the page redraws nothing else), and a pause for the browser to draw it before the
-                # next timed step: on the same cores its drawing slowed the lane being timed by up to 20%
-                yield (session, words.timing_status(progress, perf_counter() - started),
-                       *[gr.skip()] * (COMPARE_OUTPUTS - 2))
-                sleep(SETTLE_S)
-                shown = perf_counter()
-        race, timing_s = timed.replay(), perf_counter() - started
-        how = f"All lanes timed alone in {timing_s:.0f} s. Racing them at their own times"
-    session.race = race
-    lanes_s = sum(race.own_times().values())
-    speed = max(1.0, race.duration() / (REPLAY_SHARE * lanes_s)) if lanes_s > 0 else 1.0
-    how += f" ({speed:.1f}x faster than they ran)" if speed > 1.05 else ""
-    clock = perf_counter()
-    while not race.finished:
-        if session.run_id != run_id or session.race is not race:
-            if session.stopped_run == run_id:
-                yield render_race(session, "Race stopped; the charts show the steps so far.")
-            return
-        sleep(max(0.0, FRAME_S - (perf_counter() - clock) % FRAME_S))
-        race.advance_to(speed * (perf_counter() - clock))
-        yield render_race(session, f"{how}… press Stop to end early.", charts=False)
-    if session.recording is None:
-        timed_how = words.TIMED_ALONE + " " + words.race_time_note(perf_counter() - started, lanes_s, timing_s,
-                                                                    perf_counter() - clock)
-        timed_how += "\n\n" + words.profile_note(auto_choice.said(), auto_choice.missing_line())
-    else:
-        timed_how = words.recorded_timing(session.recording.recorded)
-    answer, measured = words.outcome(race, settings.sampling.greedy, timed_how)
-    yield render_race(session, f"Race finished. {answer}", measured=measured)
-
-
 # -- Is it lossless? --------------------------------------------------------------------------------
 
 LOSSLESS_OUTPUTS = 4     # session, status, figure, summary
@@ -292,8 +238,12 @@ def on_lossless(session: Session, samples, *values):
         yield session, "Greedy decoding is deterministic: the check is that every lane writes baseline's tokens.", \
             gr.skip(), _greedy_diff_md(session.race)
         return
-    LIVE.admit(session)
-    yield from session.loop(lambda run_id: _lossless_loop(session, settings, n, run_id))
+    claim, slots = decoder_slots.Claim(), decoder_slots.SLOTS      # its decoders live in its loop: they count as one
+    yield from in_line(session, LOSSLESS_OUTPUTS, lambda: slots.take(claim))
+    try:
+        yield from session.loop(lambda run_id: _lossless_loop(session, settings, n, run_id, claim))
+    finally:
+        slots.give_back(claim)
 
 
 def _greedy_diff_md(race) -> str:
@@ -305,7 +255,7 @@ def _greedy_diff_md(race) -> str:
         f"- **{name}**: {words}" for name, words in diff.items())
 
 
-def _lossless_loop(session: Session, settings, n: int, run_id: int):
+def _lossless_loop(session: Session, settings, n: int, run_id: int, claim: decoder_slots.Claim):
     stack = stacks.get_stack(settings.stack_key())
     strategy = settings.strategy if settings.strategy != "baseline" else "staged"
     prompt_ids = stacks.prompt_ids(stack, settings)
@@ -336,7 +286,9 @@ def _lossless_loop(session: Session, settings, n: int, run_id: int):
     for a, b in pairs:
         plain[a] += 1
         spec[b] += 1
-        if session.run_id != run_id:
+        claim.done = sum(spec.values()) / n
+        decoder_slots.SLOTS.touch(claim)
+        if session.run_id != run_id or claim.released:
             yield render("Sampling stopped; the test uses the samples so far.")
             return
         if perf_counter() - started > app_settings.RUN_TIME_LIMIT_S:

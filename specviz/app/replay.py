@@ -10,7 +10,6 @@ import html
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from time import sleep
 
 from .. import recording as rec
 from ..recording import Recording, RecordingError
@@ -18,8 +17,6 @@ from .race import PeerLane, Race
 from .record import of_session, settings_of
 from .settings import COMPLETION, OFFLINE_DEFAULT, UserError, parse_settings, preset_names
 from .stacks import get_stack
-
-MAX_PACE_S = 0.4        # Run and Compare replay a step in its recorded time, at most this long
 
 
 def shipped_choices() -> list[tuple[str, str]]:
@@ -107,9 +104,3 @@ def save(session, folder: str | None = None) -> Path:
     folder = Path(folder or tempfile.mkdtemp(prefix="specviz-"))
     return rec.dump(recording, folder / f"specviz-run-{stamp}.json")
 
-
-def pace(lane) -> None:
-    """In a replay, wait the recorded time of the step just shown (capped), so Run and Compare unfold
-    as they did when recorded instead of all at once."""
-    if isinstance(lane, rec.RecordedLane) and lane.steps:
-        sleep(min(lane.steps[-1].wall_s, MAX_PACE_S))

@@ -8,7 +8,8 @@ import os
 import gradio as gr
 
 from . import replay, words
-from .events import NOT_MEASURED, STEP_OUTPUTS, guarded, render_race, render_step
+from .compare_events import NOT_MEASURED, render_race
+from .events import STEP_OUTPUTS, guarded, render_step
 from .sessions import Session
 from .settings import SETTING_NAMES, UserError
 

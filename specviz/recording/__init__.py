@@ -90,7 +90,8 @@ class RecordedLane:
 
 
 def _prompt_text(decoder) -> str:
-    if isinstance(decoder, RecordedLane):
+    """A recorded lane, or a reader of a shared decode, keeps the prompt's text; a live decoder has its tokenizer."""
+    if hasattr(decoder, "prompt_text"):
         return decoder.prompt_text
     return decoder.tokenizer.decode(decoder.prompt)
 
