@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from specviz import recording as rec
 from specviz.app import figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,13 +34,14 @@ def test_a_shipped_recordings_figures_are_written_as_svg_and_png(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{name}.{suffix}" for name in EXPECTED
                                                            for suffix in ("svg", "png"))
+    drawn, _ = figures.figures(rec.load(rec.shipped()[RECORDING]), step=3)
     for name in EXPECTED:
+        size = (figures.SLIDE_WIDTH, drawn[name].layout.height)                # as high as on the page
         svg = ElementTree.parse(out / f"{name}.svg").getroot()
-        assert svg.tag == "{http://www.w3.org/2000/svg}svg" and int(svg.get("width")) == figures.SLIDE_WIDTH, name
+        assert svg.tag == "{http://www.w3.org/2000/svg}svg" and (int(svg.get("width")), int(svg.get("height"))) == size
         texts = " ".join(t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text"))
         assert texts and "Run Compare" not in texts, name             # drawn from the race, not a placeholder
-        width, height = png_size(out / f"{name}.png")
-        assert width == figures.SLIDE_WIDTH * figures.PNG_SCALE and height > 0, name
+        assert png_size(out / f"{name}.png") == (size[0] * figures.PNG_SCALE, size[1] * figures.PNG_SCALE), name
     assert "Step 3:" in ElementTree.parse(out / "tree.svg").getroot().findtext(".//{*}text[@class='gtitle']", "")
     assert "not drawn" not in done.stdout
 
@@ -62,3 +64,23 @@ def test_a_file_that_is_no_recording_gets_one_line(tmp_path, capsys):
     assert figures.main([str(bad), "--out", str(tmp_path / "slides")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_an_out_folder_that_cannot_be_made_gets_one_line(tmp_path, capsys):
+    taken = tmp_path / "slides"
+    taken.write_text("a file, not a folder")
+    assert figures.main([RECORDING, "--out", str(taken)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "slides" in err and err.count("\n") == 1
+
+
+@pytest.mark.slow          # kaleido starts Chromium
+def test_a_figure_kaleido_could_not_write_is_an_error(tmp_path):
+    """kaleido's batch logs a figure it cannot write and goes on: the export names it instead of passing."""
+    from specviz import plots
+    from specviz.plots.export import ImageExportError, write_images
+
+    written = tmp_path / "tree.svg"
+    with pytest.raises(ImageExportError, match="kaleido wrote no tree.png"):
+        write_images({written: plots.tree_figure(None), tmp_path / "gone" / "tree.png": plots.tree_figure(None)})
+    assert written.read_bytes().startswith(b"<svg")
