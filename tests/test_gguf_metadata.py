@@ -120,8 +120,11 @@ def test_a_file_that_is_no_gguf_or_cut_short_or_another_architecture_is_refused_
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(whole[:200])
     other = many_types_file(tmp_path / "other.gguf", architecture="phi3")
+    old = tmp_path / "old.gguf"
+    old.write_bytes(b"GGUF" + (1).to_bytes(4, "little") + whole[8:])
     for path, says in ((not_gguf, "notes.gguf is not a GGUF file"), (cut, "cut.gguf: its GGUF header is cut short"),
-                       (other, "other.gguf is a phi3 model; the gguf precision reads llama, qwen2 files")):
+                       (other, "other.gguf is a phi3 model; the gguf precision reads llama, qwen2 files"),
+                       (old, "old.gguf: GGUF version 1; this reader reads versions 2 and 3")):
         with pytest.raises(file_model.FileModelError) as refused:
             file_model.read_metadata(path)
         assert str(refused.value).startswith(says) and "\n" not in str(refused.value)

@@ -51,17 +51,17 @@ def read_header(path: Path) -> Header:
             raise HeaderError(f"{path.name} is not a GGUF file (it does not begin with 'GGUF')")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as view:
             try:
-                return _parse(view, path.name)
-            except HeaderError:
-                raise
+                return _parse(view)
+            except HeaderError as exc:
+                raise HeaderError(f"{path.name}: {exc}") from None
             except (struct.error, UnicodeDecodeError, ValueError) as exc:
                 raise HeaderError(f"{path.name}: its GGUF header is cut short or damaged ({exc})") from None
 
 
-def _parse(view, name: str) -> Header:
+def _parse(view) -> Header:
     version, tensor_count, key_count = struct.unpack_from("<IQQ", view, 4)
     if version not in (2, 3):
-        raise HeaderError(f"{name} is GGUF version {version}; this reader reads versions 2 and 3 (little-endian)")
+        raise HeaderError(f"GGUF version {version}; this reader reads versions 2 and 3 (little-endian)")
     at = 24
     metadata = {}
     for _ in range(key_count):
