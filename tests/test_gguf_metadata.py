@@ -129,3 +129,19 @@ def test_a_file_that_is_no_gguf_or_cut_short_or_another_architecture_is_refused_
             file_model.read_metadata(path)
         assert str(refused.value).startswith(says) and "\n" not in str(refused.value)
     assert not (tmp_path / "cache" / "gguf_meta").exists() or not any((tmp_path / "cache" / "gguf_meta").iterdir())
+
+
+def test_prepare_names_a_file_it_cannot_read_in_one_line(tmp_path, monkeypatch, capsys):
+    from specviz import chunked, prepare
+    from specviz.cpu import kernels
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    cut = tmp_path / "qwen-cut.gguf"
+    cut.write_bytes(many_types_file(tmp_path / "whole.gguf").read_bytes()[:300])
+    monkeypatch.setattr(chunked, "main", lambda: 0)                         # joined already
+    monkeypatch.setattr(kernels, "status", lambda: "specviz kernels: as built")
+    monkeypatch.setattr(prepare, "offline_presets", lambda: ["qwen-coder"])
+    monkeypatch.setattr(prepare, "gguf_files", lambda name: [cut])
+    assert prepare.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: qwen-cut.gguf: its GGUF header is cut short") and err.count("\n") == 1
