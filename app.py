@@ -52,6 +52,29 @@ def numbers_only(component):
     return component
 
 
+# -- plots that download as pictures for slides ------------------------------------------------------
+
+def download_js(elem_id: str, image_format: str) -> str:
+    """A click that saves the plot as the browser draws it, through plotly's own export (gradio's plotly page puts
+    `Plotly` on the window): SVG for slides that scale, PNG at twice the size on screen for slides that do not."""
+    name = f"specviz-{elem_id.removesuffix('-plot')}"
+    scale = 2 if image_format == "png" else 1
+    return (f"() => {{ const plot = document.querySelector('#{elem_id} .js-plotly-plot'); if (plot && window.Plotly) "
+            f"window.Plotly.downloadImage(plot, {{format: '{image_format}', filename: '{name}', scale: {scale}}}); }}")
+
+
+def figure_plot(value, label: str, elem_id: str, **kwargs) -> gr.Plot:
+    """A plot with SVG and PNG buttons in its corner. plotly's own camera button saves one format per figure (its
+    `toImageButtonOptions`), and gr.Plot passes no plotly config, so the two formats are gradio buttons that run
+    plotly's export in the browser (no round trip to the server)."""
+    buttons = {image_format: gr.Button(image_format.upper(), size="sm", elem_id=f"{elem_id}-{image_format}")
+               for image_format in ("svg", "png")}
+    plot = gr.Plot(value, label=label, elem_id=elem_id, buttons=list(buttons.values()), **kwargs)
+    for image_format, button in buttons.items():
+        button.click(None, js=download_js(elem_id, image_format), queue=False)
+    return plot
+
+
 # -- the page --------------------------------------------------------------------------------------
 
 LANE_MIN_PX = 300       # a lane's column: its text box stays 280 px or wider (3 columns at 1440x900, 2 at 1280x720)
@@ -147,16 +170,16 @@ def build() -> gr.Blocks:
                             save_btn = gr.Button("Save run", elem_id="save-btn")
                         with gr.Row():
                             with gr.Column(scale=3):
-                                tree_plot = gr.Plot(plots.tree_figure(None), label="Speculative tree",
-                                                    elem_id="tree-plot")
+                                tree_plot = figure_plot(plots.tree_figure(None), label="Speculative tree",
+                                                        elem_id="tree-plot")
                                 help_text("tree")
                             with gr.Column(scale=2):
                                 text = gr.HTML(words.text_html("", [], None), elem_id="gen-text", js_on_load=None)
                                 caption = gr.Markdown("", elem_id="caption")
                                 counters = gr.Markdown("No tokens yet.", elem_id="counters")
                                 help_text("text")
-                        accept_plot = gr.Plot(plots.acceptance_figure([]), label="Acceptance per tree position",
-                                              elem_id="accept-plot")
+                        accept_plot = figure_plot(plots.acceptance_figure([]), label="Acceptance per tree position",
+                                                  elem_id="accept-plot")
                         help_text("accept")
                     with gr.Tab("Compare", id="compare"):
                         help_text("compare", elem_id="compare-help")
@@ -175,17 +198,18 @@ def build() -> gr.Blocks:
                             measured = gr.Markdown(NOT_MEASURED, elem_id="measured-md")
                         table = gr.Markdown("", elem_id="compare-table")
                         help_text("charts")
-                        latency_plot = gr.Plot(plots.latency_figure({}), label="Latency", elem_id="latency-plot")
+                        latency_plot = figure_plot(plots.latency_figure({}), label="Latency", elem_id="latency-plot")
                         with gr.Row():
-                            forwards_plot = gr.Plot(plots.forwards_figure({}), label="Tokens per target pass",
-                                                    elem_id="forwards-plot")
-                            memory_plot = gr.Plot(plots.memory_figure({}), label="Memory traffic",
-                                                  elem_id="memory-plot")
+                            forwards_plot = figure_plot(plots.forwards_figure({}), label="Tokens per target pass",
+                                                        elem_id="forwards-plot")
+                            memory_plot = figure_plot(plots.memory_figure({}), label="Memory traffic",
+                                                      elem_id="memory-plot")
                         with gr.Accordion("Why it is fast, in numbers", open=True, elem_id="speed-box"):
-                            speed_plot = gr.Plot(panels.speed_figure(None), label="Why it is fast",
-                                                 elem_id="speed-plot")
+                            speed_plot = figure_plot(panels.speed_figure(None), label="Why it is fast",
+                                                     elem_id="speed-plot")
                             speed_md = gr.Markdown(panels.speed_md(None), elem_id="speed-md")
-                            regime_plot = gr.Plot(regime.regime_figure(None), label="The regime", elem_id="regime-plot")
+                            regime_plot = figure_plot(regime.regime_figure(None), label="The regime",
+                                                      elem_id="regime-plot")
                             regime_md = gr.Markdown(regime.regime_md(None), elem_id="regime-md")
                         with gr.Accordion("Is it lossless? Sample the next token many times", open=False,
                                           elem_id="lossless-box"):
@@ -194,16 +218,18 @@ def build() -> gr.Blocks:
                                 samples = gr.Slider(10, app_settings.MAX_LOSSLESS_SAMPLES, value=100, step=10,
                                                     label="Samples per lane", elem_id="lossless-n")
                                 lossless_btn = gr.Button("Sample", elem_id="lossless-btn")
-                            lossless_plot = gr.Plot(panels.lossless_figure(None, Counter(), Counter(), "staged", str),
-                                                    label="Next-token distribution", elem_id="lossless-plot")
+                            lossless_plot = figure_plot(
+                                panels.lossless_figure(None, Counter(), Counter(), "staged", str),
+                                label="Next-token distribution", elem_id="lossless-plot")
                             lossless_md = gr.Markdown("", elem_id="lossless-md")
                         benchmark = bench_panel.load_benchmark()
                         shown = bench_panel.benchmark_for(preset_default, benchmark)
                         with gr.Accordion("Benchmark results (python -m specviz.bench)", open=shown is not None):
                             bench_md = gr.Markdown(bench_panel.panel_md(preset_default, benchmark),
                                                    elem_id="bench-table")
-                            bench_plot = gr.Plot(plots.benchmark_figure(shown) if shown else None, label="Benchmark",
-                                                 elem_id="bench-plot", visible=shown is not None)
+                            bench_plot = figure_plot(plots.benchmark_figure(shown) if shown else None,
+                                                     label="Benchmark", elem_id="bench-plot",
+                                                     visible=shown is not None)
 
         controls = dict(prompt=prompt, strategy=strategy, preset=preset, target=target, drafts=drafts,
                         sampling_mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,

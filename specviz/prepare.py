@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import auto_choice, chunked
 from .cpu import kernels
-from .cpu.file_model import read_metadata
+from .cpu.file_model import FileModelError, read_metadata
 from .models import ModelLoadError, resolve
 from .precision import AUTO_DTYPE, resolve_dtype
 from .paths import cache_dir
@@ -80,9 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     if timed("joining the GGUF files shipped as chunk packages", chunked.main) != 0:
         return 2
     say(f"kernels: {timed('building specviz kernels', kernels.status)}")
-    for name in offline_presets():
-        for path in gguf_files(name):
-            timed(f"reading {path.name}'s config, tokenizer and tensors", lambda: read_metadata(path))
+    try:
+        for name in offline_presets():
+            for path in gguf_files(name):
+                timed(f"reading {path.name}'s config, tokenizer and tensors", lambda: read_metadata(path))
+    except FileModelError as exc:          # a damaged or foreign file where a preset's model should be
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:    # --remeasure: each key measured again, replaced only where it settles (a busy run keeps the profile)
         with auto_choice.preparing(remeasure=args.remeasure or os.environ.get(auto_choice.REMEASURE) == "1"):
             measure_profile()

@@ -27,7 +27,7 @@ class PromptReads:
             if not runs_own_forward(draft.model):
                 continue
             name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
-            choice = auto_choice.decided(name, lambda: prompt_reader.choose(draft.model))
+            choice = auto_choice.decided(name, prompt_reader.chooser(draft.model))
             if not choice or choice == self.choices.get(spec):      # nothing stored, or in use already
                 continue
             self.choices[spec] = choice

@@ -233,6 +233,22 @@ def test_a_space_opens_on_the_qwen_coder_recording_and_its_verdict_names_stageds
 
 
 @pytest.mark.browser
+def test_a_plot_saves_as_svg_and_png_from_the_buttons_at_its_corner(page, tmp_path):
+    """plotly's own export of the plot on screen, saved by the browser: an SVG document and a PNG at twice the
+    plot's size (every plot is wired alike: tests/test_plot_downloads.py)."""
+    plot = page.locator("#accept-plot")
+    shown = plot.locator(".js-plotly-plot").bounding_box()
+    for name, begins in (("SVG", b"<svg"), ("PNG", b"\x89PNG\r\n\x1a\n")):
+        with page.expect_download() as download:
+            plot.get_by_role("button", name=name, exact=True).click()
+        saved = tmp_path / download.value.suggested_filename
+        download.value.save_as(saved)
+        assert saved.name == f"specviz-accept.{name.lower()}" and saved.read_bytes().startswith(begins)
+    width = int.from_bytes(saved.read_bytes()[16:20], "big")                # the PNG's header
+    assert abs(width - 2 * shown["width"]) <= 4
+
+
+@pytest.mark.browser
 @pytest.mark.timeout(900)
 def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     from playwright.sync_api import expect

@@ -139,7 +139,7 @@ def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks
     def quantized_stack():
         return quantized_draft_stack()[0]
     measured = []
-    monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(1) or
+    monkeypatch.setattr(prompt_reader, "chooser", lambda model: lambda: measured.append(1) or
                         {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.5, "float32": 1.2}})
     first = quantized_stack()
     assert first.prompt_reads.read(first.draft_models()) == {} and not auto_choices.exists()  # generating never times
@@ -156,7 +156,7 @@ def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks
         assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16"
         assert measured == [1]
         # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
-        monkeypatch.setattr(prompt_reader, "choose", lambda model: measured.append(2) or
+        monkeypatch.setattr(prompt_reader, "chooser", lambda model: lambda: measured.append(2) or
                             {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
         with auto_choice.preparing("the tests", remeasure=True):
             assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "float32"
@@ -187,3 +187,20 @@ def test_the_regime_panel_says_how_the_draft_reads_prompts():
     assert ("bfloat16 copies of its weights (128 tokens: its own products 430 ms, bfloat16 200 ms, float32 460 ms)"
             in text)
     assert "reads prompts" not in regime_md({**view, "prompt_reads": {}})
+
+
+def test_a_prompt_read_timed_again_on_a_busy_machine_times_the_same_copies(monkeypatch, preparing):
+    """Where other work spoils a timing, prepare times the candidates again (auto_choice.SETTLE_TRIES in all): the
+    float copies made for the first try, not the draft de-quantised anew for each."""
+    from specviz import auto_choice
+
+    model, _ = quantized_with_float_copy()
+    made, own_reads = [], []
+    copies = prompt_reader.copies
+    monkeypatch.setattr(prompt_reader, "copies", lambda m, name: made.append(name) or copies(m, name))
+    monkeypatch.setattr(prompt_reader, "time_read", lambda m, products=None: own_reads.append(products is None) or 1.0)
+    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
+    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
+    assert auto_choice.decided("prompt read: a busy test", prompt_reader.chooser(model))["choice"] == prompt_reader.OWN
+    assert own_reads.count(True) == auto_choice.SETTLE_TRIES and sorted(made) == sorted(prompt_reader.CANDIDATES)

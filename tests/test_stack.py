@@ -103,6 +103,31 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
     assert seen == [(1, draft_precision.STAGED_LEVEL_TOKENS)] * candidates and staged.precision() == "float32"
 
 
+def test_a_draft_timed_again_on_a_busy_machine_is_loaded_once_in_each_precision(tmp_path, monkeypatch, target_probe):
+    """Where other work spoils a timing, prepare times the candidates again (auto_choice.SETTLE_TRIES in all): the
+    same models, not each loaded anew (a 0.5B in three precisions takes 10-30 s on 2 cores)."""
+    import specviz.auto_choice as auto_choice
+    import specviz.draft_precision as draft_precision
+    import specviz.stack as stack_module
+    loads, timings = [], []
+    load_model = draft_precision.load_model
+
+    def counted_load(spec, dtype, *args, **kwargs):
+        loads.append(dtype)
+        return load_model(spec, dtype, *args, **kwargs)
+    monkeypatch.setattr(draft_precision, "load_model", counted_load)
+    monkeypatch.setattr(draft_precision, "draft_probe_seconds",
+                        lambda models, lower: timings.append(len(models)) or [1.0] * len(models))
+    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
+    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
+    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
+    _save_target_and_draft(tmp_path)
+    Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
+    candidates = draft_precision.draft_precisions(str(tmp_path / "draft"), "float32")
+    assert timings == [len(candidates)] * auto_choice.SETTLE_TRIES and sorted(loads) == sorted(candidates)
+
+
 @pytest.mark.parametrize("fastest", ["bfloat16", "int4", "int8"])
 def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tmp_path, monkeypatch, fastest,
                                                                                 target_probe):

@@ -3,7 +3,6 @@ and its charts."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -310,12 +309,10 @@ def write_outputs(report: dict, out: Path, png: bool = True) -> list[Path]:
 
 
 def _write_png(fig, path: Path) -> Path | None:
-    if os.path.exists("/usr/bin/chromium"):
-        os.environ.setdefault("BROWSER_PATH", "/usr/bin/chromium")
+    from ..plots.export import ImageExportError, write_images
+
     try:
-        fig.write_image(path)
-        return path
-    except Exception as exc:  # kaleido needs a Chrome; the HTML charts stand on their own
-        print(f"warning: PNG export failed ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
-              "HTML charts were written", file=sys.stderr)
+        return write_images({path: fig})[0]
+    except ImageExportError as exc:  # kaleido needs a Chrome; the HTML charts stand on their own
+        print(f"warning: PNG export failed ({exc}); HTML charts were written", file=sys.stderr)
         return None

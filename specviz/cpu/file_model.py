@@ -5,9 +5,9 @@ tensor's blocks, the input embedding a `BlockEmbedding`, and the norms and biase
 weight is de-quantised or copied but a Llama's q and k rows, which llama.cpp's converter reorders for its rotary
 layout and which are put back in transformers' order here (whole rows of blocks move; their bytes do not change).
 
-Reading a file's metadata (a 152k-token vocabulary) takes 6-18 s, so the first read keeps its config, tokenizer and
-table of tensors (name, type, shape, where its bytes lie) in the user cache; later loads map the file and are ready
-in about a second.
+Making a tokenizer of a file's 152k-token vocabulary takes a few seconds (specviz/cpu/gguf_metadata.py), so the first
+read keeps the file's config, tokenizer and table of tensors (name, type, shape, where its bytes lie) in the user
+cache; later loads map the file and are ready in about a second.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import reference
+from . import gguf_metadata, reference
 from .blocks import GGUF, TYPES, BlockEmbedding, BlockLinear
 from .int4 import mark_precision
 from ..paths import cache_dir
@@ -50,16 +50,18 @@ def read_metadata(path: Path) -> Path:
     kept = metadata_dir(path)
     if (kept / TABLE).is_file():
         return kept
-    import gguf
-    from transformers import AutoConfig, AutoTokenizer
-
+    try:
+        header = gguf_metadata.read_header(path)
+    except gguf_metadata.HeaderError as exc:
+        raise FileModelError(str(exc)) from None
+    if header.architecture not in FAMILIES:
+        raise FileModelError(f"{path.name} is a {header.architecture} model; the gguf precision reads "
+                             f"{', '.join(FAMILIES)} files (use --dtype float32)")
+    config = gguf_metadata.config_of(header)
     scratch = kept.with_name(f"{kept.name}.tmp{os.getpid()}")
-    AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(scratch)
-    AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(scratch)
-    table = {t.name: {"type": int(t.tensor_type), "shape": list(t.data.shape), "dtype": str(t.data.dtype),
-                      "offset": int(t.data_offset), "bytes": int(t.n_bytes)}
-             for t in gguf.GGUFReader(str(path)).tensors}
-    (scratch / TABLE).write_text(json.dumps(table))
+    config.save_pretrained(scratch)
+    gguf_metadata.tokenizer_of(path, config).save_pretrained(scratch)
+    (scratch / TABLE).write_text(json.dumps(header.tensors))
     kept.parent.mkdir(parents=True, exist_ok=True)
     if kept.is_dir() and not (kept / TABLE).is_file():      # left by an interrupted or older read
         shutil.rmtree(kept, ignore_errors=True)

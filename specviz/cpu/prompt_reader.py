@@ -96,18 +96,35 @@ def time_read(model: torch.nn.Module, products: list[dict] | None = None, tokens
     return best
 
 
-def choose(model: torch.nn.Module) -> dict:
-    """Time the draft's prompt read through its own products and through each candidate's (copies()); the fastest
-    wins where it is 10% faster than the draft's own products. Returns {"choice": a candidate or OWN, "seconds":
-    {name: s}}."""
+def choose(model: torch.nn.Module, candidates: dict[str, list[dict]] | None = None) -> dict:
+    """Time the draft's prompt read through its own products and through each candidate's (`candidates`: their
+    copies(), made here where not given); the fastest wins where it is 10% faster than the draft's own products.
+    Returns {"choice": a candidate or OWN, "seconds": {name: s}}."""
+    candidates = candidate_products(model) if candidates is None else candidates
     seconds = {OWN: time_read(model)}
-    for name in CANDIDATES:
-        products = copies(model, name)
-        if products is not None:
-            seconds[name] = time_read(model, products)
+    for name, products in candidates.items():
+        seconds[name] = time_read(model, products)
     best = min(seconds, key=seconds.get)
     choice = best if seconds[best] < 0.9 * seconds[OWN] else OWN
     return {"choice": choice, "seconds": {name: round(s, 4) for name, s in seconds.items()}}
+
+
+def candidate_products(model: torch.nn.Module) -> dict[str, list[dict]]:
+    """Each candidate's products for this model, where it has them (copies())."""
+    made = {name: copies(model, name) for name in CANDIDATES}
+    return {name: products for name, products in made.items() if products is not None}
+
+
+def chooser(model: torch.nn.Module):
+    """choose() for this draft as prepare calls it, the candidates' copies made on the first call only: where other
+    work spoils a timing, prepare times the same copies again rather than de-quantising the draft anew."""
+    made: dict[str, list[dict]] = {}
+
+    def measure() -> dict:
+        if not made:
+            made.update(candidate_products(model))
+        return choose(model, made)
+    return measure
 
 
 def key(draft_name: str, draft_dtype: str) -> str:
