@@ -12,10 +12,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from served import stop, wait_for_page
 from test_app import BENCH
 
 from specviz.app import settings as app_settings
@@ -55,27 +55,10 @@ def server(tmp_path_factory):
                                 stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"app.py exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"app.py did not answer within 240 s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
+        wait_for_page(url, proc, log, 240)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
     assert_no_traceback_but_input_checks(log.read_text())
 
 

@@ -13,13 +13,13 @@ import subprocess
 import tempfile
 import time
 import tomllib
-import urllib.request
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+from served import stop, wait_for_page
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE_DEFAULT_PYTHON = "3.10"       # what a Space runs where the front matter names no python_version
@@ -179,22 +179,6 @@ def space_environment(venv: Path, home: Path, cache: Path, port: int) -> dict[st
             "PYTHONUNBUFFERED": "1"}
 
 
-def wait_for_page(url: str, app: subprocess.Popen, log: Path, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        if app.poll() is not None:
-            pytest.fail(f"app.py exited with {app.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=5) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"app.py did not answer within {seconds:.0f} s:\n{log.read_text()[-3000:]}")
-        time.sleep(1)
-
-
 def wait_for_live_mode(client, app: subprocess.Popen, log: Path, seconds: float) -> str:
     """The page's live-mode line once live mode is ready (or has said why it cannot be)."""
     deadline, line = time.monotonic() + seconds, ""
@@ -274,10 +258,5 @@ def test_a_space_built_from_requirements_alone_opens_on_the_recording_and_goes_l
         exc.add_note(f"phases so far: {clock}")
         raise
     finally:
-        app.terminate()
-        try:
-            app.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait()
+        stop(app)
     print(f"[space] {clock}", flush=True)
