@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt-format", choices=PROMPT_FORMATS, default=None,
                      help="chat: the prompt as a user's turn of the model's chat template; completion: as written "
                           "(default, as in the app: completion for Python source such as the HumanEval tasks, chat "
-                          "for plain language)")
+                          "for plain language where the model has a chat template)")
     gen.add_argument("--strategy", choices=STRATEGIES, default="staged")
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -101,7 +101,7 @@ def generate(args) -> int:
     stack = load_preset(preset, args.dtype, args.device, target=args.target, drafts=drafts)
     if args.compile:
         stack.compiled = compile_models(stack.target, stack.draft_models(), stack.vocabulary)
-    prompt_format = args.prompt_format or default_format(prompt)
+    prompt_format = args.prompt_format or default_format(prompt, stack.tokenizer)
     try:
         prompt_ids = encode_prompt(stack, prompt, prompt_format)
     except NoChatTemplate as exc:

@@ -17,9 +17,12 @@ class NoChatTemplate(ValueError):
     """Chat was asked of a model whose tokenizer has no chat template."""
 
 
-def default_format(prompt: str) -> str:
+def default_format(prompt: str, tokenizer=None) -> str:
     """Completion for a prompt that Python reads as code, or as code that goes on (the HumanEval tasks, `def fib(n):`,
-    the page's days-of-the-week pattern, which is a tuple of names); chat for plain language, which Python refuses."""
+    the page's days-of-the-week pattern, which is a tuple of names); chat for plain language, which Python refuses,
+    where the model has a chat template (a `tokenizer` given without one, a base model's, takes text as written)."""
+    if tokenizer is not None and not getattr(tokenizer, "chat_template", None):
+        return COMPLETION
     with warnings.catch_warnings():         # a prose prompt may hold what Python warns about, e.g. "\d"
         warnings.simplefilter("ignore")
         try:

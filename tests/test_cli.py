@@ -147,7 +147,8 @@ def test_draft_with_another_tokenizer_is_refused(tmp_path):
 
 def test_a_plain_language_prompt_goes_in_as_chat_unless_told_otherwise(tmp_path, capsys):
     """As on the page: plain language is a user's turn of the model's chat template, Python source is continued as
-    written, and --prompt-format says which; a model without a template refuses chat in one line."""
+    written, and --prompt-format says which; a model without a template takes plain language as written, and refuses
+    chat asked for by name in one line."""
     from tiny import WORD_CHAT_TEMPLATE, save_with_word_tokenizer
 
     chatty, plain = tmp_path / "chatty", tmp_path / "plain"
@@ -166,5 +167,7 @@ def test_a_plain_language_prompt_goes_in_as_chat_unless_told_otherwise(tmp_path,
     assert (written["prompt_format"], written["prompt_tokens"]) == ("completion", 3)
     assert run(chatty, "w5(w6)")["prompt_format"] == "completion"                      # code, as HumanEval's
     assert run(chatty, "w5(w6)", "--prompt-format", "chat")["prompt_tokens"] == 4 + 3
+    assert run(plain, "w5 w6 w7")["prompt_format"] == "completion"         # a base model's: as written
     assert_one_line_error(run_main(capsys, "--target", str(plain), "--prompt", "w5 w6 w7", "--strategy", "baseline",
-                                   "--dtype", "float32", "--no-reference"), "--prompt-format completion")
+                                   "--dtype", "float32", "--no-reference", "--prompt-format", "chat"),
+                          "--prompt-format completion")

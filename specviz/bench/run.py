@@ -118,7 +118,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     if not strategies:
         raise BenchError("no strategy can run: " + "; ".join(notes))
     settings = {name: parse_sampling(name, seed) for name in samplings}
-    formats = {p.id: prompt_format or default_format(p.text) for p in prompts}
+    formats = {p.id: prompt_format or default_format(p.text, stack.tokenizer) for p in prompts}
     try:
         encoded = [(p, encode_prompt(stack, p.text, formats[p.id])) for p in prompts]
     except NoChatTemplate as exc:
