@@ -98,3 +98,16 @@ class RunRecord:
         data = dict(data)
         data["steps"] = [StepRecord.from_dict(s) for s in data["steps"]]
         return cls(**data)
+
+
+class CommittedSoFar:
+    """A live decoder's `new_tokens` and `text()`, for what stands in for one without models (a recording revealed
+    step by step, a reader of a shared decode): read from its `steps`, the rounds shown so far."""
+    steps: list[StepRecord]
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return [t for step in self.steps for t in step.committed_tokens]
+
+    def text(self) -> str:
+        return "".join(t for step in self.steps for t in step.committed_text)

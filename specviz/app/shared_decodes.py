@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from ..environment import env_number
+from ..trace import CommittedSoFar
 from . import decoder_slots
 from .settings import Settings
 from .stacks import get_stack, new_decoder
@@ -89,7 +90,7 @@ class SharedDecode:
         return sum(len(step.committed_tokens) for step in self.steps) / self.max_new_tokens
 
 
-class DecodeReader:
+class DecodeReader(CommittedSoFar):
     """One session's place in a shared decode, read through a live decoder's interface (steps, step(), finished,
     new_tokens, ...), so every view draws it as it draws a decoder."""
 
@@ -124,13 +125,6 @@ class DecodeReader:
         if not self.finished:
             return ""
         return self.steps[-1].finish_reason if not self.released else "released"
-
-    @property
-    def new_tokens(self) -> list[int]:
-        return [t for step in self.steps for t in step.committed_tokens]
-
-    def text(self) -> str:
-        return "".join(t for step in self.steps for t in step.committed_text)
 
     def model_costs(self) -> dict[str, tuple[int, ...]]:
         return {name: tuple(cost) for name, cost in self.shared.costs.items()}

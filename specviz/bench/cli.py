@@ -129,8 +129,9 @@ def render(path: str, png: bool = True) -> int:
 def print_results(results: list[dict]) -> None:
     """The table, then what each speculative strategy's rounds cost and would need."""
     print(format_table(results))
-    if regret_line(results):
-        print(regret_line(results))
+    regret = regret_line(results)
+    if regret:
+        print(regret)
     analyses = format_analyses(results)
     if analyses:
         print("\n" + analyses)

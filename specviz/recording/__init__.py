@@ -24,7 +24,7 @@ from pathlib import Path
 from .. import end_tokens
 from ..sampling import Sampling
 from ..environment import env_number
-from ..trace import StageInfo, StepRecord
+from ..trace import CommittedSoFar, StageInfo, StepRecord
 
 FORMAT = "specviz-recording"
 VERSION = 1
@@ -39,7 +39,7 @@ class RecordingError(ValueError):
 # -- replay ------------------------------------------------------------------------------------------
 
 @dataclass
-class RecordedLane:
+class RecordedLane(CommittedSoFar):
     """One recorded generation, revealed a step at a time with the live decoder's interface."""
     strategy: str
     prompt: list[int]
@@ -70,13 +70,6 @@ class RecordedLane:
     @property
     def finish_reason(self) -> str:
         return self.steps[-1].finish_reason if self.steps else ""
-
-    @property
-    def new_tokens(self) -> list[int]:
-        return [t for s in self.steps for t in s.committed_tokens]
-
-    def text(self) -> str:
-        return "".join(t for s in self.steps for t in s.committed_text)
 
     def model_costs(self) -> dict[str, tuple[int, ...]]:
         return {name: tuple(cost) for name, cost in self.costs.items()}
