@@ -123,7 +123,7 @@ _REMEASURING: list[bool] = []       # ...and whether it measures again what is s
 DEFAULTED: dict[str, object] = {}   # keys this process found missing, with the stated default it used
 UNSETTLED: dict[str, str] = {}      # keys this preparation could not settle, and why
 IMPRECISE: dict[str, str] = {}      # keys stored from timings that stayed noisy (used all the same), and why
-_UNSTORED: dict[str, object] = {}   # ...and what this process measured of them (used, never stored)
+_UNSTORED: dict[str, object] = {}   # ...and what this process uses for them (never stored)
 MEASURED: list[str] = []            # every measurement this process ran, in order (a generating process runs none)
 CONSULTED: list[str] = []           # every key this process looked up, in order: what its settings came from
 
@@ -177,7 +177,8 @@ def decided(key: str, measure: Callable[[], object], default: object = None,
     """The profile's value for `key`. Where it has none, or one not settled: while preparing, measured (one process at
     a time, again where the machine was busy), stored and returned; in any other process, the stored value, else
     `default`, noted in DEFAULTED (never timed). Values are plain JSON data. unsettled_value(value, why): what a
-    measurement that other work kept busy is stored as (a value marked unsettled); without it, nothing is stored."""
+    measurement that other work kept busy is stored as (a value marked unsettled); without it, nothing is stored.
+    An unsettled value never replaces a settled one."""
     remeasure = any(_REMEASURING) and key not in _REMEASURED
     _consulted(key)
     entry = _read().get(key)
@@ -209,11 +210,15 @@ def decided(key: str, measure: Callable[[], object], default: object = None,
                   + ("; measuring again" if attempt + 1 < SETTLE_TRIES else last), file=sys.stderr)
         else:
             why = f"other work used {others:.0%} of the cores"
-            if unsettled_value is None or (key in stored and settled(stored[key].value)):
-                UNSETTLED[key] = why            # what the profile holds stands (--remeasure), else the default
-                _UNSTORED[key] = value
-                return stored[key].value if key in stored else value
+            if unsettled_value is None:
+                UNSETTLED[key] = why            # the stated default stands, or (--remeasure) what the profile holds
+                _UNSTORED[key] = stored[key].value if key in stored else value
+                return _UNSTORED[key]
             value = unsettled_value(value, why)
+        if not settled(value) and key in stored and settled(stored[key].value):
+            UNSETTLED[key] = value.get("why", "the measurement did not settle")   # --remeasure: the settled one stands
+            _UNSTORED[key] = stored[key].value
+            return _UNSTORED[key]
         _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
         if remeasure:
             _REMEASURED.add(key)
@@ -229,12 +234,6 @@ def said() -> dict[str, str]:
     """For each measurement this process looked up, where its setting came from (the CLI's --json, the app's race)."""
     profile = _read()
     return {key: _source(key, profile.get(key)) for key in CONSULTED}
-
-
-def unsettled(key: str, why: str) -> None:
-    """A measurement prepare could not settle in another way (cost curves that stayed noisy where the profile held
-    precise ones)."""
-    UNSETTLED[key] = why
 
 
 def imprecise(key: str, why: str) -> None:

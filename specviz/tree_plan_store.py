@@ -29,10 +29,6 @@ PRECISION = 0.04        # the standard error a stored median may keep at any siz
 MAD_TO_SE = 1.4826 * 1.2533     # a median absolute deviation to a median's standard error (times 1/sqrt(rounds))
 
 
-class NoisyMachine(RuntimeError):
-    """Curves that did not get precise, where the profile holds precise ones already (they stand)."""
-
-
 def summarise(samples: list[dict[int, list[float]]]) -> tuple[list[dict[int, float]], float]:
     """Per model, the curve; and the largest relative standard error of any size's median. samples: per model, per
     size, one timing a round (every list as long)."""
@@ -79,18 +75,8 @@ def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
     """This machine's plan for the pair under `name` (see key), as its profile holds it, settled or not; where there is
     none (or an unsettled one), measured and stored while prepare runs (specviz/auto_choice.py). None where nothing is
     stored: a process that generates never times anything (on a busy machine it would store nonsense)."""
-    def measured() -> dict:
-        data = measure(target, draft, draft_vocab)
-        before = auto_choice.stored(name, measured=False)
-        if not auto_choice.settled(data) and before is not None and auto_choice.settled(before):
-            raise NoisyMachine(data["why"])     # --remeasure: the precise curves stored before stand
-        return data
-    try:
-        data = auto_choice.decided(name, measured, unsettled_value=lambda data, why: {**data, "settled": False,
-                                                                                      "why": why})
-    except NoisyMachine as exc:
-        auto_choice.unsettled(name, str(exc))
-        data = auto_choice.stored(name)
+    data = auto_choice.decided(name, lambda: measure(target, draft, draft_vocab),
+                               unsettled_value=lambda data, why: {**data, "settled": False, "why": why})
     if data is not None and not auto_choice.settled(data) and auto_choice.measuring():
         auto_choice.imprecise(name, data["why"])
     return None if data is None else TreePlan.from_dict(data, auto_choice.source(name))
