@@ -148,7 +148,7 @@ class Decoder:
             self.tokens = context + new
             record = self._record(tree, verdict, new, by, position, plan)
             if plan is not None:
-                self._learn(tree, verdict.path, record)
+                self._learn(tree, verdict.path, record, committed_probs(verdict, probs))
         record.phase_s = self.timer.take()
         record.wall_s = perf_counter() - started
         self.steps.append(record)
@@ -166,11 +166,11 @@ class Decoder:
             self.finished, self.finish_reason = True, "length"
         return new, by
 
-    def _learn(self, tree, path, record) -> None:
+    def _learn(self, tree, path, record, probs) -> None:
         """Tell the planner what the round yielded, and let it keep what it learnt once the generation ends."""
         models = self.drafter.kv_models()
         feeds = record.forwards.get(models[0].name, []) if models else []
-        self.planner.observe(tree, path, [stage.kind for stage in self.stages], feeds)
+        self.planner.observe(tree, path, [stage.kind for stage in self.stages], feeds, probs)
         if self.finished:
             self.planner.finish()
 
@@ -230,6 +230,11 @@ class Decoder:
                          stats=summarise(self.steps, self.model_costs(), len(self.prompt)),
                          settings={"tree": self.spec.to_dict(), "sampling": vars(self.sampling),
                                    "max_new_tokens": self.max_new_tokens})
+
+
+def committed_probs(verdict, probs: torch.Tensor) -> list[float]:
+    """The target's probability of each token a round committed: the accepted guesses, then the bonus."""
+    return [verdict.target_probs[n] for n in verdict.path[1:]] + [float(probs[verdict.path[-1], verdict.bonus])]
 
 
 def static_length(prompt_tokens: int, max_new_tokens: int, tree: TreeSpec, step: int = 256) -> int:

@@ -7,7 +7,11 @@ rate speculation makes here lately. Before a round: where R is below plain decod
 forward) the round is a plain step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY
 plain steps in a row a round probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back
 when the text turns predictable (a probe accepted whole is followed by another; after one that failed the wait doubles,
-up to PROBE_MOST, until a round drafts again). Otherwise the round drafts, and R
+up to PROBE_MOST, until a round drafts again). A probe is costly after plain steps: the draft must first read every
+token it missed, about a tenth of a plain step each on an AVX2 machine, so a probe that fails costs a tenth of the plain
+run before it. So a probe waits, too, until the target's own recent confidence says the draft would likely pass
+(`Agreement`): the target's probability of each token committed in plain steps is free, and drafted rounds teach what a
+given probability means for the draft's first guess. Otherwise the round drafts, and R
 prices each guess while the tree grows: a guess joins while its calibrated chance is at least R x (c(n + 2) -
 c(n + 1)), what it adds to verifying n guesses; a node is expanded (a draft forward) while its likely child would also
 pay for that forward. Growing by R rather than by plain decoding's rate is what maximises tokens per second: a round's
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .calibration import Calibration
+from .calibration import BIN_MEANS, PRIOR_WEIGHT, Calibration, score_bin
 from .trace import PlanRecord
 from .tree import Tree
 from .tree_plan import TreePlan, interpolate
@@ -33,6 +37,9 @@ PROBE_GUESSES = 2       # a probe's chain
 FADE = 0.7              # the weight the past keeps at each drafted round in the running rate
 SHARE_FADE = 0.9        # ...and in the running share of draft levels that needed a forward
 PRIOR_TOKENS = 1.6      # before any round: what a drafted round is taken to make (one guess accepted 60% of the time)
+HORIZON = 16           # tokens a probe's gain is counted over: the text's predictability changes within a sentence
+TOKEN_KEEP = 0.98       # the weight a drafted round's evidence on agreement keeps at each later token (about 50)
+CONFIDENCE_FADE = 0.7   # the weight the past keeps at each committed token in the predicted chance of a first guess
 SHOWN_DEPTHS = 4        # depths whose acceptance a plan record quotes
 LOOKAHEAD = 8           # guesses below a node an expansion is priced for at most
 
@@ -87,6 +94,7 @@ class RoundPlan:
     probe_wait: int = PROBE_EVERY   # plain steps in a row before a probe, at this round
     chances: dict[int, float] = field(default_factory=dict)    # per node drafted: the chance the plan gave it
     lookup: LookupChoice | None = None      # what context lookup offered and what joined, once the tree is built
+    probe_held: bool = False    # a probe was due, but the predicted chance of its guesses did not pay for it
 
     @property
     def drafts(self) -> bool:
@@ -120,6 +128,37 @@ class RoundPlan:
         return best >= 0.0
 
 
+class Agreement:
+    """How often the draft's first guess passes, given the target's probability of the token that came there, learnt
+    from this run's drafted rounds (per bin of that probability, smoothed toward the bin's mean: a
+    draft of the target's family agrees about as often as the target is sure); and, from every committed token's
+    probability, the chance a first guess would pass at the recent positions (`predicted`, None before any token).
+    The evidence fades with every token committed (TOKEN_KEEP), drafted or not."""
+
+    def __init__(self):
+        self.hits, self.tried = [0.0] * len(BIN_MEANS), [0.0] * len(BIN_MEANS)
+        self.predicted: float | None = None
+
+    def chance(self, probability: float) -> float:
+        b = score_bin(probability)
+        return (self.hits[b] + BIN_MEANS[b] * PRIOR_WEIGHT) / (self.tried[b] + PRIOR_WEIGHT)
+
+    def learn(self, probability: float, passed: bool) -> None:
+        b = score_bin(probability)
+        self.hits[b] += passed
+        self.tried[b] += 1.0
+
+    def follow(self, probabilities: list[float]) -> None:
+        for probability in probabilities:
+            # evidence fades with each token committed, so that what the draft showed long ago, on other text, gives
+            # way to the prior and a probe can find out again
+            self.hits = [value * TOKEN_KEEP for value in self.hits]
+            self.tried = [value * TOKEN_KEEP for value in self.tried]
+            chance = self.chance(probability)
+            self.predicted = chance if self.predicted is None else \
+                CONFIDENCE_FADE * self.predicted + (1 - CONFIDENCE_FADE) * chance
+
+
 class RoundPlanner:
     def __init__(self, costs: Costs, calibration: Calibration, on_finish=None):
         """on_finish(calibration): called once when the generation ends."""
@@ -135,6 +174,8 @@ class RoundPlanner:
         self.read_prompt = False    # the draft's first forward reads the prompt: a cost of starting, not of a round
         self.on_finish = on_finish
         self.last: RoundPlan | None = None
+        self.agreement = Agreement()
+        self.behind = 0             # tokens committed since the draft last read: a probe's draft must read them first
 
     @property
     def plain_rate(self) -> float:
@@ -143,19 +184,39 @@ class RoundPlanner:
     def plan(self) -> RoundPlan:
         recent = self.tokens / self.seconds
         kind = "speculate" if recent >= self.plain_rate else "plain"
-        if kind == "plain" and (self.plain_run >= self.probe_wait or self.probe_again):
-            kind = "probe"
+        held = False
+        if kind == "plain" and (self.probe_again or self.plain_run >= self.probe_wait):
+            held = not self.probe_again and not self.likely()
+            kind = "plain" if held else "probe"
         plan = RoundPlan(kind, max(recent, self.plain_rate), self.tokens, self.seconds, self.costs, self.calibration,
-                         share=self.share, probe_wait=self.probe_wait)
+                         share=self.share, probe_wait=self.probe_wait, probe_held=held)
         if kind == "probe":
             plan.max_depth, plan.max_branch = PROBE_GUESSES, 1
         self.last = plan
         return plan
 
-    def observe(self, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int]) -> None:
-        """After verification: the round's tree, the accepted path, each stage's kind (by stage index) and the tokens
-        each forward of the top draft model fed this round."""
+    def likely(self) -> bool:
+        """Whether a probe pays at the recent positions' predicted chance (True before any evidence): were the text to
+        stay as predictable for the next HORIZON tokens, speculating at that chance would save more than the probe
+        costs (the draft reading what it missed, and verifying the guesses)."""
+        predicted = self.agreement.predicted
+        if predicted is None:
+            return True
+        plain = self.costs.verify(1)
+        saved = HORIZON * plain * max(0.0, 1.0 - 1.0 / (chain_rate(self.costs, predicted) * plain))
+        cost = (self.costs.drafting(self.behind) + (PROBE_GUESSES - 1) * self.costs.level
+                + self.costs.verify(PROBE_GUESSES + 1) - plain)
+        return saved >= cost
+
+    def observe(self, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int],
+                committed_probs: list[float] = ()) -> None:
+        """After verification: the round's tree, the accepted path, each stage's kind (by stage index), the tokens
+        each forward of the top draft model fed this round, and the target's probability of each token committed."""
         plan, accepted = self.last, set(path)
+        first_guesses = [child for child in tree.children[0] if tree.drawn[child]]
+        if committed_probs and first_guesses:
+            self.agreement.learn(committed_probs[0], len(path) > 1 and path[1] in first_guesses)
+        self.agreement.follow(list(committed_probs))
         self.probe_again = plan is not None and plan.kind == "probe" and len(path) - 1 >= PROBE_GUESSES
         if plan is not None and plan.kind == "probe" and not self.probe_again:
             self.probe_wait = min(2 * self.probe_wait, PROBE_MOST)
@@ -163,6 +224,7 @@ class RoundPlanner:
             self.probe_wait = PROBE_EVERY
         drafted = plan is not None and plan.drafts and bool(draft_feeds)       # it paid for a draft forward
         self.plain_run = 0 if drafted else self.plain_run + 1
+        self.behind = 0 if drafted else self.behind + len(path)
         if draft_feeds and not self.read_prompt:
             draft_feeds, self.read_prompt = draft_feeds[1:], True
         if drafted:
@@ -196,8 +258,17 @@ class RoundPlanner:
         if plan.lookup is not None:
             record.lookup_found, record.lookup_joined = plan.lookup.found, plan.lookup.joined
             record.lookup_chance, record.lookup_price = round(plan.lookup.chance, 3), round(plan.lookup.price, 3)
+        if plan.probe_held:
+            record.probe_held, record.behind = True, self.behind
+            record.predicted = round(self.agreement.predicted or 0.0, 3)
         record.reason = reason(record, plan.probe_wait)
         return record
+
+
+def chain_rate(costs: Costs, chance: float, longest: int = 4) -> float:
+    """Tokens per second of the best chain of 1 to `longest` guesses, each passing with `chance`."""
+    return max(sum(chance ** i for i in range(g + 1)) / (costs.verify(g + 1) + g * costs.level)
+               for g in range(1, longest + 1))
 
 
 def drafted_depths(tree: Tree, path: list[int]) -> tuple[int, int]:
@@ -222,7 +293,11 @@ def reason(plan: PlanRecord, probe_wait: int) -> str:
     speed = plan.recent_tokens / plan.recent_ms * plan.plain_ms if plan.recent_ms > 0 else 0.0
     recent = (f"The last drafted rounds made {plan.recent_tokens:.1f} tokens in {plan.recent_ms:.0f} ms, {speed:.2f}x "
               f"a plain step's {plan.plain_ms:.0f} ms a token (their guesses were accepted {said})")
-    if plan.kind == "plain":
+    if plan.kind == "plain" and plan.probe_held:
+        said = (f"{recent}: this round is a plain step. A probe is due, but the target's recent confidence predicts "
+                f"a first guess passes {plan.predicted:.0%} of the time, too little to pay for the draft reading the "
+                f"{plan.behind} tokens it missed.")
+    elif plan.kind == "plain":
         said = f"{recent}: this round is a plain step; a small guess probes after {probe_wait} plain steps in a row."
     elif plan.kind == "probe":
         said = (f"{recent}. After {probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "

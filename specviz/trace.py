@@ -45,6 +45,9 @@ class PlanRecord:
     lookup_joined: int = 0      # ...and how many of them joined it
     lookup_chance: float = 0.0  # the calibrated chance of the first that did not join (else of the last that did)...
     lookup_price: float = 0.0   # ...and the chance it needed to pay for verifying it
+    probe_held: bool = False    # a probe was due by the count of plain steps, but would not have paid...
+    predicted: float = 0.0      # ...at this chance of a first guess, predicted from the target's recent confidence...
+    behind: int = 0             # ...with so many tokens the draft had to read first
 
 
 @dataclass

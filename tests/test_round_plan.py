@@ -1,6 +1,7 @@
 """Rounds planned from a calibration learnt in the run (specviz/calibration.py, specviz/round_plan.py): the
 calibration's arithmetic, the planner's choices, a draft that lies about its confidence, a useless draft, the plan in
 the trace, and exactness with planned rounds."""
+import copy
 import json
 
 import pytest
@@ -228,8 +229,12 @@ class Switching(Drafter):
 
 
 def useless_then_oracle(max_new_tokens: int):
-    """The target, and its planned speculative run whose draft is useless until position 24, then the target itself."""
-    target = tiny_model("llama")
+    """The target, and its planned speculative run whose draft is useless until position 24, then the target itself.
+    The target is made sure of its tokens, as a real model is on text that turned predictable: its own confidence is
+    what tells the planner that a probe is worth its cost."""
+    target = copy.deepcopy(tiny_model("llama"))     # tiny_model's are shared: sharpen a copy
+    with torch.no_grad():
+        target.lm_head.weight.mul_(40.0)
     drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless", backend=open_cache),
                         ModelDrafter(target, name="oracle", backend=open_cache),
                         at=24)

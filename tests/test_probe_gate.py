@@ -1,0 +1,89 @@
+"""A probe waits until the target's own confidence says it pays (specviz/round_plan.py): after plain steps the draft
+must first read every token it missed, so a probe on text the target itself is unsure of costs more than it finds."""
+import math
+
+import pytest
+from test_round_plan import _chain_tree, planner
+
+from specviz.round_plan import HORIZON, PROBE_EVERY, PROBE_GUESSES, TOKEN_KEEP, Agreement, RoundPlanner, chain_rate
+
+
+def slow(p: RoundPlanner) -> RoundPlanner:
+    p.tokens, p.seconds, p.read_prompt = 1.0, 0.045, True      # recent drafted rounds slower than plain steps
+    return p
+
+
+def run(p: RoundPlanner, rounds: int, confidence: float, probes_pass: bool = False) -> list[str]:
+    kinds = []
+    for _ in range(rounds):
+        plan = p.plan()
+        kinds.append(plan.kind)
+        if plan.kind == "probe":
+            path = list(range(PROBE_GUESSES + 1)) if probes_pass else [0]
+            p.observe(_chain_tree(PROBE_GUESSES), path, ["target", "model"], [3, 1],
+                      [confidence] * len(path))
+        else:
+            p.observe(_chain_tree(0), [0], ["target", "model"], [], [confidence])
+    return kinds
+
+
+def test_no_probe_while_the_target_is_unsure_and_one_soon_after_it_is_sure():
+    p = slow(planner())
+    assert run(p, 40, confidence=0.25) == ["plain"] * 40
+    kinds = run(p, PROBE_EVERY + 3, confidence=0.99, probes_pass=True)
+    assert "probe" in kinds and kinds[-1] in ("probe", "speculate")
+
+
+def test_a_gate_always_open_would_probe_on_unsure_text():
+    """The mutant: a planner whose gate is always open probes every few steps on the same text."""
+    class Open(RoundPlanner):
+        def likely(self):
+            return True
+    p = slow(Open(planner().costs, planner().calibration))
+    assert run(p, 40, confidence=0.25).count("probe") >= 3
+
+
+def test_without_the_target_s_probabilities_the_planner_probes_by_count_alone():
+    p = slow(planner())
+    kinds = []
+    for _ in range(PROBE_EVERY + 1):
+        kinds.append(p.plan().kind)
+        p.observe(_chain_tree(0), [0], ["target", "model"], [])
+    assert p.agreement.predicted is None
+    assert kinds == ["plain"] * PROBE_EVERY + ["probe"]
+
+
+def test_a_probe_weighs_what_the_draft_must_catch_up():
+    """At a confidence where a probe pays after a few plain steps, it does not after many: the draft would read them
+    all first."""
+    p = slow(planner())
+    p.agreement.follow([0.7] * 5)
+    chance = p.agreement.predicted
+    saved = HORIZON * p.costs.verify(1) * (1 - 1 / (chain_rate(p.costs, chance) * p.costs.verify(1)))
+    p.behind = 2
+    cost = p.costs.drafting(2) + p.costs.level + p.costs.verify(3) - p.costs.verify(1)
+    assert saved >= cost and p.likely()
+    p.behind = 64
+    assert not p.likely()
+
+
+def test_agreement_learns_a_draft_that_fails_where_the_target_is_sure_and_forgets_it_later():
+    a = Agreement()
+    prior = a.chance(0.99)
+    for _ in range(10):
+        a.learn(0.99, False)
+    assert a.chance(0.99) < 0.3 < prior
+    a.follow([0.5] * math.ceil(math.log(0.02) / math.log(TOKEN_KEEP)))     # their weight fell to 2% since
+    assert a.chance(0.99) > 0.8
+    assert a.chance(0.1) == pytest.approx(0.1)      # a bin without evidence keeps its prior
+
+
+def test_the_step_says_why_a_due_probe_was_held():
+    p = slow(planner())
+    run(p, 12, confidence=0.25)
+    plan = p.plan()
+    record = p.record(plan, ["model"])
+    assert plan.kind == "plain" and plan.probe_held and record.probe_held
+    assert record.behind == p.behind >= 12
+    assert f"the draft reading the {p.behind} tokens it missed" in record.reason
+    assert f"passes {record.predicted:.0%} of the time" in record.reason
