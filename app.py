@@ -15,7 +15,7 @@ from collections import Counter
 import gradio as gr
 
 from specviz import plots
-from specviz.environment import env_number
+from specviz.profile.environment import env_number
 from specviz.app import bench_panel, live, panels, regime, replay, stacks, words
 from specviz.app import settings as app_settings
 from specviz.app.compare_events import NOT_MEASURED, on_compare
@@ -23,10 +23,10 @@ from specviz.app.events import on_lossless, on_reset, on_run, on_step, on_stop
 from specviz.app.race import SHOWN
 from specviz.app.replay_events import on_live, on_open, on_save, on_start
 from specviz.app.texts import CSS, HELP, MEASURED_TITLE, MORE_TITLE, TITLE
-from specviz.tree import SHAPES
-from specviz.prompt_format import default_format
+from specviz.decode.tree import SHAPES
+from specviz.models.prompt_format import default_format
 from specviz.recording import MAX_BYTES
-from specviz.strategies import AUTO_SHAPE, STAGED_LOOKUP, STRATEGIES
+from specviz.stack.strategies import AUTO_SHAPE, STAGED_LOOKUP, STRATEGIES
 
 log = logging.getLogger("specviz.app")
 # Events in progress at once: each computes on the one compute thread in turn (specviz/app/compute.py), so more of

@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     try:
         prompts = [None] * args.visitors
         if args.different_prompts:
-            from specviz.prompts import load_prompts
+            from specviz.bench.prompts import load_prompts
             prompts = [p.text for p in load_prompts(limit=args.visitors)]
             prompts += [f"{prompts[i % len(prompts)]}\n# visitor {i}\n" for i in range(len(prompts), args.visitors)]
         values = request_values(url, prompts)

@@ -14,11 +14,11 @@ from time import perf_counter
 import torch
 
 from specviz.bench.projection import PROJECTION_SIZES, random_model
-from specviz.cache import open_cache
-from specviz.drafters import LookupDrafter, ModelDrafter
-from specviz.engine import Decoder
-from specviz.models import compile_model
-from specviz.strategies import default_tree
+from specviz.backends.choose import open_cache
+from specviz.decode.drafters import LookupDrafter, ModelDrafter
+from specviz.decode.engine import Decoder
+from specviz.models.load import compile_model
+from specviz.stack.strategies import default_tree
 
 
 class NumberTokenizer:

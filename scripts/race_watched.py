@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from specviz.app.race import COMPARED, SHOWN  # noqa: E402
-from specviz.prompts import load_prompts  # noqa: E402
-from specviz.strategies import STAGED_LOOKUP  # noqa: E402
+from specviz.bench.prompts import load_prompts  # noqa: E402
+from specviz.stack.strategies import STAGED_LOOKUP  # noqa: E402
 
 SLOWER = 0.85         # a watched lane at least this share of the slower headless race beside it
 FASTER = 1.3          # ... and at most this share of the faster one

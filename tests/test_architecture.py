@@ -15,8 +15,8 @@ CORE = {"tree", "sampling", "verify", "backend", "cache", "kv_model", "kv_dynami
 CONSUMERS = {"stack", "presets", "plots", "palette", "app", "bench", "train", "cli", "recording"}
 MAX_LINES = 350
 REASON = "Longer than"        # a docstring that says "Longer than 350 lines because …" lets a module grow
-ENGINE_CORE = ("specviz.engine", "specviz.verify", "specviz.tree", "specviz.drafters")
-BACKEND_PREFIXES = ("specviz.cpu", "specviz.auto_choice")     # a backend's modules and the machine's measured state
+ENGINE_CORE = ("specviz.decode.engine", "specviz.decode.verify", "specviz.decode.tree", "specviz.decode.drafters")
+BACKEND_PREFIXES = ("specviz.cpu", "specviz.profile.store")     # a backend's modules and the machine's measured state
 MODEL_METHODS = {"forward", "__call__", "__class__", "generate", "prepare_inputs_for_generation"}
 MAX_METHODS = 15
 
@@ -120,8 +120,9 @@ def test_modules_stay_small_or_say_why():
 
 def test_the_checks_can_fail():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert imports("specviz.tree", SPECVIZ / "tree.py", {"specviz.tree", "specviz.trace"}) == set()
-    assert "specviz.trace" in imports("specviz.engine", SPECVIZ / "engine.py", set(modules()))
+    assert imports("specviz.decode.tree", SPECVIZ / "decode/tree.py", {"specviz.decode.tree",
+                                                                       "specviz.decode.trace"}) == set()
+    assert "specviz.decode.trace" in imports("specviz.decode.engine", SPECVIZ / "decode/engine.py", set(modules()))
 
 
 def loaded_by(names: tuple[str, ...]) -> set[str]:
@@ -216,8 +217,9 @@ def test_no_class_has_more_than_15_methods():
 
 
 def test_the_core_checks_can_fail():
-    assert "specviz.cpu.machine" in backend_modules(loaded_by(("specviz.tree", "specviz.cpu.machine")))
-    assert backend_modules({"specviz.auto_choice", "specviz.cpu_tools", "specviz.tree"}) == ["specviz.auto_choice"]
+    assert "specviz.cpu.machine" in backend_modules(loaded_by(("specviz.decode.tree", "specviz.cpu.machine")))
+    assert backend_modules({"specviz.profile.store", "specviz.cpu_tools",
+                            "specviz.decode.tree"}) == ["specviz.profile.store"]
     patches = method_patches(
         "import types\n"
         "def fast(self, x):\n    return x\n"

@@ -43,7 +43,7 @@ def test_trigram_loads_as_its_stored_arrays_and_normalises():
 
     import numpy as np
 
-    from specviz.drafters.katz import KatzTrigram
+    from specviz.decode.drafters.katz import KatzTrigram
     trigram = KatzTrigram.load(ASSETS / "trigram.npz")
     with np.load(ASSETS / "trigram.npz") as stored:
         tables = {f.name for f in fields(trigram) if f.init and isinstance(getattr(trigram, f.name), np.ndarray)}
@@ -77,7 +77,7 @@ def test_shipped_draft_agrees_with_the_target_and_is_calibrated(smollm2):
     (dynamic trees are grown by these probabilities: an underconfident draft starves them)."""
     from transformers import AutoModelForCausalLM
 
-    from specviz.prompts import load_prompts
+    from specviz.bench.prompts import load_prompts
     draft = AutoModelForCausalLM.from_pretrained(ASSETS / "draft", dtype=torch.float32)
     hits, confidence = [], []
     for prompt in load_prompts(limit=8):

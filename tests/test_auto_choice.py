@@ -1,4 +1,4 @@
-"""`auto` decides once per machine (specviz/auto_choice.py): prepare measures, and a process started while the machine
+"""`auto` decides once per machine (specviz/profile/store.py): prepare measures, and a process started while the machine
 is busy reads the stored decision instead of a slowed probe, so it never loads another stack or precision."""
 import json
 import os
@@ -10,9 +10,9 @@ import types
 
 import pytest
 
-import specviz.auto_choice as auto_choice
-import specviz.precision as precision
-import specviz.presets as presets
+import specviz.profile.store as auto_choice
+import specviz.models.precision as precision
+import specviz.stack.presets as presets
 
 # one probe layer's token, s
 IDLE = {"float32": 0.040, "bfloat16": 0.030, "int4": 0.008, "int8": 0.0085, "gguf": 0.009}

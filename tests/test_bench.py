@@ -7,11 +7,12 @@ import torch
 from tiny import WordTokenizer, tiny_model
 from tiny import tiny_stack as tiny
 
-from specviz import bench, llama_cpp
+from specviz import bench
+from specviz.peers import llama_cpp
 from specviz.bench import run_bench
-from specviz.hf_peers import hf_generate
-from specviz.prompts import Prompt, load_prompts
-from specviz.sampling import Sampling
+from specviz.peers.hf import hf_generate
+from specviz.bench.prompts import Prompt, load_prompts
+from specviz.decode.sampling import Sampling
 
 KEYS = {"strategy", "sampling", "tokens_per_s_median", "tokens_per_s_p25", "tokens_per_s_p75",
         "speedup_vs_hf_generate", "speedup_vs_hf_assisted", "speedup_vs_baseline", "speedup_vs_reference",
@@ -272,8 +273,8 @@ def test_projection_flag():
 def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timing(monkeypatch):
     """The plumbing of `bench --compile`, for the target and the draft model; the real torch.compile is
     exercised in test_compiled.py."""
-    from specviz import stack_compile
-    from specviz.cache import BUCKETS
+    from specviz.stack import compiled as stack_compile
+    from specviz.backends.choose import BUCKETS
 
     calls = []
 
@@ -300,7 +301,7 @@ def test_compile_flag_sizes_one_static_cache_and_feeds_every_bucket_before_timin
 
 
 def test_cost_curve_times_each_size_and_prints_a_table():
-    from specviz.cost_curve import cost_curve, format_curve
+    from specviz.profile.cost_curve import cost_curve, format_curve
     curve = cost_curve(tiny_model("llama", 0), sizes=(1, 4, 16), context=20, reps=2)
     assert list(curve) == [1, 4, 16] and all(0 < s < 5 for s in curve.values())
     table = format_curve(curve)
@@ -310,8 +311,8 @@ def test_cost_curve_times_each_size_and_prints_a_table():
 
 def test_cost_curves_of_several_models_take_turns_within_each_round(monkeypatch):
     """The draft probe compares precisions on a machine whose speed drifts: every round times each model."""
-    from specviz.cache import KVModel
-    from specviz.cost_curve import cost_curves
+    from specviz.backends.choose import KVModel
+    from specviz.profile.cost_curve import cost_curves
     models = [tiny_model("llama", 0), tiny_model("llama", 1)]
     order, forward = [], KVModel.forward
     monkeypatch.setattr(KVModel, "forward", lambda self, tokens, *rest: order.append(
@@ -324,7 +325,7 @@ def test_cost_curves_of_several_models_take_turns_within_each_round(monkeypatch)
 def test_cost_curve_flag_writes_json(tmp_path, capsys):
     from tiny import save_with_word_tokenizer
 
-    from specviz.cost_curve import SIZES
+    from specviz.profile.cost_curve import SIZES
     save_with_word_tokenizer(tiny_model("llama", 0), tmp_path / "model")
     # float32 named: `auto` would time the probe layer in every precision first (this worker's one thread is a
     # machine of its own to auto_choice), which is not what this test is about

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tiny import tiny_model
 
-from specviz.cache import bucket, open_cache
-from specviz.tree import Tree, ancestor_matrix
+from specviz.backends.choose import bucket, open_cache
+from specviz.decode.tree import Tree, ancestor_matrix
 
 FAMILIES = [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), ("gpt2", "eager")]
 
@@ -172,8 +172,8 @@ def test_a_reset_static_cache_keeps_its_memory_and_reads_like_a_new_one():
 
 
 def test_an_untied_input_embedding_is_read_a_row_per_token_and_a_tied_one_with_the_output_layer():
-    from specviz.cache import parameter_bytes, read_bytes
-    from specviz.metrics import bytes_read
+    from specviz.backends.choose import parameter_bytes, read_bytes
+    from specviz.decode.metrics import bytes_read
 
     untied = tiny_model("llama")                    # Llama's default: separate input and output matrices
     embedding = untied.get_input_embeddings().weight

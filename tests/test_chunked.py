@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from specviz import chunked
-from specviz.chunked import CHUNKED, ChunkedFile, ChunkedFileError, assemble, available
-from specviz.models import ModelLoadError, resolve
+from specviz.models import chunked
+from specviz.models.chunked import CHUNKED, ChunkedFile, ChunkedFileError, assemble, available
+from specviz.models.load import ModelLoadError, resolve
 
 PARTS = [b"first part|", b"second|", b"third and last"]
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
 
-from specviz.cache import BUCKETS, open_cache
-from specviz.drafters import LookupDrafter, ModelDrafter
-from specviz.engine import Decoder
-from specviz.models import compile_model
-from specviz.tree import TreeSpec
+from specviz.backends.choose import BUCKETS, open_cache
+from specviz.decode.drafters import LookupDrafter, ModelDrafter
+from specviz.decode.engine import Decoder
+from specviz.models.load import compile_model
+from specviz.decode.tree import TreeSpec
 
 TOK = TinyTokenizer()
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from tiny import tiny_model
 
-from specviz.cache import open_cache
+from specviz.backends.choose import open_cache
 from specviz.cpu.matmul import MAX_ROWS, RowsLinear, engine_products, install, rows_product
 
 

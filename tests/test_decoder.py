@@ -7,11 +7,11 @@ import torch
 from test_int4 import gqa_model
 from tiny import tiny_model
 
-from specviz.cache import OwnForwardKV, open_cache
+from specviz.backends.choose import OwnForwardKV, open_cache
 from specviz.cpu import kernels
 from specviz.cpu.decoder import LlamaForward, supported
-from specviz.models import LoadedModel, _quantized
-from specviz.tree import ancestor_matrix
+from specviz.models.load import LoadedModel, _quantized
+from specviz.decode.tree import ancestor_matrix
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
 

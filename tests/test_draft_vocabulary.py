@@ -1,5 +1,5 @@
 """A draft model restricted to the tokens its n-gram stage's corpus holds, the special tokens and the
-prompt's (specviz/draft_vocabulary.py): its output layer is cut to those rows, it never drafts another
+prompt's (specviz/stack/draft_vocabulary.py): its output layer is cut to those rows, it never drafts another
 token, and every strategy still writes baseline's tokens."""
 import copy
 import functools
@@ -8,15 +8,15 @@ import pytest
 import torch
 from tiny import TinyTokenizer, tiny_model, tiny_stack
 
-from specviz.cache import open_cache, read_bytes, restricts_output
+from specviz.backends.choose import open_cache, read_bytes, restricts_output
 from specviz.cpu import kernels
 from specviz.cpu.int4 import WIDE_GROUP, Int4Linear
 from specviz.cpu.int8 import Int8Linear
-from specviz.drafters.katz import KatzTrigram
-from specviz.models import LoadedModel, _quantized
-from specviz.sampling import Sampling
-from specviz.strategies import STRATEGIES, default_tree
-from specviz.tree_builder import Proposal
+from specviz.decode.drafters.katz import KatzTrigram
+from specviz.models.load import LoadedModel, _quantized
+from specviz.decode.sampling import Sampling
+from specviz.stack.strategies import STRATEGIES, default_tree
+from specviz.decode.tree_builder import Proposal
 
 SPECIAL = 63
 

@@ -1,16 +1,16 @@
-"""A text ends at every token that the model's configs, GGUF file and tokenizer name (specviz/end_tokens.py), and every
-strategy stops exactly where baseline stops."""
+"""A text ends at every token that the model's configs, GGUF file and tokenizer name (specviz/decode/end_tokens.py), and
+every strategy stops exactly where baseline stops."""
 from types import SimpleNamespace
 
 import pytest
 from tiny import TinyTokenizer, tiny_model
 
-from specviz import end_tokens
-from specviz.cache import open_cache
-from specviz.drafters import LookupDrafter, ModelDrafter
-from specviz.engine import Decoder
-from specviz.sampling import Sampling
-from specviz.tree import TreeSpec
+from specviz.decode import end_tokens
+from specviz.backends.choose import open_cache
+from specviz.decode.drafters import LookupDrafter, ModelDrafter
+from specviz.decode.engine import Decoder
+from specviz.decode.sampling import Sampling
+from specviz.decode.tree import TreeSpec
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 

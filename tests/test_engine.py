@@ -4,13 +4,13 @@ import json
 import pytest
 from tiny import TinyTokenizer, tiny_model
 
-from specviz.cache import open_cache
-from specviz.drafters import LookupDrafter, ModelDrafter
-from specviz.engine import Decoder
-from specviz.metrics import summarise
-from specviz.sampling import Sampling
-from specviz.trace import RunRecord, StepRecord
-from specviz.tree import TreeSpec
+from specviz.backends.choose import open_cache
+from specviz.decode.drafters import LookupDrafter, ModelDrafter
+from specviz.decode.engine import Decoder
+from specviz.decode.metrics import summarise
+from specviz.decode.sampling import Sampling
+from specviz.decode.trace import RunRecord, StepRecord
+from specviz.decode.tree import TreeSpec
 
 TOK = TinyTokenizer()
 
@@ -132,7 +132,7 @@ def test_a_context_lookup_branch_is_credited_and_saves_target_forwards():
 
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=1.0, top_k=20, seed=7)])
 def test_a_decoder_given_the_prompts_prefill_writes_what_one_reading_it_writes(sampling):
-    from specviz.engine import prefill
+    from specviz.decode.engine import prefill
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     read_once = prefill(prompt, open_cache(tiny_model("llama"), "prefill"))
     alone = staged_run(sampling=sampling)
@@ -154,7 +154,7 @@ def test_a_decoder_given_the_prompts_prefill_writes_what_one_reading_it_writes(s
 
 
 def test_a_drafter_given_the_prompts_prefill_copies_its_models_read():
-    from specviz.engine import prefill
+    from specviz.decode.engine import prefill
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     draft = tiny_model("llama", noise=0.3)
     read_once = prefill(prompt, open_cache(tiny_model("llama"), "prefill"), [open_cache(draft, "prefill")])

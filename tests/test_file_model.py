@@ -10,10 +10,10 @@ import torch
 from short_prompts import ONE_TOKEN, beyond_near_ties, greedy_disagreements
 
 from specviz.cpu.blocks import BlockEmbedding, BlockLinear
-from specviz.models import load_model
-from specviz.prompts import load_prompts
-from specviz.stack import Stack
-from specviz.strategies import STRATEGIES
+from specviz.models.load import load_model
+from specviz.bench.prompts import load_prompts
+from specviz.stack.stack import Stack
+from specviz.stack.strategies import STRATEGIES
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +85,7 @@ def test_every_strategy_writes_baselines_tokens_with_the_files_blocks(auto_choic
 
 def test_the_quality_table_scores_every_position_beside_llama_cpp_and_the_re_quantised_model(tmp_path, capsys):
     from specviz.bench import quality
-    from specviz.llama_cpp import program
+    from specviz.peers.llama_cpp import program
 
     out = tmp_path / "quality.json"
     llama = [] if program("llama-perplexity") else ["--no-llama-cpp"]

@@ -10,9 +10,9 @@ import gguf
 import numpy as np
 import pytest
 
-from specviz.chunked import CHUNKED, assemble, available
+from specviz.models.chunked import CHUNKED, assemble, available
 from specviz.cpu import file_model, gguf_metadata
-from specviz.models import resolve
+from specviz.models.load import resolve
 
 
 def smollm2_file() -> Path:
@@ -132,7 +132,8 @@ def test_a_file_that_is_no_gguf_or_cut_short_or_another_architecture_is_refused_
 
 
 def test_prepare_names_a_file_it_cannot_read_in_one_line(tmp_path, monkeypatch, capsys):
-    from specviz import chunked, prepare
+    from specviz.models import chunked
+    from specviz import prepare
     from specviz.cpu import kernels
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from tiny import TinyTokenizer, tiny_model
 from toy_ngram import ToyBigram
 
-from specviz.cache import open_cache
-from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
-from specviz.engine import Decoder
-from specviz.precision import quantize_in_place
-from specviz.tree import TreeSpec
+from specviz.backends.choose import open_cache
+from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter
+from specviz.decode.engine import Decoder
+from specviz.models.precision import quantize_in_place
+from specviz.decode.tree import TreeSpec
 
 TOK = TinyTokenizer()
 INT4 = "llama-int4"       # the llama family 64 wide in 4 bits: specviz/cpu/decoder.py's forward and the 4-bit kernel
@@ -62,7 +62,7 @@ KINDS = ["model", "model-subset", "lookup", "ngram", "staged-lookup", "staged-ng
        lookup_ngram=st.integers(1, 3), planned=st.lists(st.floats(0.0, 0.9), max_size=12))
 def test_greedy_output_equals_baseline(family, prompt, kind, shape, budget, depth, branch, width, n, lookup,
                                        lookup_ngram, planned):
-    """planned: a tree grown by per-guess minimum scores, as specviz/tree_plan.py sets them"""
+    """planned: a tree grown by per-guess minimum scores, as specviz/decode/costs.py sets them"""
     target = model(family)
     expected = greedy(target, prompt, n)
     spec = TreeSpec(shape=shape, budget=budget, max_depth=depth, max_branch=branch, level_width=width,
@@ -162,7 +162,7 @@ def test_greedy_output_with_a_static_target_cache_equals_baseline(family, prompt
 @given(values=st.lists(st.integers(0, 3), min_size=1, max_size=40), rows=st.integers(1, 4))
 def test_the_best_token_is_argmaxs_first_of_equals_and_a_top_token_only_with_some_chance(values, rows):
     """Greedy verification and the tree's one-child levels take max's indices for argmax's (ties are common here)."""
-    from specviz.sampling import best_tokens, top_tokens
+    from specviz.decode.sampling import best_tokens, top_tokens
     probs = torch.tensor(values, dtype=torch.float32).roll(1).repeat(rows, 1) / 3
     assert best_tokens(probs).tolist() == probs.argmax(-1).tolist()
     expected = [int(probs[0].argmax())] if probs[0].max() > 0 else []

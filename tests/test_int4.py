@@ -9,12 +9,12 @@ import pytest
 import torch
 from tiny import tiny_model
 
-from specviz import cache
-from specviz.cache import OwnForwardKV, open_cache, parameter_bytes, read_bytes
+from specviz.backends import choose as cache
+from specviz.backends.choose import OwnForwardKV, open_cache, parameter_bytes, read_bytes
 from specviz.cpu import kernels
 from specviz.cpu.int4 import GROUP, WIDE_GROUP, Int4Linear, is_quantized, quantize_model
-from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
-from specviz.tree import ancestor_matrix
+from specviz.models.load import LoadedModel, ModelLoadError, _quantized, load_model
+from specviz.decode.tree import ancestor_matrix
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -265,8 +265,8 @@ def test_through_transformers_with_all_tokens_attending_at_once_it_would_not_be(
 def test_every_strategy_writes_baselines_tokens_with_a_quantized_target_and_draft(tmp_path, precision):
     from tiny import pin_plan, save_with_word_tokenizer
 
-    from specviz.precision import precision_name
-    from specviz.stack import Stack
+    from specviz.models.precision import precision_name
+    from specviz.stack.stack import Stack
 
     for name, noise in (("target", 0.0), ("draft", 0.05)):
         save_with_word_tokenizer(gqa_model(noise=noise), tmp_path / name)

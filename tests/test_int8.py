@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from test_int4 import gqa_model, tree_and_sequential_logits
 from tiny import tiny_model
 
-from specviz.cache import read_bytes
+from specviz.backends.choose import read_bytes
 from specviz.cpu import kernels
 from specviz.cpu.int8 import Int8Linear
-from specviz.models import LoadedModel, ModelLoadError, _quantized, load_model
+from specviz.models.load import LoadedModel, ModelLoadError, _quantized, load_model
 
 
 def test_a_layer_multiplies_by_its_dequantized_weight_each_row_alone():

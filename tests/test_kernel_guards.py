@@ -11,7 +11,7 @@ from specviz.cpu import kernels
 from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.int4 import Int4Linear
 from specviz.cpu.kernels import KernelInputError
-from specviz.precision import quantize_in_place
+from specviz.models.precision import quantize_in_place
 
 pytestmark = pytest.mark.skipif(not kernels.rows_available(), reason="no C compiler or no AVX2: torch's products run")
 

@@ -1,10 +1,10 @@
-"""The replay backend (specviz/kv_replay.py): a shipped recording's rounds run again through the engine on random
-Qwen2 models of tiny sizes. Every round must grow the recorded tree, feed the drafts the recorded sizes and accept the
-recorded path; a replay that strays (a lost proposal, a wrong decision) must be caught."""
+"""The replay backend (specviz/bench/replay_backend.py): a shipped recording's rounds run again through the engine on
+random Qwen2 models of tiny sizes. Every round must grow the recorded tree, feed the drafts the recorded sizes and
+accept the recorded path; a replay that strays (a lost proposal, a wrong decision) must be caught."""
 import pytest
 import torch
 
-from specviz import kv_replay
+from specviz.bench import replay_backend as kv_replay
 from specviz.bench import projection
 from specviz.recording import RECORDINGS, load
 

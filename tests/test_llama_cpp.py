@@ -5,14 +5,14 @@ import json
 import pytest
 from test_cli import in_process
 
-from specviz import llama_cpp
+from specviz.peers import llama_cpp
 from specviz.app import settings as app_settings
 from specviz.app import words
 from specviz.app.race import COMPARED, Race
 from specviz.bench import run_bench
-from specviz.presets import load_preset
-from specviz.prompts import Prompt
-from specviz.sampling import Sampling
+from specviz.stack.presets import load_preset
+from specviz.bench.prompts import Prompt
+from specviz.decode.sampling import Sampling
 
 PROMPT = 'def running_max(values: list[int]) -> list[int]:\n    """Return the running maximum of values."""\n'
 GGUF = llama_cpp.gguf_file("smollm2-135m")

@@ -7,8 +7,8 @@ import pytest
 import torch
 from tiny import tiny_stack
 
-from specviz import engine
-from specviz.lossless import (
+from specviz.decode import engine
+from specviz.analysis.lossless import (
     ChiSquare,
     first_tokens,
     goodness_of_fit,
@@ -17,8 +17,8 @@ from specviz.lossless import (
     next_token_distribution,
     p_value,
 )
-from specviz.sampling import Sampling, sample
-from specviz.verify import Verdict, target_probs_of_nodes
+from specviz.decode.sampling import Sampling, sample
+from specviz.decode.verify import Verdict, target_probs_of_nodes
 
 PROMPT = [3, 14, 15, 9, 26, 5]
 SAMPLING = Sampling(temperature=0.3)    # sharp enough that 1000 samples tell small biases apart

@@ -47,7 +47,7 @@ def test_without_sysconf_as_on_windows_psutil_tells_and_without_either_nothing_i
 
 
 def test_an_unknown_memory_does_not_turn_the_default_stack_away(monkeypatch):
-    import specviz.presets as presets
+    import specviz.stack.presets as presets
     monkeypatch.delenv(presets.PRESET_ENV, raising=False)
     monkeypatch.setattr(presets, "available", lambda chunked: True)
     monkeypatch.setattr(presets, "memory_bytes", lambda: None)

@@ -2,8 +2,8 @@
 import pytest
 from tiny import TinyTokenizer, tiny_model
 
-import specviz.precision as precision
-from specviz.models import LoadedModel, ModelLoadError, check_tokenizers_match, load_model, resolve
+import specviz.models.precision as precision
+from specviz.models.load import LoadedModel, ModelLoadError, check_tokenizers_match, load_model, resolve
 
 
 def test_resolve_specs(tmp_path):
@@ -38,8 +38,8 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
 
 
 def test_auto_dtype_follows_the_probe(monkeypatch, preparing):
-    import specviz.models as models
-    import specviz.precision as precision
+    import specviz.models.load as models
+    import specviz.models.precision as precision
     for faster in ("bfloat16", "float32", "int4", *(["int8"] if "int8" in precision.cpu_precisions() else [])):
         clear_probe(models)
         monkeypatch.setattr(precision, "_probe_layer", lambda dtype, f=faster: {1: 0.5, 16: 0.5} if dtype == f
@@ -60,7 +60,7 @@ def test_auto_dtype_follows_the_probe(monkeypatch, preparing):
 
 def clear_probe(models) -> None:
     """As a new process on a new machine: nothing measured, nothing stored."""
-    import specviz.auto_choice as auto_choice
+    import specviz.profile.store as auto_choice
     precision.resolve_dtype.cache_clear()
     precision.probe_seconds.cache_clear()
     auto_choice.forget()
@@ -68,7 +68,7 @@ def clear_probe(models) -> None:
 
 @pytest.mark.slow
 def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):
-    import specviz.precision as precision
+    import specviz.models.precision as precision
     assert all(precision._probe_layer(name, feeds=(1,), repeats=1)[1] > 0 for name in precision.cpu_precisions())
     tiny_model("llama").save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path), dtype="auto")
@@ -88,7 +88,7 @@ def test_models_load_as_from_pretrained_leaves_them(tmp_path):
 def test_a_load_resolves_its_spec_to_files_once(monkeypatch, dtype):
     """Loading in one pass: the spec is resolved once, then the model is loaded in the chosen precision (no module
     asks where the files are again)."""
-    import specviz.models as models
+    import specviz.models.load as models
     asked = []
     monkeypatch.setattr(models, "resolve", lambda spec: asked.append(spec) or resolve(spec))
     loaded = models.load_model("smollm2-135m", dtype)

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specviz.drafters.katz import KatzTrigram
+from specviz.decode.drafters.katz import KatzTrigram
 
 V = 12
 CORPUS = [
@@ -88,7 +88,7 @@ def test_top_matches_full_distribution(model, context):
 
 
 def test_top_is_remembered_by_the_last_two_tokens_and_forgotten_when_full(monkeypatch):
-    from specviz.drafters import katz
+    from specviz.decode.drafters import katz
     model = KatzTrigram.build(CORPUS, vocab_size=V, min_trigram_count=1)
     fresh = KatzTrigram.build(CORPUS, vocab_size=V, min_trigram_count=1)
     first = model.top([9, 1, 2], 3)

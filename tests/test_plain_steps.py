@@ -4,15 +4,15 @@ copies are often right) gives way to what this run's copies yield (prose, where 
 import pytest
 import torch
 
-from specviz import calibration, tree_builder
-from specviz.calibration import Calibration
-from specviz.drafters import LookupDrafter
-from specviz.round_plan import Costs, LookupChoice, RoundPlanner, lookup_reason
-from specviz.sampling import Sampling
-from specviz.trace import PlanRecord
-from specviz.tree import TreeSpec
-from specviz.tree_builder import build_tree
-from specviz.tree_plan import DRAFT_FEED, TreePlan
+from specviz.decode import calibration, tree_builder
+from specviz.decode.calibration import Calibration
+from specviz.decode.drafters import LookupDrafter
+from specviz.decode.planner import Costs, LookupChoice, RoundPlanner, lookup_reason
+from specviz.decode.sampling import Sampling
+from specviz.decode.trace import PlanRecord
+from specviz.decode.tree import TreeSpec
+from specviz.decode.tree_builder import build_tree
+from specviz.decode.costs import DRAFT_FEED, TreePlan
 
 # An AVX2 2-core machine's curves for the 1.5B (prepare, a Zen 3): a plain token 80 ms, each more token fed ~10 ms,
 # so a copied token must be right at least 1 time in 8 to pay for verifying it in a plain step

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specviz import plots
-from specviz.metrics import accept_by_position
-from specviz.trace import NodeRecord, RunRecord, StageInfo, StepRecord
+from specviz.decode.metrics import accept_by_position
+from specviz.decode.trace import NodeRecord, RunRecord, StageInfo, StepRecord
 
 DATA = Path(__file__).resolve().parent / "data"
 

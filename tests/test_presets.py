@@ -1,13 +1,13 @@
 """Named presets: the table, the offline failure message, and the trigram built on first use."""
 import pytest
 
-import specviz.auto_trigram
-import specviz.models
-import specviz.precision
-from specviz.auto_trigram import auto_trigram
-from specviz.models import ModelLoadError
-from specviz.presets import PRESETS, get_preset, load_preset
-from specviz.strategies import is_non_neural
+import specviz.stack.auto_trigram
+import specviz.models.load
+import specviz.models.precision
+from specviz.stack.auto_trigram import auto_trigram
+from specviz.models.load import ModelLoadError
+from specviz.stack.presets import PRESETS, get_preset, load_preset
+from specviz.stack.strategies import is_non_neural
 
 
 def test_preset_table_describes_loadable_cascades():
@@ -36,7 +36,7 @@ def test_unknown_preset_is_a_clear_error():
     (True, 8, 9.0, "cuda", "qwen-coder"),         # a GPU: neither the CPU's speed nor its memory matter
 ])
 def test_the_default_stack_is_chosen_by_measurement(monkeypatch, installed, memory_gib, token_s, device, expected):
-    import specviz.presets as presets
+    import specviz.stack.presets as presets
     monkeypatch.delenv(presets.PRESET_ENV, raising=False)
     monkeypatch.setattr(presets, "available", lambda chunked: installed)
     monkeypatch.setattr(presets, "memory_bytes", lambda: memory_gib * 2**30)
@@ -45,7 +45,7 @@ def test_the_default_stack_is_chosen_by_measurement(monkeypatch, installed, memo
 
 
 def test_an_operator_may_name_the_default_stack(monkeypatch):
-    import specviz.presets as presets
+    import specviz.stack.presets as presets
     monkeypatch.setenv(presets.PRESET_ENV, "paper-gpt2")
     assert presets.default_preset() == "paper-gpt2"
     monkeypatch.setenv(presets.PRESET_ENV, "gpt5")
@@ -55,18 +55,18 @@ def test_an_operator_may_name_the_default_stack(monkeypatch):
 
 @pytest.mark.slow
 def test_the_token_time_is_predicted_from_the_probe_layer_here(preparing):
-    import specviz.presets as presets
+    import specviz.stack.presets as presets
     seconds = presets.predicted_token_seconds()
     target = presets.PRESETS["qwen-coder"].target        # its GGUF file's own blocks, where the kernels build
-    assert specviz.precision.auto_precision(target) == ("gguf" if specviz.precision.runs_file_blocks() else
-                                                     specviz.precision.resolve_dtype("auto"))
-    probe = specviz.precision.probe_seconds(specviz.precision.auto_precision(target))
+    assert specviz.models.precision.auto_precision(target) == ("gguf" if specviz.models.precision.runs_file_blocks()
+                                                               else specviz.models.precision.resolve_dtype("auto"))
+    probe = specviz.models.precision.probe_seconds(specviz.models.precision.auto_precision(target))
     assert seconds == probe[1] * 33 and 0 < seconds < 60
 
 
 def test_hub_preset_without_network_says_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path))          # an empty hub cache
-    monkeypatch.setattr(specviz.models, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(specviz.models.load, "hub_reachable", lambda timeout=3.0: False)
     with pytest.raises(ModelLoadError) as info:
         load_preset("smollm2-1.7b")
     message = str(info.value)
@@ -97,12 +97,12 @@ def _write_draft_text(path, texts):
 
 def test_auto_trigram_counts_the_text_the_draft_wrote_and_caches_it_apart(smollm2, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(specviz.auto_trigram, "DRAFT_TEXT", tmp_path / "draft_text")
-    written = specviz.auto_trigram.draft_text_path("some/dir/tiny-draft")
+    monkeypatch.setattr(specviz.stack.auto_trigram, "DRAFT_TEXT", tmp_path / "draft_text")
+    written = specviz.stack.auto_trigram.draft_text_path("some/dir/tiny-draft")
     assert written == tmp_path / "draft_text" / "tiny-draft.jsonl.gz"
-    assert specviz.auto_trigram.draft_texts(["some/dir/tiny-draft", "lookup"]) == []
+    assert specviz.stack.auto_trigram.draft_texts(["some/dir/tiny-draft", "lookup"]) == []
     _write_draft_text(written, ["zebra quokka narwhal, zebra quokka narwhal."] * 3)
-    assert specviz.auto_trigram.draft_texts(["some/dir/tiny-draft", "lookup"]) == [written]
+    assert specviz.stack.auto_trigram.draft_texts(["some/dir/tiny-draft", "lookup"]) == [written]
 
     ids = smollm2.tokenizer(" zebra quokka narwhal", add_special_tokens=False)["input_ids"]
     cut = len(smollm2.tokenizer(" zebra quokka", add_special_tokens=False)["input_ids"])

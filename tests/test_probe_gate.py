@@ -1,11 +1,11 @@
-"""A probe waits until the target's own confidence says it pays (specviz/round_plan.py): after plain steps the draft
+"""A probe waits until the target's own confidence says it pays (specviz/decode/planner.py): after plain steps the draft
 must first read every token it missed, so a probe on text the target itself is unsure of costs more than it finds."""
 import math
 
 import pytest
 from test_round_plan import _chain_tree, planner
 
-from specviz.round_plan import HORIZON, PROBE_EVERY, PROBE_GUESSES, TOKEN_KEEP, Agreement, RoundPlanner, chain_rate
+from specviz.decode.planner import HORIZON, PROBE_EVERY, PROBE_GUESSES, TOKEN_KEEP, Agreement, RoundPlanner, chain_rate
 
 
 def slow(p: RoundPlanner) -> RoundPlanner:

@@ -1,6 +1,6 @@
-"""This machine's profile (specviz/auto_choice.py): only `python -m specviz.prepare` measures. A process that generates
-times nothing, says in one line where the profile lacks a measurement, uses the stated defaults, and names where each
-setting came from (the CLI's --json; the app's race shows the same)."""
+"""This machine's profile (specviz/profile/store.py): only `python -m specviz.prepare` measures. A process that
+generates times nothing, says in one line where the profile lacks a measurement, uses the stated defaults, and names
+where each setting came from (the CLI's --json; the app's race shows the same)."""
 import contextlib
 import io
 import json
@@ -8,11 +8,14 @@ from collections import Counter
 
 import pytest
 
-import specviz.auto_choice as auto_choice
-from specviz import draft_precision, precision, prepare, tree_plan_store
+import specviz.profile.store as auto_choice
+from specviz.stack import draft_precision
+from specviz.models import precision
+from specviz import prepare
+from specviz.profile import tree_plans as tree_plan_store
 from specviz.cli import main
 from specviz.cpu import prompt_reader
-from specviz.presets import load_preset
+from specviz.stack.presets import load_preset
 
 pytestmark = pytest.mark.slow         # the real SmolLM2 stack
 # every function that times something to fill the profile

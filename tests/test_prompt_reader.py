@@ -6,12 +6,12 @@ import pytest
 import torch
 from tiny import tiny_model, tiny_stack
 
-from specviz.cache import open_cache
+from specviz.backends.choose import open_cache
 from specviz.cpu import kernels, layer_loop, prompt_reader
 from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.layer_loop import LayerLoop
-from specviz.metrics import summarise, time_split
-from specviz.models import LoadedModel, _quantized
+from specviz.decode.metrics import summarise, time_split
+from specviz.models.load import LoadedModel, _quantized
 from specviz.plots.compare import latency_figure
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
@@ -134,7 +134,7 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
 
 def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks_read_the_stored_choice(
         auto_choices, monkeypatch):
-    from specviz import auto_choice
+    from specviz.profile import store as auto_choice
 
     def quantized_stack():
         return quantized_draft_stack()[0]
@@ -192,7 +192,7 @@ def test_the_regime_panel_says_how_the_draft_reads_prompts():
 def test_a_prompt_read_timed_again_on_a_busy_machine_times_the_same_copies(monkeypatch, preparing):
     """Where other work spoils a timing, prepare times the candidates again (auto_choice.SETTLE_TRIES in all): the
     float copies made for the first try, not the draft de-quantised anew for each."""
-    from specviz import auto_choice
+    from specviz.profile import store as auto_choice
 
     model, _ = quantized_with_float_copy()
     made, own_reads = [], []

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specviz.prompts import PromptError, load_prompts
+from specviz.bench.prompts import PromptError, load_prompts
 
 
 def test_humaneval_has_164_prompts_in_order():

@@ -5,13 +5,13 @@ remembered from one CPU)."""
 import pytest
 from short_prompts import beyond_near_ties, greedy_disagreements
 
-from specviz.auto_trigram import draft_text_path, draft_texts
-from specviz.chunked import CHUNKED, available
+from specviz.stack.auto_trigram import draft_text_path, draft_texts
+from specviz.models.chunked import CHUNKED, available
 from specviz.cpu.file_model import requantizable
-from specviz.models import load_model
-from specviz.presets import load_preset
-from specviz.prompts import load_prompts
-from specviz.strategies import STRATEGIES
+from specviz.models.load import load_model
+from specviz.stack.presets import load_preset
+from specviz.bench.prompts import load_prompts
+from specviz.stack.strategies import STRATEGIES
 
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 12

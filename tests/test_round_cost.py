@@ -1,10 +1,11 @@
-"""The analysis of a speculative strategy's rounds (specviz/round_cost.py), by hand, and where the app says it."""
+"""The analysis of a speculative strategy's rounds (specviz/analysis/round_cost.py), by hand, and where the app says
+it."""
 import math
 
 import pytest
 
 from specviz.app import words
-from specviz.round_cost import RoundCost, analysis
+from specviz.analysis.round_cost import RoundCost, analysis
 
 # An AVX2 machine's staged run: 10 rounds of 260 ms (125 drafting, 129 verifying), 5 tokens each; plain 52 ms a token
 AVX2 = dict(rounds=10, tokens=50, decode_s=2.6, phase_s={"stage1_draft": 1.2, "stage2_draft": 0.05, "verify": 1.29,

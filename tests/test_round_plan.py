@@ -1,4 +1,4 @@
-"""Rounds planned from a calibration learnt in the run (specviz/calibration.py, specviz/round_plan.py): the
+"""Rounds planned from a calibration learnt in the run (specviz/decode/calibration.py, specviz/decode/planner.py): the
 calibration's arithmetic, the planner's choices, a draft that lies about its confidence, a useless draft, the plan in
 the trace, and exactness with planned rounds."""
 import copy
@@ -11,16 +11,16 @@ from hypothesis import strategies as st
 from test_sampling_exact import chi2, chi2_critical, exact_two_token_distribution
 from tiny import TinyTokenizer, tiny_model, tiny_stack
 
-from specviz.cache import open_cache
-from specviz.calibration import BIN_MEANS, KEEP, STORED_CAP, Calibration
-from specviz.drafters import Drafter, LookupDrafter, ModelDrafter
-from specviz.engine import Decoder
-from specviz.round_plan import PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
-from specviz.sampling import Sampling
-from specviz.strategies import default_tree
-from specviz.trace import RunRecord
-from specviz.tree import TreeSpec
-from specviz.tree_plan import DRAFT_FEED, TreePlan
+from specviz.backends.choose import open_cache
+from specviz.decode.calibration import BIN_MEANS, KEEP, STORED_CAP, Calibration
+from specviz.decode.drafters import Drafter, LookupDrafter, ModelDrafter
+from specviz.decode.engine import Decoder
+from specviz.decode.planner import PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
+from specviz.decode.sampling import Sampling
+from specviz.stack.strategies import default_tree
+from specviz.decode.trace import RunRecord
+from specviz.decode.tree import TreeSpec
+from specviz.decode.costs import DRAFT_FEED, TreePlan
 
 TOK = TinyTokenizer()
 CHAIN = TreeSpec(shape="chain", budget=8, max_depth=8, planned=True)
@@ -127,7 +127,7 @@ def test_a_probe_accepted_whole_is_followed_by_another():
 
 
 def _chain_tree(length):
-    from specviz.tree import Tree
+    from specviz.decode.tree import Tree
     tree = Tree.with_root(0)
     for depth in range(length):
         tree.add(depth, depth + 1, 1, 0.9)
@@ -270,7 +270,7 @@ def test_the_trace_says_why_each_round_had_its_shape_and_round_trips_through_jso
 
 
 def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_are_stored(preparing, monkeypatch):
-    from specviz import auto_choice, tree_plan_store
+    from specviz.profile import store as auto_choice, tree_plans as tree_plan_store
     auto_choices = preparing
     pinned = tiny_stack(("draft", "lookup"), plan=cpu_plan)
     pinned.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
@@ -336,7 +336,7 @@ def test_planned_rounds_sample_two_tokens_exactly_as_the_target(opening):
 
 def test_the_app_words_say_why_a_round_had_its_shape_and_that_a_lane_fell_back_to_plain_steps():
     from specviz.app.words import calibration_md, plan_note, step_caption
-    from specviz.metrics import summarise
+    from specviz.decode.metrics import summarise
     target, run = useless_then_oracle(40)
     plain = next(s for s in run.steps if s.plan.kind == "plain")
     assert "**Plan:**" in step_caption(plain) and "plain step" in step_caption(plain)

@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny import TinyTokenizer, tiny_model
 
-import specviz.verify as verify
-from specviz.cache import open_cache
-from specviz.drafters import ModelDrafter
-from specviz.engine import Decoder
-from specviz.sampling import Sampling, draw_without_replacement, logits_to_probs, sample
-from specviz.tree import Tree, TreeSpec
+import specviz.decode.verify as verify
+from specviz.backends.choose import open_cache
+from specviz.decode.drafters import ModelDrafter
+from specviz.decode.engine import Decoder
+from specviz.decode.sampling import Sampling, draw_without_replacement, logits_to_probs, sample
+from specviz.decode.tree import Tree, TreeSpec
 
 
 def chi2_critical(df: int, p_value: float = 1e-5) -> float:

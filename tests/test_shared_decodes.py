@@ -9,7 +9,7 @@ from dataclasses import asdict, fields, replace
 import pytest
 from test_app import SETTINGS, controls
 
-from specviz import engine
+from specviz.decode import engine
 from specviz.app import compare_events, decoder_slots, events, shared_decodes, shared_races, stacks
 from specviz.app import settings as app_settings
 from specviz.app.compute import computed

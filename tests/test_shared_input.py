@@ -5,11 +5,11 @@ import pytest
 import torch
 from test_int4 import gqa_model
 
-from specviz.cache import open_cache, parameter_bytes
+from specviz.backends.choose import open_cache, parameter_bytes
 from specviz.cpu import kernels
 from specviz.cpu.int4 import Int4Linear
 from specviz.cpu.shared_input import Slice, Stacked, stack_siblings
-from specviz.models import LoadedModel, _quantized
+from specviz.models.load import LoadedModel, _quantized
 
 pytestmark = pytest.mark.skipif(not kernels.available(),
                                 reason="no rows kernel here: int4 layers are PyTorch's, never stacked")

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from specviz.speed_model import (
+from specviz.analysis.speed_model import (
     FittedCosts,
     best_chain,
     chain_curve,
@@ -14,8 +14,8 @@ from specviz.speed_model import (
     rank_rates,
     tree_tokens,
 )
-from specviz.trace import NodeRecord, StageInfo, StepRecord
-from specviz.tree import chain_shape
+from specviz.decode.trace import NodeRecord, StageInfo, StepRecord
+from specviz.decode.tree import chain_shape
 
 STAGES = [StageInfo("target", "target"), StageInfo("draft", "model")]
 

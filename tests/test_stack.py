@@ -4,11 +4,11 @@ import torch
 from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model, tiny_stack
 from toy_ngram import ToyBigram
 
-from specviz.drafters import LookupDrafter, ModelDrafter, NgramDrafter
-from specviz.models import LoadedModel
-from specviz.precision import precision_name
-from specviz.stack import Stack
-from specviz.strategies import STAGED_LOOKUP, default_tree
+from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter
+from specviz.models.load import LoadedModel
+from specviz.models.precision import precision_name
+from specviz.stack.stack import Stack
+from specviz.stack.strategies import STAGED_LOOKUP, default_tree
 
 
 def stack(drafts, loaded=None):
@@ -67,7 +67,7 @@ def test_default_trees():
 def target_probe(monkeypatch, preparing):
     """The target's probe layer timed as made-up seconds (float32 fastest): these tests choose a draft's precision,
     and the real probe (a 1.5B-shaped layer in every precision, tests/test_models.py) would take seconds each."""
-    import specviz.precision as precision
+    import specviz.models.precision as precision
     monkeypatch.setattr(precision, "_probe_layer", lambda dtype, **_: {n: (1.0 if dtype == "float32" else 2.0) * n
                                                                       for n in precision.PROBE_FEEDS})
     return preparing
@@ -83,8 +83,8 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
     """Staged feeds its draft levels of ~16 tokens; a chain feeds it one at a time. The dtype probe
     must time what the stack will run: a bfloat16 draft that is fast per token but slow per batch
     (an AVX2 CPU) stays float32 under a lower stage."""
-    import specviz.draft_precision as draft_precision
-    import specviz.stack as stack_module
+    import specviz.stack.draft_precision as draft_precision
+    import specviz.stack.stack as stack_module
     seen = []
 
     def fake_curves(models, sizes, context, reps):     # seconds by tokens fed, as on an AVX2 CPU
@@ -106,9 +106,9 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
 def test_a_draft_timed_again_on_a_busy_machine_is_loaded_once_in_each_precision(tmp_path, monkeypatch, target_probe):
     """Where other work spoils a timing, prepare times the candidates again (auto_choice.SETTLE_TRIES in all): the
     same models, not each loaded anew (a 0.5B in three precisions takes 10-30 s on 2 cores)."""
-    import specviz.auto_choice as auto_choice
-    import specviz.draft_precision as draft_precision
-    import specviz.stack as stack_module
+    import specviz.profile.store as auto_choice
+    import specviz.stack.draft_precision as draft_precision
+    import specviz.stack.stack as stack_module
     loads, timings = [], []
     load_model = draft_precision.load_model
 
@@ -133,8 +133,8 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
                                                                                 target_probe):
     """A draft's precision moves acceptance, never the output: a float32 target with a bfloat16 or
     int4 draft still writes baseline's tokens."""
-    import specviz.draft_precision as draft_precision
-    import specviz.stack as stack_module
+    import specviz.stack.draft_precision as draft_precision
+    import specviz.stack.stack as stack_module
     _save_target_and_draft(tmp_path)
     monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
     monkeypatch.setattr(draft_precision, "draft_probe_seconds",

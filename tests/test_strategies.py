@@ -1,7 +1,8 @@
-"""One answer to 'what does strategy X run, with which tree': the CLI, bench and app all ask specviz.strategies."""
+"""One answer to 'what does strategy X run, with which tree': the CLI, bench and app all ask
+specviz.stack.strategies."""
 import pytest
 
-from specviz.strategies import (
+from specviz.stack.strategies import (
     AUTO_SHAPE,
     STRATEGIES,
     check_strategy,
@@ -41,7 +42,7 @@ def test_a_race_lane_grows_a_dynamic_tree_by_its_own_rule_at_the_size_the_user_s
     is sure, tree its wide levels, and context lookup stays staged's."""
     from dataclasses import replace
 
-    from specviz.tree import TreeSpec
+    from specviz.decode.tree import TreeSpec
     app = TreeSpec(shape="dynamic", budget=12, max_depth=8, max_branch=4, lookup=3, min_score=0.2)
     staged, tree = tree_for_lane("staged", app, "staged"), tree_for_lane("tree", app, "staged")
     assert (staged.level_width, staged.planned, staged.lookup, staged.budget) == (1, True, 3, 12)

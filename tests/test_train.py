@@ -72,7 +72,7 @@ def test_sampled_continuations_stay_with_their_own_prompts():
 
 @pytest.mark.slow
 def test_draft_text_command_writes_what_the_draft_continues(tmp_path):
-    from specviz.auto_trigram import read_draft_text
+    from specviz.stack.auto_trigram import read_draft_text
     from specviz.train.cli import main
     out = tmp_path / "smollm2.jsonl.gz"
     main(["draft-text", "--draft", "smollm2-135m", "--max-prompts", "4", "--batch-size", "2",

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specviz.tree import Tree, ancestor_matrix, best_static_shape, chain_shape, children_ranks, validate_shape
+from specviz.decode.tree import Tree, ancestor_matrix, best_static_shape, chain_shape, children_ranks, validate_shape
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""Staged's tree planned from the machine's cost curves (specviz/tree_plan.py): the rule, the builder that follows
+"""Staged's tree planned from the machine's cost curves (specviz/decode/costs.py): the rule, the builder that follows
 it, and the stack that measures, stores and applies it."""
 import math
 
@@ -8,14 +8,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tiny import tiny_model, tiny_stack
 
-from specviz import auto_choice, prepare, tree_plan, tree_plan_store
-from specviz.cache import open_cache
-from specviz.drafters import ModelDrafter
-from specviz.sampling import Sampling
-from specviz.strategies import default_tree
-from specviz.tree import TreeSpec
-from specviz.tree_builder import build_tree
-from specviz.tree_plan import DRAFT_FEED, MAX_NODES, TreePlan
+from specviz.profile import store as auto_choice, tree_plans as tree_plan_store
+from specviz import prepare
+from specviz.decode import costs as tree_plan
+from specviz.backends.choose import open_cache
+from specviz.decode.drafters import ModelDrafter
+from specviz.decode.sampling import Sampling
+from specviz.stack.strategies import default_tree
+from specviz.decode.tree import TreeSpec
+from specviz.decode.tree_builder import build_tree
+from specviz.decode.costs import DRAFT_FEED, MAX_NODES, TreePlan
 
 
 def plan(target: dict, draft_level: float) -> TreePlan:
@@ -101,7 +103,7 @@ def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
 
 def test_a_stack_measures_its_plan_only_in_prepare_stores_it_and_every_later_stack_reads_it(auto_choices,
                                                                                             monkeypatch):
-    from specviz import auto_choice
+    from specviz.profile import store as auto_choice
     # The tiny models' curves are timed for real (beside the suite's other worker: how precise they get is the tests
     # below's business)
     first = tiny_stack(("draft", "lookup"), plan=None)
@@ -160,7 +162,7 @@ def test_a_swing_of_the_machines_speed_takes_nothing_from_the_curves_shape():
 
 
 def test_a_quiet_machine_settles_at_once_and_prepare_says_the_profile_holds_it(preparing, monkeypatch):
-    from specviz.cost_curve import CostSampler
+    from specviz.profile.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.007, 0.013, 0.010, 0.012], noise=0.01))
     stack = tiny_stack(("draft", "lookup"), plan=None)
     plan = stack.plans.tree_plan()
@@ -173,7 +175,7 @@ def test_a_quiet_machine_settles_at_once_and_prepare_says_the_profile_holds_it(p
 def test_curves_that_stay_noisy_are_stored_and_planned_from_and_prepare_names_them(preparing, monkeypatch):
     """The fallback is the curves measured, not staged's fixed rule; the last line asks for a run at rest, and every
     prepare measures them again until they settle. Under --remeasure, noisy curves never replace precise ones."""
-    from specviz.cost_curve import CostSampler
+    from specviz.profile.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.6))
     stack = tiny_stack(("draft", "lookup"), plan=None)
     noisy = stack.plans.tree_plan()
@@ -201,7 +203,7 @@ def test_curves_that_stay_noisy_are_stored_and_planned_from_and_prepare_names_th
 
 def test_curves_timed_while_other_work_kept_the_cores_busy_are_stored_unsettled_and_planned_from(preparing,
                                                                                                    monkeypatch):
-    from specviz.cost_curve import CostSampler
+    from specviz.profile.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))
     monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.9)
     monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)

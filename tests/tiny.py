@@ -60,7 +60,7 @@ def flat_plan():
     """Staged's plan on a machine where verifying costs nothing and a draft level a tenth of a token (a GPU's
     regime): minimum scores of 0.1. A tiny draft costs what its tiny target does, so a measured plan would let
     no guess join, and the tests of drafting would draft nothing."""
-    from specviz.tree_plan import DRAFT_FEED, SIZES, TreePlan
+    from specviz.decode.costs import DRAFT_FEED, SIZES, TreePlan
     return TreePlan(dict.fromkeys(SIZES, 0.01), {1: 0.001, DRAFT_FEED: 0.001}, "pinned by the tests")
 
 
@@ -75,8 +75,8 @@ def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, l
     """The model stack the tests build: a tiny target and, where `drafts` names "draft", a noisy copy of
     it as the draft model (`loaded` adds other drafters, e.g. an n-gram table). plan: a function giving staged's
     plan (None: measured on first use, as a real stack's)."""
-    from specviz.models import LoadedModel
-    from specviz.stack import Stack
+    from specviz.models.load import LoadedModel
+    from specviz.stack.stack import Stack
 
     tok = tokenizer or TinyTokenizer()
     sources = dict(loaded or {})

@@ -7,9 +7,9 @@ import html
 import json
 from pathlib import Path
 
-from ..markdown import md_table
-from ..presets import PRESETS
-from ..stack import default_drafts
+from ..analysis.markdown import md_table
+from ..stack.presets import PRESETS
+from ..stack.stack import default_drafts
 from .settings import BENCHMARK_FILE
 
 

@@ -6,7 +6,8 @@ from time import perf_counter
 
 import gradio as gr
 
-from .. import auto_choice, plots
+from ..profile import store as auto_choice
+from .. import plots
 from . import panels, regime, replay, shared_races, stacks, words
 from . import settings as app_settings
 from .compute import Wait

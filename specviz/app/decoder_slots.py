@@ -16,7 +16,7 @@ import threading
 from collections import deque
 from time import monotonic
 
-from ..environment import env_number
+from ..profile.environment import env_number
 
 MAX_LIVE_DECODERS = int(env_number("SPECVIZ_MAX_SESSIONS", 16))
 IDLE_S = env_number("SPECVIZ_SESSION_IDLE_S", 900)

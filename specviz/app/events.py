@@ -14,7 +14,8 @@ from time import perf_counter
 
 import gradio as gr
 
-from .. import lossless, plots
+from ..analysis import lossless
+from .. import plots
 from . import decoder_slots, panels, replay, stacks, words
 from . import settings as app_settings
 from .compute import Wait, computed, computed_steps

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from .. import chunked, llama_cpp, presets
+from ..models import chunked
+from ..peers import llama_cpp
+from ..stack import presets
 from . import stacks
 from .settings import one_line
 

@@ -1,6 +1,6 @@
 """The Compare tab's two explaining panels, drawn from trace records and sample counts alone:
-*why it is fast* (specviz.speed_model: the chain formula, tokens per pass and speed, predicted vs
-measured, and the tree shape the cost model would pick) and *is it lossless* (specviz.lossless:
+*why it is fast* (specviz.analysis.speed_model: the chain formula, tokens per pass and speed, predicted vs
+measured, and the tree shape the cost model would pick) and *is it lossless* (specviz.analysis.lossless:
 next-token counts of plain and speculative sampling beside the target's exact distribution)."""
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ..lossless import ChiSquare
-from ..markdown import md_table
-from ..palette import KIND_COLOURS, STRATEGY_COLOURS
+from ..analysis.lossless import ChiSquare
+from ..analysis.markdown import md_table
+from ..plots.palette import KIND_COLOURS, STRATEGY_COLOURS
 from ..plots import base_layout, empty_figure, token_label
-from ..speed_model import best_chain, chain_curve, explain, fit_costs, seconds_per_token
-from ..trace import StepRecord
+from ..analysis.speed_model import best_chain, chain_curve, explain, fit_costs, seconds_per_token
+from ..decode.trace import StepRecord
 
 EXPLAINED = ("speculative", "tree", "staged")
 CHAIN_LENGTHS = range(0, 11)

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from time import perf_counter
 from typing import Iterator
 
-from .. import end_tokens, llama_cpp
-from ..hf_peers import ArrivalClock, hf_generate
+from ..decode import end_tokens
+from ..peers import llama_cpp
+from ..peers.hf import ArrivalClock, hf_generate
 from .settings import Settings, UserError
 from .stacks import get_stack, new_decoder, prompt_ids, stats_of
 from ..recording import RecordedLane
@@ -60,7 +61,7 @@ class PeerLane:
 
     @classmethod
     def llama(cls, stack, settings: Settings, prompt_ids: list[int], peer: str) -> "PeerLane":
-        """llama.cpp's own program on the stack's GGUF files, with as many threads as ours (llama_cpp.py)."""
+        """llama.cpp's own program on the stack's GGUF files, with as many threads as ours (peers/llama_cpp.py)."""
         try:
             run, chunks = llama_cpp.generate_for(stack, peer, prompt_ids, settings.sampling, settings.max_new_tokens,
                                                  stop_at_end=True)

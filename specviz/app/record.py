@@ -7,11 +7,12 @@ import sys
 from datetime import datetime, timezone
 from time import perf_counter
 
-from .. import __version__, end_tokens
-from ..tree import TreeSpec
+from .. import __version__
+from ..decode import end_tokens
+from ..decode.tree import TreeSpec
 from ..cpu.machine import describe
 from ..recording import Recording, RecordedLane, RecordedPeer, RecordingError, dump
-from ..sampling import Sampling
+from ..decode.sampling import Sampling
 from .race import TIMING, Race
 from .settings import COMPLETION, DEFAULT_BUDGET, Settings, UserError, parse_settings
 from .stacks import get_stack, new_decoder
@@ -80,8 +81,8 @@ def record(settings) -> Recording:
 def main(argv=None) -> int:
     """`python -m specviz.recording`: record a race to a JSON file (e.g. on a GPU, to replay anywhere)."""
     from ..bench.settings import BenchError, parse_sampling
-    from ..prompts import PromptError, load_prompts
-    from ..strategies import STAGED_LOOKUP
+    from ..bench.prompts import PromptError, load_prompts
+    from ..stack.strategies import STAGED_LOOKUP
     parser = argparse.ArgumentParser(prog="python -m specviz.recording", description=main.__doc__)
     parser.add_argument("--preset", default="offline")
     parser.add_argument("--prompt", default="HumanEval/0", help="a HumanEval task id (HumanEval/N) or the text itself")

@@ -3,20 +3,20 @@ target on screen, for llama.cpp on the same GGUF file, and for each precision th
 shaped layer). Speculation pays where verifying many tokens costs little more than one (memory-bound: a GPU,
 bf16 or AMX units); where it costs nearly k times one (compute-bound: 4-bit products on 2 cores), only cheap
 guesses accepted often can beat plain decoding. The analysis it prints is computed from these curves, and so is
-staged's tree (specviz/tree_plan.py): the panel shows the curve the plan used and the minimum scores it gives."""
+staged's tree (specviz/decode/costs.py): the panel shows the curve the plan used and the minimum scores it gives."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 import torch
 
-from .. import llama_cpp
-from ..cost_curve import cost_curve
-from ..markdown import md_table
-from ..precision import cpu_precisions, probe_seconds, runs_file_blocks
+from ..peers import llama_cpp
+from ..profile.cost_curve import cost_curve
+from ..analysis.markdown import md_table
+from ..models.precision import cpu_precisions, probe_seconds, runs_file_blocks
 from ..cpu import prompt_reader
 from ..cpu.blocks import GGUF
 from ..plots import base_layout, empty_figure
-from ..tree_plan import TreePlan, describe
+from ..decode.costs import TreePlan, describe
 
 SIZES = (1, 2, 4, 8, 16)
 

@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-from ..environment import env_number
+from ..profile.environment import env_number
 
 NON_NEURAL = ("lookup", "trigram", "trigram:auto")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}(/[\w.-]{1,96})?$")

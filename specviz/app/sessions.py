@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from . import shared_decodes
 from .settings import Settings
 from .words import missing_sentence
-from .. import auto_choice
+from ..profile import store as auto_choice
 
 
 @dataclass(eq=False)

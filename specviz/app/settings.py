@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import presets
-from ..tree import TreeSpec
-from ..sampling import Sampling
-from ..strategies import DEFAULT_MIN_SCORE, STRATEGIES, default_tree, shape_for
-from ..environment import env_number
-from ..prompt_format import COMPLETION, PROMPT_FORMATS
+from ..stack import presets
+from ..decode.tree import TreeSpec
+from ..decode.sampling import Sampling
+from ..stack.strategies import DEFAULT_MIN_SCORE, STRATEGIES, default_tree, shape_for
+from ..profile.environment import env_number
+from ..models.prompt_format import COMPLETION, PROMPT_FORMATS
 from .server_policy import custom_models_allowed
 
 MAX_PROMPT_CHARS = int(env_number("SPECVIZ_MAX_PROMPT_CHARS", 6000))
@@ -61,7 +61,7 @@ def example_prompts(humaneval: int = 12) -> dict[str, str]:
     """Example name -> prompt text: a few natural-language prompts and the first HumanEval prompts."""
     examples = dict(NATURAL_PROMPTS)
     try:
-        from ..prompts import load_prompts
+        from ..bench.prompts import load_prompts
         for prompt in load_prompts(limit=humaneval):
             names = re.findall(r"^def (\w+)", prompt.text, flags=re.M)
             examples[f"{prompt.id}: {names[-1]}" if names else prompt.id] = prompt.text

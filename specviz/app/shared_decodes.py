@@ -17,8 +17,8 @@ from collections import OrderedDict
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from ..environment import env_number
-from ..trace import CommittedSoFar
+from ..profile.environment import env_number
+from ..decode.trace import CommittedSoFar
 from . import decoder_slots
 from .settings import Settings
 from .stacks import get_stack, new_decoder

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from time import monotonic, perf_counter
 
-from ..environment import env_number
+from ..profile.environment import env_number
 from . import decoder_slots
 from .race import COMPARED, Progress, Race, time_lanes
 from .settings import Settings

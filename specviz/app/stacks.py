@@ -7,12 +7,13 @@ import os
 import threading
 from collections import OrderedDict
 
-from .. import presets, prompt_format
-from ..prompt_format import CHAT
-from ..metrics import summarise
-from ..models import ModelLoadError
-from ..stack import Stack, default_drafts
-from ..strategies import drafter_specs, tree_for_lane
+from ..stack import presets
+from ..models import prompt_format
+from ..models.prompt_format import CHAT
+from ..decode.metrics import summarise
+from ..models.load import ModelLoadError
+from ..stack.stack import Stack, default_drafts
+from ..stack.strategies import drafter_specs, tree_for_lane
 from .server_policy import PolicyError, check_custom
 from .settings import (CUSTOM, DTYPE, MAX_CACHED_STACKS, MAX_PROMPT_TOKENS, MAX_STACK_BYTES, Settings, UserError,
                        one_line)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import html
 
-from ..end_tokens import visible
-from ..markdown import md_table
-from ..calibration import BIN_MEANS, DEPTH_STARTS, SCORE_EDGES
-from ..round_cost import RoundCost, analysis, read_share
-from ..palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
+from ..decode.end_tokens import visible
+from ..analysis.markdown import md_table
+from ..decode.calibration import BIN_MEANS, DEPTH_STARTS, SCORE_EDGES
+from ..analysis.round_cost import RoundCost, analysis, read_share
+from ..plots.palette import COLOUR_NAMES, KIND_COLOURS, ROOT_COLOUR
 from ..plots import KIND_WORDS, bonus_token, stage_colours, stage_label
-from ..strategies import STRATEGIES
-from ..trace import StageInfo, StepRecord
-from .. import llama_cpp
+from ..stack.strategies import STRATEGIES
+from ..decode.trace import StageInfo, StepRecord
+from ..peers import llama_cpp
 from .race import IN_TURN, ONE_AFTER_ANOTHER
 
 def _quote(text: str) -> str:
@@ -331,9 +331,10 @@ def reference_note(stats: dict[str, dict]) -> str:
 
 
 def round_note(stats: dict[str, dict], lane: str = "staged", baseline_whole_s: float = 0.0) -> str:
-    """The analysis of a lane's rounds against baseline's plain decoding in the same race (specviz/round_cost.py):
-    what a round cost, the speed-up that makes, and what would reach the goal. Empty where either lane is missing.
-    baseline_whole_s: the baseline lane's whole time, its prompt read included (the race's tokens/s count it)."""
+    """The analysis of a lane's rounds against baseline's plain decoding in the same race
+    (specviz/analysis/round_cost.py): what a round cost, the speed-up that makes, and what would reach the goal. Empty
+    where either lane is missing. baseline_whole_s: the baseline lane's whole time, its prompt read included (the race's
+    tokens/s count it)."""
     run, base = stats.get(lane) or {}, stats.get("baseline") or {}
     if not run.get("steps") or not base.get("new_tokens"):
         return ""

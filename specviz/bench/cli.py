@@ -11,19 +11,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from time import perf_counter
 
-from ..llama_cpp import LlamaCppMissing
+from ..peers.llama_cpp import LlamaCppMissing
 from ..cpu.machine import describe
-from ..models import ModelLoadError, load_model
-from ..precision import AUTO_DTYPE, DTYPES, PRECISION_HELP, PRECISIONS
-from ..presets import PRESETS, get_preset, load_preset
-from ..prompt_format import PROMPT_FORMATS
-from ..prompts import HUMANEVAL, PromptError, load_prompts
-from ..strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
+from ..models.load import ModelLoadError, load_model
+from ..models.precision import AUTO_DTYPE, DTYPES, PRECISION_HELP, PRECISIONS
+from ..stack.presets import PRESETS, get_preset, load_preset
+from ..models.prompt_format import PROMPT_FORMATS
+from .prompts import HUMANEVAL, PromptError, load_prompts
+from ..stack.strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
 from .projection import PROJECTION_SIZES, format_projection, project, recorded_rows
 from .report import format_analyses, format_table, regret_line, write_outputs
 from .run import run_bench
 from .settings import ALL_STRATEGIES, DEFAULT_SAMPLINGS, BenchError, parse_sampling
-from .. import tree_plan
+from ..decode import costs as tree_plan
 from ..cpu import prompt_reader
 
 DEFAULT_OUT = Path("docs/benchmarks/latest.json")
@@ -201,7 +201,7 @@ def write_json(report: dict, out: Path) -> None:
 
 
 def write_cost_curve(args, argv: list[str]) -> int:
-    from ..cost_curve import cost_curve, format_curve
+    from ..profile.cost_curve import cost_curve, format_curve
 
     target = load_model(args.target or get_preset(args.preset).target, args.dtype, args.device)
     curve = cost_curve(target.model)

@@ -172,7 +172,7 @@ def measure() -> dict:
 def file_floors(model: str, floors: dict) -> dict:
     """A GGUF file's decoder layers: their bytes and multiply-adds per row, and the floors those give."""
     from ..cpu.file_model import tensors
-    from ..models import resolve
+    from ..models.load import resolve
     location, gguf_file = resolve(model)
     layers = {name: data for name, (qtype, data) in tensors(Path(location) / gguf_file).items()
               if name.startswith("blk.") and name.endswith(".weight") and qtype not in (0, 1)}

@@ -9,11 +9,11 @@ from time import perf_counter
 import numpy as np
 import torch
 
-from ..engine import Decoder, static_length
-from ..kv_replay import ReplayBackend, ReplayDrafter, ReplayError, rounds_of
-from ..precision import DTYPES
-from ..trace import RunRecord
-from ..tree import TreeSpec
+from ..decode.engine import Decoder, static_length
+from .replay_backend import ReplayBackend, ReplayDrafter, ReplayError, rounds_of
+from ..models.precision import DTYPES
+from ..decode.trace import RunRecord
+from ..decode.tree import TreeSpec
 from .report import fmt, median, ratio
 
 QWEN2 = {"rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}
@@ -23,7 +23,7 @@ PROJECTION_SIZES = {   # the paper's GPT-2-L target and 40M GPT-2 draft, the Qwe
               "draft": {"n_layer": 4, "n_embd": 512, "n_head": 8}},
     "tiny": {"family": "gpt2", "vocab": 256, "target": {"n_layer": 2, "n_embd": 64, "n_head": 4},
              "draft": {"n_layer": 1, "n_embd": 32, "n_head": 4}},
-    # Qwen2.5-Coder-1.5B and 0.5B-Instruct as their GGUF files give them (specviz/chunked.py)
+    # Qwen2.5-Coder-1.5B and 0.5B-Instruct as their GGUF files give them (specviz/models/chunked.py)
     "qwen-coder": {"family": "qwen2", "vocab": 151936,
                    "target": {"num_hidden_layers": 28, "hidden_size": 1536, "intermediate_size": 8960,
                               "num_attention_heads": 12, "num_key_value_heads": 2, **QWEN2},
@@ -37,10 +37,10 @@ PROJECTION_SIZES = {   # the paper's GPT-2-L target and 40M GPT-2 draft, the Qwe
 }
 PROJECTION_NOTE = ("PROJECTION, not a measurement: randomly initialised models of the given sizes run the "
                    "engine's rounds again with the decisions recorded from real runs (the replay backend, "
-                   "specviz/kv_replay.py): whole rounds are timed (tree building, masks, the target's forward, "
-                   "verification, commits), decode only: the target's prompt read is excluded, a draft's (its first "
-                   "recorded forward) is not. The drafts feed the recorded forward sizes and hand back the recorded "
-                   "trees, so an n-gram or lookup stage's own work is not timed; "
+                   "specviz/bench/replay_backend.py): whole rounds are timed (tree building, masks, the target's "
+                   "forward, verification, commits), decode only: the target's prompt read is excluded, a draft's (its "
+                   "first recorded forward) is not. The drafts feed the recorded forward sizes and hand back the "
+                   "recorded trees, so an n-gram or lookup stage's own work is not timed; "
                    "sampled runs are verified greedily along their recorded path.")
 
 
@@ -116,7 +116,7 @@ def recorded_rows(paths: list[str]) -> list[dict]:
 
 
 class NodeIds:
-    """A replayed run's tokens are recorded node ids (specviz/kv_replay.py): their text is the id."""
+    """A replayed run's tokens are recorded node ids (specviz/bench/replay_backend.py): their text is the id."""
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return "".join(f"<{i}>" for i in ids)
@@ -152,8 +152,8 @@ def _sync(kv) -> None:
 def _models(spec: dict, device: str, dtype: str, names: list[str], static_len: int | None):
     """The target's cache and one per draft stage name (the draft model shared), compiled over static caches
     of `static_len` entries, with every bucket compiled before anything is timed; eager where it is None."""
-    from ..cache import open_cache
-    from ..models import compile_model
+    from ..backends.choose import open_cache
+    from ..models.load import compile_model
 
     models = [random_model(spec["family"], spec[role], spec["vocab"], device, dtype, seed)
               for seed, role in enumerate(("target", "draft"))]

@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..llama_cpp import program
-from ..markdown import md_table
-from ..models import ModelLoadError, load_model, resolve
-from ..precision import precision_name
-from ..prompts import humaneval_path
+from ..peers.llama_cpp import program
+from ..analysis.markdown import md_table
+from ..models.load import ModelLoadError, load_model, resolve
+from ..models.precision import precision_name
+from .prompts import humaneval_path
 
 REFERENCE = "float32"
 LLAMA_CPP = "llama.cpp (its own logits of the file)"

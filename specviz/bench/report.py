@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import llama_cpp
-from ..strategies import STRATEGIES
-from ..markdown import md_table
-from ..metrics import PROMPT_READ, time_split
-from ..round_cost import RoundCost, analysis, read_share
+from ..peers import llama_cpp
+from ..stack.strategies import STRATEGIES
+from ..analysis.markdown import md_table
+from ..decode.metrics import PROMPT_READ, time_split
+from ..analysis.round_cost import RoundCost, analysis, read_share
 from .settings import ALL_STRATEGIES
 
 
@@ -148,7 +148,8 @@ def _read_share(rows: list[dict]) -> float:
 
 
 def _round_cost(rows: list[dict], plain_token_s: float | None, share: float = 0.0) -> dict | None:
-    """specviz/round_cost.py's analysis over all prompts' rounds: the round's parts per round, and its words."""
+    """specviz/analysis/round_cost.py's analysis over all prompts' rounds: the round's parts per round, and its
+    words."""
     cost = plain_token_s and RoundCost.of(sum(r["steps"] for r in rows), sum(r["new_tokens"] for r in rows),
                                           sum(r["decode_wall_s"] for r in rows), _phase_totals(rows), plain_token_s,
                                           share)
@@ -198,7 +199,8 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
 
 
 def format_analyses(results: list[dict]) -> str:
-    """Each speculative strategy's round analysis (specviz/round_cost.py), one paragraph per strategy and sampling."""
+    """Each speculative strategy's round analysis (specviz/analysis/round_cost.py), one paragraph per strategy and
+    sampling."""
     return "\n".join(f"{r['sampling']}: {r['rounds']['analysis']}" for r in results if r.get("rounds"))
 
 

@@ -8,18 +8,18 @@ from time import perf_counter
 
 import torch
 
-from .. import llama_cpp, reference
-from ..hf_peers import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
-from ..prompt_format import NoChatTemplate, default_format, encode_prompt
-from ..prompts import Prompt
-from ..strategies import STRATEGIES, default_tree
+from ..peers import llama_cpp, reference
+from ..peers.hf import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
+from ..models.prompt_format import NoChatTemplate, default_format, encode_prompt
+from .prompts import Prompt
+from ..stack.strategies import STRATEGIES, default_tree
 from .projection import decisions, project
 from .report import compare_rows, reference_strategy, summarise
 from .settings import BenchError, parse_sampling, usable_strategies, with_seed
 
 WARMUP_TOKENS = 8
 # Every lane writes the same number of tokens, so that speeds compare like for like; the app and the CLI stop at the
-# model's end-of-text tokens instead (specviz/end_tokens.py)
+# model's end-of-text tokens instead (specviz/decode/end_tokens.py)
 FIXED_LENGTH = ("every lane writes exactly {} tokens, past any end-of-text token, so that the lanes compare like for "
                 "like (the app and the CLI stop at the model's end of text)")
 
@@ -27,7 +27,7 @@ FIXED_LENGTH = ("every lane writes exactly {} tokens, past any end-of-text token
 class ForwardClock:
     """Wall time spent inside the forward passes of the given models (forward hooks): the HF peers' clock.
     Our decoders time their own forwards (Decoder.forward_seconds), whose output layer may run outside
-    the model's modules (specviz/cache.py)."""
+    the model's modules (specviz/backends/choose.py)."""
 
     def __init__(self, models):
         self.seconds = 0.0
@@ -85,7 +85,7 @@ def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
 
 def run_llama_cpp(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
     """llama.cpp's own program on the stack's GGUF files, as many threads as ours. Its clock stops when
-    the max_new_tokens-th token arrived; its text is compared with baseline's as text (llama_cpp.py)."""
+    the max_new_tokens-th token arrived; its text is compared with baseline's as text (peers/llama_cpp.py)."""
     run, chunks = llama_cpp.generate_for(stack, strategy, prompt_ids, sampling, max_new_tokens)
     return {"tokens": [t for _, chunk in chunks for t in chunk], "wall_s": chunks[-1][0] if chunks else run.seconds,
             "target_forwards": run.target_forwards, "draft_forwards": run.drafted or 0,
@@ -128,8 +128,8 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     plan = stack.plans.tree_plan() if planned else None
     reads = stack.prompt_reads.read(stack.draft_models())
     if compile:
-        from ..engine import static_length
-        from ..stack_compile import compile_models
+        from ..decode.engine import static_length
+        from ..stack.compiled import compile_models
         trees = [stack.plans.planned(default_tree(s, **(tree or {}))) for s in strategies if s in STRATEGIES]
         context = max(static_length(len(ids), max_new_tokens, t) for _, ids in encoded for t in trees)
         stack.compiled = compile_models(stack.target, stack.draft_models(), stack.vocabulary, context)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import re
 
-from .. import llama_cpp
-from ..strategies import STRATEGIES
-from ..hf_peers import PEERS
-from ..sampling import Sampling
+from ..peers import llama_cpp
+from ..stack.strategies import STRATEGIES
+from ..peers.hf import PEERS
+from ..decode.sampling import Sampling
 
 ALL_STRATEGIES = llama_cpp.PEERS + PEERS + STRATEGIES
 DEFAULT_SAMPLINGS = ("greedy", "topk50")

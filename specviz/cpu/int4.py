@@ -55,7 +55,7 @@ class Int4Linear(torch.nn.Module):
         self.bias = None if linear.bias is None else _frozen(linear.bias.detach().clone())
 
     def output_rows(self, ids: torch.Tensor) -> "Int4Linear":
-        """A layer computing only the outputs `ids` (a draft's output vocabulary: specviz/cache.py); specviz's
+        """A layer computing only the outputs `ids` (a draft's output vocabulary: specviz/backends/choose.py); specviz's
         kernel only (restricts_output)."""
         rows = torch.cat([ids, ids[-1:].repeat(-len(ids) % TILE)])         # whole tiles: the last row again
         per_chunk = chunk_values(self.group)

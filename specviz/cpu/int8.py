@@ -43,7 +43,7 @@ class Int8Linear(torch.nn.Module):
         return y if self.bias is None else y + self.bias
 
     def output_rows(self, ids: torch.Tensor) -> "Int8Linear":
-        """A layer computing only the outputs `ids` (a draft's output vocabulary: specviz/cache.py)."""
+        """A layer computing only the outputs `ids` (a draft's output vocabulary: specviz/backends/choose.py)."""
         part = Int8Linear.__new__(Int8Linear)
         torch.nn.Module.__init__(part)
         part.in_features, part.out_features = self.in_features, len(ids)

@@ -9,7 +9,7 @@ single row as two (the row twice). Either way plain decoding gets the same kerne
 so a comparison between them measures speculation, not a kernel.
 
 A model's linear layers become RowsLinear (`install`): the same weights, no copy, and nn.Linear's product
-unless a thread is inside `engine_products`. Only the engine's own forwards switch it on (specviz/kv_dynamic.py):
+unless a thread is inside `engine_products`. Only the engine's own forwards switch it on (specviz/backends/dynamic.py):
 transformers' generate() on the same model objects, as HF peers run, keeps nn.Linear's product.
 """
 from __future__ import annotations

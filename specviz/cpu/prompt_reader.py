@@ -12,7 +12,7 @@ differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took 174
 numerics move acceptance only, never the output.
 
 Which way reads fastest is measured once per machine and draft by `python -m specviz.prepare`, on the machine at rest,
-and kept in its profile (specviz/auto_choice.py); where nothing is stored
+and kept in its profile (specviz/profile/store.py); where nothing is stored
 the draft reads with its own products. Feeds shorter than READ_ROWS (a round's nodes, catching up on a few tokens)
 always take the draft's own products.
 """
@@ -69,7 +69,7 @@ def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
 
 def reader_of(decoder: LlamaForward, products: list[dict]) -> LlamaForward:
     """A copy of `decoder` (the quantized model's) whose products are `products` (copies() of the same model): what a
-    cache given them (kv_own.py) reads feeds of READ_ROWS tokens or more through."""
+    cache given them (backends/own.py) reads feeds of READ_ROWS tokens or more through."""
     reader = copy.copy(decoder)
     reader.layers = [replace(layer, **floats) for layer, floats in zip(decoder.layers, products)]
     # the columns in the C layer loop where the decoder has one (about 15% of a 128-token read spent between the

@@ -1,9 +1,9 @@
 """Plotly figures built from trace records alone (no model calls), so they are testable offline:
 `tree` (one step's tree, acceptance per position), `compare` (latency, tokens per pass, memory, benchmark
-results) and `common`. Colours come from specviz.palette: one colour per stage, the same in every
+results) and `common`. Colours come from specviz.plots.palette: one colour per stage, the same in every
 chart and in the text. Every chart carries a legend (or a colour bar).
 """
-from ..palette import ROOT_COLOUR, blend
+from .palette import ROOT_COLOUR, blend
 from .common import KIND_WORDS, REJECTED_TINT, base_layout, empty_figure, stage_colours, stage_label, token_label
 from .compare import benchmark_figure, forwards_figure, latency_figure, memory_figure, phase_split
 from .tree import BONUS_ID, acceptance_figure, bonus_token, tree_figure, tree_layout

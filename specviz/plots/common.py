@@ -1,13 +1,13 @@
 """What every figure shares: the base layout, the empty-figure message, token labels, stage colours
-(from specviz.palette) and names."""
+(from specviz.plots.palette) and names."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from ..end_tokens import visible
+from ..decode.end_tokens import visible
 
-from ..palette import stage_colours as kind_colours
-from ..trace import StageInfo
+from .palette import stage_colours as kind_colours
+from ..decode.trace import StageInfo
 
 REJECTED_TINT = 0.3           # rejected nodes: their colour mixed with white
 KIND_WORDS = {"target": "target", "model": "draft model", "ngram": "n-gram", "lookup": "context lookup"}

@@ -7,9 +7,9 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..metrics import PROMPT_READ, time_split
-from ..palette import KIND_COLOURS, LINE_COLOUR, OVERHEAD_COLOUR, PROMPT_READ_COLOUR, STRATEGY_COLOURS
-from ..trace import StageInfo
+from ..decode.metrics import PROMPT_READ, time_split
+from .palette import KIND_COLOURS, LINE_COLOUR, OVERHEAD_COLOUR, PROMPT_READ_COLOUR, STRATEGY_COLOURS
+from ..decode.trace import StageInfo
 from .common import KIND_WORDS, base_layout, empty_figure, stage_colours
 
 # -- comparing strategies ----------------------------------------------------------------------

@@ -7,10 +7,10 @@ import math
 
 import plotly.graph_objects as go
 
-from ..metrics import accept_by_position
-from ..palette import LINE_COLOUR, ROOT_COLOUR, blend
-from ..trace import StepRecord
-from ..end_tokens import visible
+from ..decode.metrics import accept_by_position
+from .palette import LINE_COLOUR, ROOT_COLOUR, blend
+from ..decode.trace import StepRecord
+from ..decode.end_tokens import visible
 from .common import REJECTED_TINT, base_layout, empty_figure, stage_colours, stage_label, token_label
 
 # -- the speculative tree of one step ----------------------------------------------------------

@@ -2,7 +2,7 @@
 replays with no model loaded.
 
 A recording holds the settings, where and when it was recorded, the models' names, sizes and
-precision, and every lane's trace records (specviz/trace.py) with their measured timings. Replay
+precision, and every lane's trace records (specviz/decode/trace.py) with their measured timings. Replay
 wraps each recorded lane in an object with the live decoder's interface (`steps`, `step()`,
 `finished`, ...), so the app draws recorded and live runs with the same code. Files from users are
 untrusted: `load()` checks size, format, version and every field's type, and refuses a bad file
@@ -21,10 +21,10 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
-from .. import end_tokens
-from ..sampling import Sampling
-from ..environment import env_number
-from ..trace import CommittedSoFar, StageInfo, StepRecord
+from ..decode import end_tokens
+from ..decode.sampling import Sampling
+from ..profile.environment import env_number
+from ..decode.trace import CommittedSoFar, StageInfo, StepRecord
 
 FORMAT = "specviz-recording"
 VERSION = 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..models import load_model
+from ..models.load import load_model
 from ..paths import ASSETS
 
 DATA = ASSETS.parent / "data"            # intermediate data (gitignored)

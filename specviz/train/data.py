@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..models import load_model
+from ..models.load import load_model
 from .common import DATA, TARGET, log, target_tokenizer
 from .sources import documented_function_prompts, humaneval_prompts, python_source_files, read_text
 

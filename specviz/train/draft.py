@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..locations import OUTPUT_VOCAB_FILE
-from ..models import load_model
+from ..models.locations import OUTPUT_VOCAB_FILE
+from ..models.load import load_model
 from .common import DATA, TARGET, log, read_json
 from .data import load_label_sets
 

@@ -12,8 +12,8 @@ import gzip
 import json
 from pathlib import Path
 
-from ..auto_trigram import draft_text_path
-from ..models import load_model
+from ..stack.auto_trigram import draft_text_path
+from ..models.load import load_model
 from .common import DATA, log
 from .sources import documented_function_prompts
 from .trigram import sample_continuations

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..markdown import md_table
-from ..models import load_model
+from ..analysis.markdown import md_table
+from ..models.load import load_model
 from ..paths import ASSETS
 from .common import DATA, TARGET, log, read_json
 from .draft_text import run_info_path

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specviz.sampling import Sampling
-from specviz.stack import Stack
-from specviz.strategies import default_tree
+from specviz.decode.sampling import Sampling
+from specviz.stack.stack import Stack
+from specviz.stack.strategies import default_tree
 
 HERE = Path(__file__).resolve().parent
 PROMPT = "Colours: red, green, blue, red, green, blue, red, green, blue, red,"

@@ -1,0 +1,207 @@
+"""A neural draft model as a drafter, optionally sped up by a lower stage (staged speculation).
+
+During a round the draft model is fed only the tree nodes it must expand (internal nodes), a level
+at a time in one batch each. With a lower stage, every node fed also brings a short chain that the
+lower stage guesses will follow it; those guesses are fed in the same batch, so when the tree
+builder later picks a guessed token as a child its scores are already there and no new forward is
+needed. Guessing never changes which tree is built, only how many draft forwards it costs, so the
+staged tree is exactly the tree the draft model alone would build.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...backends.interface import Backend
+from ..metrics import PROMPT_READ
+from ..tree import Tree
+from ..verify import verify_greedy
+from .base import Drafter
+from .lookup import COPIED_RUN
+
+# Tokens the lower stage guesses after each node the draft expands: its guess_run (base.py). A guess saves a draft
+# forward only when it covers every node of the next level, which a branching tree rarely allows, while every guessed
+# token is fed. With the trigram's own guesses 0-2 came out within noise of each other on held-out prompts, and 4
+# lost; so an n-gram stage guesses one token of its own, or a run of up to COPIED_RUN copied from the text where it
+# repeats, which is right far more often.
+LONGEST_GUESS = max(Drafter.guess_run, COPIED_RUN)
+LEVEL_FEED = 2      # a staged level's usual draft feed: its node and one guessed token
+
+
+def accepted_chain(root: int, proposal: list[int], logits: torch.Tensor) -> list[int]:
+    """The lower stage's guesses this model agrees with, then its own next token: the engine's greedy
+    verification applied to a chain (logits: after the root and after each proposed token)."""
+    chain = Tree.with_root(root)
+    for token in proposal:
+        chain.add(len(chain) - 1, token, stage=1, draft_prob=1.0)
+    verdict = verify_greedy(chain, logits[: len(chain)])
+    return [chain.tokens[node] for node in verdict.path[1:]] + [verdict.bonus]
+
+
+class RoundReads:
+    """What a draft model read in this round, beyond its committed cache: each fed path's pending cache slot (-1 for
+    the root) and its logits, and which paths a lower stage guessed. A commit or a new round starts a fresh one."""
+
+    def __init__(self):
+        self.fed: dict[tuple[int, ...], tuple[int, torch.Tensor]] = {}   # path tokens -> (slot, logits)
+        self.ancestry: list[list[int]] = []     # per pending slot: itself and its pending ancestors
+        self.guessed: set[tuple[int, ...]] = set()
+
+    def layout(self, chains: list[tuple[tuple[int, ...], list[int]]], root_position: int):
+        """One feed of token chains, each under an already fed path: its tokens, positions, attention mask (each
+        token sees its pending ancestors and itself) and the paths they end."""
+        tokens, positions, parents, keys = [], [], [], []
+        for start, chain in chains:
+            parent_key = start
+            for token in chain:
+                key = parent_key + (token,)
+                tokens.append(token)
+                positions.append(root_position + len(key))
+                parents.append(parent_key)
+                keys.append(key)
+                parent_key = key
+        first = len(self.ancestry)
+        new_slot = {key: first + i for i, key in enumerate(keys)}
+        visible = torch.zeros(len(tokens), first + len(tokens), dtype=torch.bool)
+        for i, parent_key in enumerate(parents):
+            parent_slot = new_slot[parent_key] if parent_key in new_slot else self.fed[parent_key][0]
+            ancestry = (self.ancestry[parent_slot] if parent_slot >= 0 else []) + [first + i]
+            self.ancestry.append(ancestry)
+            visible[i, ancestry] = True
+        return tokens, positions, visible, keys
+
+    def record(self, keys: list[tuple[int, ...]], logits: torch.Tensor) -> None:
+        first = len(self.ancestry) - len(keys)
+        for i, key in enumerate(keys):
+            self.fed[key] = (first + i, logits[i])
+
+
+class ModelDrafter(Drafter):
+    kind = "model"
+
+    def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
+                 lookahead: int | None = None, output_vocab: torch.Tensor | None = None, compiled=None, *,
+                 backend: Backend):
+        """compiled: a compiled copy of the model (of its body, with output_vocab) for bucket-sized feeds
+        (`models.compile_model`): used once `fit_static` gives this drafter a static cache.
+        backend: makes the model's cache (e.g. cache.open_cache, given a draft's prompt reader)."""
+        super().__init__()
+        self.backend = backend
+        self.kv = backend(model, name, output_vocab)
+        vocab = None if output_vocab is None else output_vocab.cpu()
+        self._support = vocab if vocab is not None and bool((vocab[1:] > vocab[:-1]).all()) else None
+        self.compiled = compiled
+        self.name = name
+        self.lower = lower
+        self.lookahead = (lower.guess_run if lower is not None else 0) if lookahead is None else lookahead
+        self.known: list[int] = []      # the committed sequence, as far as this drafter was told
+        self.reads = RoundReads()
+
+    def attach(self, stage, timer):
+        super().attach(stage, timer)
+        if self.lower is not None:
+            self.lower.attach(stage + 1, timer)
+
+    def stages(self):
+        return [self] + (self.lower.stages() if self.lower is not None else [])
+
+    def fit_static(self, static_len):
+        if self.compiled is not None:
+            self.kv = self.backend(self.kv.model, self.name, self.kv.output_vocab, static_len=static_len,
+                                   compiled=self.compiled)
+        if self.lower is not None:
+            self.lower.fit_static(static_len)
+
+    def start(self, tokens, prefilled=None):
+        self.kv.reset()
+        read = prefilled.cache_of(self.kv.model) if prefilled is not None else None
+        if read is not None and self.kv.static_len is None:     # a static cache reads the tokens itself
+            self.kv.copy_committed(read)        # the root is fed at the first expand
+        self.known = list(tokens)
+        self.reads = RoundReads()
+        if self.lower is not None:
+            self.lower.start(tokens, prefilled)
+
+    # -- feeding ------------------------------------------------------------------------------
+    def _catch_up(self, context: list[int]) -> None:
+        """Feed committed tokens the draft has not read yet, ending with the root: in the first round, the prompt."""
+        with self.timer.phase(PROMPT_READ if self.kv.committed == 0 else f"stage{self.stage}_draft"):
+            logits = self.kv.feed_committed(context[self.kv.committed:], keep=1)
+        self.reads.fed[()] = (-1, logits[-1])
+
+    def _feed(self, chains: list[tuple[tuple[int, ...], list[int]]], root_position: int) -> None:
+        """Feed token chains, each hanging under an already fed path, in one forward."""
+        tokens, positions, visible, keys = self.reads.layout(chains, root_position)
+        with self.timer.phase(f"stage{self.stage}_draft"):
+            logits = self.kv.forward(tokens, positions, visible)
+        self.reads.record(keys, logits)
+
+    # -- the Drafter interface ----------------------------------------------------------------
+    def expand(self, tree, nodes, context):
+        if () not in self.reads.fed:
+            self._catch_up(context)
+        keys = [tuple(tree.path_tokens(n)[1:]) for n in nodes]
+        missing = [k for k in keys if k not in self.reads.fed]
+        if missing:
+            chains = []
+            for key in missing:
+                parent, token = key[:-1], key[-1]
+                guess = self._guess_after(context + list(key))
+                chains.append((parent, [token] + guess))
+                self.reads.guessed.update(key + tuple(guess[:i + 1]) for i in range(len(guess)))
+            self._feed(chains, len(context) - 1)
+        return [self.reads.fed[k][1] for k in keys]
+
+    def support(self):
+        return self._support
+
+    def _guess_after(self, sequence: list[int]) -> list[int]:
+        if self.lower is None or self.lookahead <= 0:
+            return []
+        return self.lower.guess(sequence, self.lookahead)
+
+    def has_scores(self, tree, node):
+        return () in self.reads.fed and tuple(tree.path_tokens(node)[1:]) in self.reads.fed
+
+    def proposer_stage(self, tree, parent, token):
+        key = tuple(tree.path_tokens(parent)[1:]) + (token,)
+        return self.stage + 1 if key in self.reads.guessed else self.stage
+
+    def commit(self, tree, path, context):
+        # The accepted nodes the draft has read form a prefix of the path; keep exactly those.
+        slots = []
+        for node in path[1:]:
+            key = tuple(tree.path_tokens(node)[1:])
+            if key not in self.reads.fed:
+                break
+            slots.append(self.reads.fed[key][0])
+        if () in self.reads.fed:
+            self.kv.commit(slots)
+        self.known = context + tree.path_tokens(path[-1])[1:]
+        self.reads = RoundReads()
+        if self.lower is not None:
+            self.lower.commit(tree, path, context)
+
+    def guess(self, sequence, n):
+        """Greedy continuation, itself sped up by the lower stage (greedy chain speculation).
+
+        As a lower stage this drafter sees whole sequences: it feeds what its cache lacks, keeps
+        the entries that are known to be committed, and drops the rest after each forward.
+        """
+        out: list[int] = []
+        with self.timer.phase(f"stage{self.stage}_draft"):
+            while len(out) < n:
+                proposal = self._guess_after(sequence + out)[: n - len(out)]
+                fed = (sequence + out)[self.kv.committed:]
+                start = self.kv.committed
+                count = len(fed) + len(proposal)
+                logits = self.kv.forward(fed + proposal, list(range(start, start + count)),
+                                         torch.ones(count, count, dtype=torch.bool).tril(), keep=len(proposal) + 1)
+                safe = 0
+                while safe < len(fed) and start + safe < len(self.known) and fed[safe] == self.known[start + safe]:
+                    safe += 1
+                self.kv.commit(list(range(min(safe, len(fed) - 1))))   # the last token is re-fed next time
+                out += accepted_chain(fed[-1], proposal, logits)[: n - len(out)]
+        return out
+
+    def kv_models(self):
+        return [self.kv] + (self.lower.kv_models() if self.lower is not None else [])

@@ -1,0 +1,321 @@
+"""Each round planned for tokens per second: how much to guess, priced by the machine's cost curves, with each guess's
+chance taken from what this run's rounds actually yielded (specviz/decode/calibration.py).
+
+The planner keeps what the recent drafted rounds made: tokens committed and seconds, priced by the curves (the
+target's forward of the tree, the draft's forwards by the tokens each fed), faded round by round. Their ratio R is the
+rate speculation makes here lately. Before a round: where R is below plain decoding's (one token per one-token
+forward) the round is a plain step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY
+plain steps in a row a round probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back
+when the text turns predictable (a probe accepted whole is followed by another; after one that failed the wait doubles,
+up to PROBE_MOST, until a round drafts again). A probe is costly after plain steps: the draft must first read every
+token it missed, about a tenth of a plain step each on an AVX2 machine, so a probe that fails costs a tenth of the plain
+run before it. So a probe waits, too, until the target's own recent confidence says the draft would likely pass
+(`Agreement`): the target's probability of each token committed in plain steps is free, and drafted rounds teach what a
+given probability means for the draft's first guess. Otherwise the round drafts, and R
+prices each guess while the tree grows: a guess joins while its calibrated chance is at least R x (c(n + 2) -
+c(n + 1)), what it adds to verifying n guesses; a node is expanded (a draft forward) while its likely child would also
+pay for that forward. Growing by R rather than by plain decoding's rate is what maximises tokens per second: a round's
+ratio rises only while a guess adds more tokens per second than the round already makes (Dinkelbach's rule); the rate
+it yields then becomes the next rounds' R.
+
+Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
+drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .calibration import BIN_MEANS, PRIOR_WEIGHT, Calibration, score_bin
+from .trace import PlanRecord
+from .tree import Tree
+from .costs import TreePlan, interpolate
+
+PROBE_EVERY = 3         # plain steps in a row before a probe...
+PROBE_MOST = 12         # ...doubled after each probe that failed, up to this: a probe costs draft forwards, and on text
+                        # the draft cannot follow they would lose what the plain steps saved
+PROBE_GUESSES = 2       # a probe's chain
+FADE = 0.7              # the weight the past keeps at each drafted round in the running rate
+SHARE_FADE = 0.9        # ...and in the running share of draft levels that needed a forward
+PRIOR_TOKENS = 1.6      # before any round: what a drafted round is taken to make (one guess accepted 60% of the time)
+HORIZON = 16           # tokens a probe's gain is counted over: the text's predictability changes within a sentence
+TOKEN_KEEP = 0.98       # the weight a drafted round's evidence on agreement keeps at each later token (about 50)
+CONFIDENCE_FADE = 0.7   # the weight the past keeps at each committed token in the predicted chance of a first guess
+SHOWN_DEPTHS = 4        # depths whose acceptance a plan record quotes
+LOOKAHEAD = 8           # guesses below a node an expansion is priced for at most
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds: target[n] a target forward of n tokens, draft[n] a draft forward of n tokens (n >= 1), `level` one
+    draft level as this strategy feeds it."""
+    target: tuple[float, ...]
+    draft: tuple[float, ...]
+    level: float
+
+    @classmethod
+    def of(cls, plan: TreePlan, level_feed: int, most: int = 64) -> "Costs":
+        def curve(points):
+            return tuple(interpolate(points, max(n, 1)) for n in range(most + 2))
+        return cls(curve(plan.target), curve(plan.draft), interpolate(plan.draft, level_feed))
+
+    def verify(self, fed: int) -> float:
+        return self.target[min(fed, len(self.target) - 1)]
+
+    def drafting(self, fed: int) -> float:
+        return self.draft[min(fed, len(self.draft) - 1)]
+
+    def extra(self, drafted: int) -> float:
+        """What one more guess adds to verifying the root and `drafted` guesses."""
+        return self.verify(drafted + 2) - self.verify(drafted + 1)
+
+
+@dataclass(frozen=True)
+class LookupChoice:
+    """What context lookup offered a round and what joined: the copied tokens found, how many joined, and the chance
+    and price of the first that did not (else of the last that did)."""
+    found: int
+    joined: int
+    chance: float
+    price: float
+
+
+@dataclass
+class RoundPlan:
+    """One round's decisions, fixed before it is drafted. kind: "speculate", "plain" or "probe"."""
+    kind: str
+    rate: float                 # tokens per second a guess must beat: the recent drafted rounds', at least plain's
+    recent_tokens: float        # what the recent drafted rounds made a round...
+    recent_s: float             # ...in so many seconds
+    costs: Costs
+    calibration: Calibration
+    max_depth: int = 64
+    max_branch: int = 16
+    share: float = 1.0          # the share of draft levels that needed a forward of their own, in this run
+    probe_wait: int = PROBE_EVERY   # plain steps in a row before a probe, at this round
+    chances: dict[int, float] = field(default_factory=dict)    # per node drafted: the chance the plan gave it
+    lookup: LookupChoice | None = None      # what context lookup offered and what joined, once the tree is built
+    probe_held: bool = False    # a probe was due, but the predicted chance of its guesses did not pay for it
+
+    @property
+    def drafts(self) -> bool:
+        return self.kind != "plain"
+
+    def value(self, kind: str, depth: int, score: float) -> float:
+        return self.calibration.chance(kind, depth, score)
+
+    def need(self, drafted: int) -> float:
+        """The least chance the next guess needs, with `drafted` guesses in the tree."""
+        return 0.0 if self.kind == "probe" else self.rate * self.costs.extra(drafted)
+
+    def expands(self, depth: int, score: float, drafted: int, free: bool, last: float) -> bool:
+        """Whether a draft forward under a node at `depth` with path `score` pays (`free`: its scores are already
+        there, fed with a lower stage's guess; `last`: the draft's probability for the node itself). It opens a chain:
+        the guesses below it, each taken to be as likely as the last (a sure draft tends to stay sure), must pay for
+        verifying them and for the forwards under them (the first unless free, the later ones as often as this run
+        needed one), for some length of that chain."""
+        if depth >= self.max_depth:
+            return False
+        if self.kind == "probe" or depth == 0:
+            return True
+        forward = self.rate * self.costs.level
+        gain, best = (0.0 if free else -forward), float("-inf")
+        factor = last
+        for step in range(1, LOOKAHEAD + 1):
+            score *= factor
+            gain += self.value("model", depth + step, score) - self.need(drafted + step - 1)
+            best = max(best, gain)
+            gain -= forward * self.share
+        return best >= 0.0
+
+
+class Agreement:
+    """How often the draft's first guess passes, given the target's probability of the token that came there, learnt
+    from this run's drafted rounds (per bin of that probability, smoothed toward the bin's mean: a
+    draft of the target's family agrees about as often as the target is sure); and, from every committed token's
+    probability, the chance a first guess would pass at the recent positions (`predicted`, None before any token).
+    The evidence fades with every token committed (TOKEN_KEEP), drafted or not."""
+
+    def __init__(self):
+        self.hits, self.tried = [0.0] * len(BIN_MEANS), [0.0] * len(BIN_MEANS)
+        self.predicted: float | None = None
+
+    def chance(self, probability: float) -> float:
+        b = score_bin(probability)
+        return (self.hits[b] + BIN_MEANS[b] * PRIOR_WEIGHT) / (self.tried[b] + PRIOR_WEIGHT)
+
+    def learn(self, probability: float, passed: bool) -> None:
+        b = score_bin(probability)
+        self.hits[b] += passed
+        self.tried[b] += 1.0
+
+    def follow(self, probabilities: list[float]) -> None:
+        for probability in probabilities:
+            # evidence fades with each token committed, so that what the draft showed long ago, on other text, gives
+            # way to the prior and a probe can find out again
+            self.hits = [value * TOKEN_KEEP for value in self.hits]
+            self.tried = [value * TOKEN_KEEP for value in self.tried]
+            chance = self.chance(probability)
+            self.predicted = chance if self.predicted is None else \
+                CONFIDENCE_FADE * self.predicted + (1 - CONFIDENCE_FADE) * chance
+
+
+class RoundPlanner:
+    def __init__(self, costs: Costs, calibration: Calibration, on_finish=None):
+        """on_finish(calibration): called once when the generation ends."""
+        self.costs = costs
+        self.calibration = calibration
+        self.share = 1.0
+        # one drafted round's worth of prior: a guess accepted 60% of the time, for a two-token target forward and a
+        # draft level
+        self.tokens, self.seconds = PRIOR_TOKENS, costs.verify(2) + costs.level
+        self.plain_run = 0          # plain steps since the last round that drafted
+        self.probe_wait = PROBE_EVERY   # plain steps in a row before the next probe
+        self.probe_again = False
+        self.read_prompt = False    # the draft's first forward reads the prompt: a cost of starting, not of a round
+        self.on_finish = on_finish
+        self.last: RoundPlan | None = None
+        self.agreement = Agreement()
+        self.behind = 0             # tokens committed since the draft last read: a probe's draft must read them first
+
+    @property
+    def plain_rate(self) -> float:
+        return 1.0 / self.costs.verify(1)
+
+    def plan(self) -> RoundPlan:
+        recent = self.tokens / self.seconds
+        kind = "speculate" if recent >= self.plain_rate else "plain"
+        held = False
+        if kind == "plain" and (self.probe_again or self.plain_run >= self.probe_wait):
+            held = not self.probe_again and not self.likely()
+            kind = "plain" if held else "probe"
+        plan = RoundPlan(kind, max(recent, self.plain_rate), self.tokens, self.seconds, self.costs, self.calibration,
+                         share=self.share, probe_wait=self.probe_wait, probe_held=held)
+        if kind == "probe":
+            plan.max_depth, plan.max_branch = PROBE_GUESSES, 1
+        self.last = plan
+        return plan
+
+    def likely(self) -> bool:
+        """Whether a probe pays at the recent positions' predicted chance (True before any evidence): were the text to
+        stay as predictable for the next HORIZON tokens, speculating at that chance would save more than the probe
+        costs (the draft reading what it missed, and verifying the guesses)."""
+        predicted = self.agreement.predicted
+        if predicted is None:
+            return True
+        plain = self.costs.verify(1)
+        saved = HORIZON * plain * max(0.0, 1.0 - 1.0 / (chain_rate(self.costs, predicted) * plain))
+        cost = (self.costs.drafting(self.behind) + (PROBE_GUESSES - 1) * self.costs.level
+                + self.costs.verify(PROBE_GUESSES + 1) - plain)
+        return saved >= cost
+
+    def observe(self, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int],
+                committed_probs: list[float] = ()) -> None:
+        """After verification: the round's tree, the accepted path, each stage's kind (by stage index), the tokens
+        each forward of the top draft model fed this round, and the target's probability of each token committed."""
+        plan, accepted = self.last, set(path)
+        first_guesses = [child for child in tree.children[0] if tree.drawn[child]]
+        if committed_probs and first_guesses:
+            self.agreement.learn(committed_probs[0], len(path) > 1 and path[1] in first_guesses)
+        self.agreement.follow(list(committed_probs))
+        self.probe_again = plan is not None and plan.kind == "probe" and len(path) - 1 >= PROBE_GUESSES
+        if plan is not None and plan.kind == "probe" and not self.probe_again:
+            self.probe_wait = min(2 * self.probe_wait, PROBE_MOST)
+        elif plan is not None and plan.kind == "speculate":
+            self.probe_wait = PROBE_EVERY
+        drafted = plan is not None and plan.drafts and bool(draft_feeds)       # it paid for a draft forward
+        self.plain_run = 0 if drafted else self.plain_run + 1
+        self.behind = 0 if drafted else self.behind + len(path)
+        if draft_feeds and not self.read_prompt:
+            draft_feeds, self.read_prompt = draft_feeds[1:], True
+        if drafted:
+            seconds = self.costs.verify(len(tree)) + sum(self.costs.drafting(n) for n in draft_feeds)
+            self.tokens = FADE * self.tokens + (1 - FADE) * len(path)
+            self.seconds = FADE * self.seconds + (1 - FADE) * seconds
+            expanded = sum(1 for n in range(len(tree)) if any(tree.drawn[c] for c in tree.children[n]))
+            self.share = SHARE_FADE * self.share + (1 - SHARE_FADE) * min(1.0, len(draft_feeds) / max(expanded, 1))
+        if len(tree) == 1:
+            return
+        guesses, scores = [], {0: 1.0}
+        for node in range(1, len(tree)):
+            scores[node] = scores[tree.parents[node]] * tree.draft_probs[node]
+            if tree.drawn[node]:
+                guesses.append((kinds[tree.stages[node]], tree.depths[node], scores[node], node in accepted))
+            if tree.point_mass[node]:
+                guesses.append(("lookup", tree.depths[node], 1.0, node in accepted))
+        self.calibration.observe(guesses, *drafted_depths(tree, path))
+
+    def finish(self) -> None:
+        if self.on_finish is not None:
+            self.on_finish(self.calibration)
+            self.on_finish = None
+
+    def record(self, plan: RoundPlan, kinds_in_use: list[str]) -> PlanRecord:
+        shown = {kind: self.calibration.table(kind) for kind in dict.fromkeys(kinds_in_use)}
+        record = PlanRecord(kind=plan.kind, recent_tokens=round(plan.recent_tokens, 3),
+                            recent_ms=round(plan.recent_s * 1e3, 2), plain_ms=round(self.costs.verify(1) * 1e3, 2),
+                            rates=[round(r, 3) for r in self.calibration.depth_rates(SHOWN_DEPTHS)],
+                            calibration=shown, reason="")
+        if plan.lookup is not None:
+            record.lookup_found, record.lookup_joined = plan.lookup.found, plan.lookup.joined
+            record.lookup_chance, record.lookup_price = round(plan.lookup.chance, 3), round(plan.lookup.price, 3)
+        if plan.probe_held:
+            record.probe_held, record.behind = True, self.behind
+            record.predicted = round(self.agreement.predicted or 0.0, 3)
+        record.reason = reason(record, plan.probe_wait)
+        return record
+
+
+def chain_rate(costs: Costs, chance: float, longest: int = 4) -> float:
+    """Tokens per second of the best chain of 1 to `longest` guesses, each passing with `chance`."""
+    return max(sum(chance ** i for i in range(g + 1)) / (costs.verify(g + 1) + g * costs.level)
+               for g in range(1, longest + 1))
+
+
+def drafted_depths(tree: Tree, path: list[int]) -> tuple[int, int]:
+    """How deep the drafted guesses reached under the accepted path (the deepest depth at which an accepted node had
+    a drafted child), and how many drafted guesses it accepted: context lookup's own branch left out, so that its hits
+    do not vouch for the draft."""
+    reached = accepted = 0
+    for i, node in enumerate(path):
+        if not any(tree.drawn[child] for child in tree.children[node]):
+            break
+        reached = tree.depths[node] + 1
+        if i + 1 == len(path) or not tree.drawn[path[i + 1]]:
+            break
+        accepted += 1
+    return reached, accepted
+
+
+def reason(plan: PlanRecord, probe_wait: int) -> str:
+    """Why a round had its shape, in a sentence, from a trace's plan record (probe_wait: the plain steps in a row
+    before a probe, at that round)."""
+    said = ", ".join(f"{rate:.0%} at depth {depth}" for depth, rate in enumerate(plan.rates[:3], 1))
+    speed = plan.recent_tokens / plan.recent_ms * plan.plain_ms if plan.recent_ms > 0 else 0.0
+    recent = (f"The last drafted rounds made {plan.recent_tokens:.1f} tokens in {plan.recent_ms:.0f} ms, {speed:.2f}x "
+              f"a plain step's {plan.plain_ms:.0f} ms a token (their guesses were accepted {said})")
+    if plan.kind == "plain" and plan.probe_held:
+        said = (f"{recent}: this round is a plain step. A probe is due, but the target's recent confidence predicts "
+                f"a first guess passes {plan.predicted:.0%} of the time, too little to pay for the draft reading the "
+                f"{plan.behind} tokens it missed.")
+    elif plan.kind == "plain":
+        said = f"{recent}: this round is a plain step; a small guess probes after {probe_wait} plain steps in a row."
+    elif plan.kind == "probe":
+        said = (f"{recent}. After {probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
+                "whatever they cost, to see whether the text has turned predictable.")
+    else:
+        said = f"{recent}: this round drafts, and each guess joins while its calibrated chance beats that rate."
+    return f"{said} {lookup_reason(plan)}".rstrip()
+
+
+def lookup_reason(plan: PlanRecord) -> str:
+    """Whether context lookup's copied tokens joined the round, and why, in a sentence ('' where it found none)."""
+    found, joined = plan.lookup_found, plan.lookup_joined
+    if not found:
+        return ""
+    odds = f"a calibrated chance of {plan.lookup_chance:.0%} against the {plan.lookup_price:.0%} its verifying costs"
+    copied = f"Context lookup found {found} token{'s' if found != 1 else ''} to copy from the text"
+    if joined == found:
+        return f"{copied}, and all joined (the last with {odds})."
+    if joined == 0:
+        return f"{copied}; none joined: the first had {odds}."
+    return f"{copied}; {joined} joined, and the next had {odds}."

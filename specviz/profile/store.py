@@ -1,0 +1,298 @@
+"""This machine's profile: what specviz measured here once, stored in the user cache, read by every later process.
+
+`python -m specviz.prepare` measures everything that depends on the machine: the probe layer's timings in each
+precision (which precision `auto` picks, and which stack is the default), each draft model's precision, how a draft
+reads prompts, and the cost curves staged's tree is planned from. It writes them into one versioned record (VERSION),
+keyed by the machine they were taken on. Every other process only reads it: a process that generates never times
+anything. A timing taken while the machine is busy says something else: three `specviz generate` started at once on a
+2-core machine timed the probe layer 1.5x slower, predicted the 1.5B too slow for this CPU and fell back to a 135M
+stack whose text read as nonsense. Where the profile lacks a measurement, the process uses a stated default and says
+so in one line (`missing_line`).
+
+A measurement is stored only where the machine was at rest while it ran: where other processes (or the hypervisor,
+taking the cores back) used more than BUSY_SHARE of the cores meanwhile, prepare measures again (SETTLE_TRIES in all),
+then names on its last line what it could not settle. A process on another machine (another CPU, core count, torch
+build or kernel build) has no profile until prepare runs there. `python -m specviz.prepare --remeasure` measures
+again, replacing what is stored only where the new measurement settles. Concurrent preparations measure one at a
+time (a lock file), so they do not slow each other's timings.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Callable
+
+from ..paths import cache_dir
+
+FILE = "auto.json"
+VERSION = 2                          # the record's layout: a file of another layout is no profile (prepare rewrites it)
+TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
+REMEASURE = "SPECVIZ_REMEASURE"      # "1": as `prepare --remeasure` (specviz/prepare.py reads it)
+BUSY_SHARE = 0.25                    # others' share of the cores during a measurement past which it is not stored
+SETTLE_TRIES = 3                     # measurements of one key on a busy machine before prepare gives it up
+SETTLE_WAIT_S = 5.0                  # the pause between them, for the other work to end
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One stored measurement: its value (plain JSON data), when it was measured, and by what."""
+    value: object
+    measured: str
+    by: str
+
+    @classmethod
+    def read(cls, entry) -> "Choice | None":
+        ok = isinstance(entry, dict) and {"value", "measured", "by"} <= set(entry)
+        return cls(entry["value"], str(entry["measured"]), str(entry["by"])) if ok else None
+
+
+def path() -> Path:
+    return cache_dir() / FILE
+
+
+def machine() -> str:
+    """What the timings depend on: the CPU, its cores, torch, and which build of specviz's kernels runs (its name and
+    the digest of its sources: a changed kernel is timed again)."""
+    import torch
+
+    from ..cpu import kernels
+    from ..cpu import cpu_info
+    name, simd = cpu_info()
+    capped = "".join(f" {var}={os.environ[var]}" for var in TORCH_ISA if os.environ.get(var))   # torch told to use less
+    return (f"{name} | {os.cpu_count()} cores | {' '.join(simd)} | torch {torch.__version__} "
+            f"{torch.get_num_threads()} threads{capped} | {kernels.status()} {kernels.version()}")
+
+
+def _read_all() -> dict:
+    """{machine: {key: {"value", "measured", "by"}}}: each machine's profile (processes with other thread counts, such
+    as the test suite's one-thread workers, keep theirs beside the others, never over them). A file of another
+    VERSION, or a damaged one, holds none."""
+    try:
+        stored = json.loads(path().read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(stored, dict) or stored.get("version") != VERSION:
+        return {}
+    machines = stored.get("machines")
+    return machines if isinstance(machines, dict) else {}
+
+
+def _read() -> dict[str, Choice]:
+    """This machine's profile."""
+    mine = _read_all().get(machine())
+    entries = {key: Choice.read(entry) for key, entry in mine.items()} if isinstance(mine, dict) else {}
+    return {key: choice for key, choice in entries.items() if choice is not None}
+
+
+def _write(key: str, entry: dict) -> None:
+    machines = _read_all()
+    machines.setdefault(machine(), {})[key] = entry
+    target = path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"version": VERSION, "machines": machines}, indent=1, sort_keys=True))
+    os.replace(tmp, target)         # readers see the old file or the new one, never half of one
+
+
+@contextlib.contextmanager
+def _exclusive():
+    """One measuring process at a time on this machine (where the OS offers file locks)."""
+    try:
+        import fcntl
+    except ImportError:             # Windows: no lock; concurrent first uses may each measure
+        yield
+        return
+    lock = path().with_name(FILE + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+_REMEASURED: set[str] = set()       # keys this process measured anew while remeasuring
+_PREPARING: list[str] = []          # who measures, while this process prepares the profile (else nothing times)
+_REMEASURING: list[bool] = []       # ...and whether it measures again what is stored (--remeasure)
+DEFAULTED: dict[str, object] = {}   # keys this process found missing, with the stated default it used
+UNSETTLED: dict[str, str] = {}      # keys this preparation could not settle, and why
+IMPRECISE: dict[str, str] = {}      # keys stored from timings that stayed noisy (used all the same), and why
+_UNSTORED: dict[str, object] = {}   # ...and what this process uses for them (never stored)
+MEASURED: list[str] = []            # every measurement this process ran, in order (a generating process runs none)
+CONSULTED: list[str] = []           # every key this process looked up, in order: what its settings came from
+
+
+@contextlib.contextmanager
+def preparing(who: str = "setup (python -m specviz.prepare)", remeasure: bool = False):
+    """Measure what is missing from the profile while inside (only `python -m specviz.prepare`, and tests of it);
+    remeasure: measure again, once each, what is stored too (a value is replaced only where the new one settles)."""
+    _PREPARING.append(who)
+    _REMEASURING.append(remeasure)
+    try:
+        yield
+    finally:
+        _PREPARING.pop()
+        _REMEASURING.pop()
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(busy, all) seconds of every core since boot, from Linux's /proc/stat (steal counts as busy: the cores were
+    not ours); None where there is no such file."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]                        # idle, iowait
+    return (sum(fields) - idle) / tick, sum(fields) / tick
+
+
+class OthersWatch:
+    """The share of the machine's cores that others used from now on: its busy time less this process's own."""
+
+    def __init__(self) -> None:
+        self.start, self.own = cpu_seconds(), time.process_time()
+
+    def share(self) -> float:
+        now = cpu_seconds()
+        if self.start is None or now is None or now[1] <= self.start[1]:
+            return 0.0
+        busy, total = now[0] - self.start[0], now[1] - self.start[1]
+        return max(0.0, busy - (time.process_time() - self.own)) / total
+
+
+def settled(value: object) -> bool:
+    """Whether a stored value is final: one marked {"settled": False} is used, and every prepare measures it again."""
+    return not (isinstance(value, dict) and value.get("settled") is False)
+
+
+def decided(key: str, measure: Callable[[], object], default: object = None,
+            unsettled_value: Callable[[object, str], object] | None = None) -> object:
+    """The profile's value for `key`. Where it has none, or one not settled: while preparing, measured (one process at
+    a time, again where the machine was busy), stored and returned; in any other process, the stored value, else
+    `default`, noted in DEFAULTED (never timed). Values are plain JSON data. unsettled_value(value, why): what a
+    measurement that other work kept busy is stored as (a value marked unsettled); without it, nothing is stored.
+    An unsettled value never replaces a settled one."""
+    remeasure = any(_REMEASURING) and key not in _REMEASURED
+    _consulted(key)
+    entry = _read().get(key)
+    again = remeasure or (entry is not None and not settled(entry.value) and key not in MEASURED)
+    if entry is not None and not (again and _PREPARING):
+        return entry.value
+    if not _PREPARING:
+        DEFAULTED[key] = default
+        return default
+    if key in UNSETTLED:            # measured in vain already (SETTLE_TRIES times): this process keeps what it got
+        return _UNSTORED.get(key, default)
+    with _exclusive():
+        stored = _read()            # another process may have measured while this one waited
+        if key in stored and not remeasure and settled(stored[key].value):
+            return stored[key].value
+        for attempt in range(SETTLE_TRIES):
+            if attempt:
+                time.sleep(SETTLE_WAIT_S)
+            watch = OthersWatch()
+            MEASURED.append(key)
+            value = measure()
+            others = watch.share()
+            from ..cpu.machine import give_back_freed_memory
+            give_back_freed_memory()    # what the measuring allocated and dropped (copies of weights, probe layers)
+            if others <= BUSY_SHARE:
+                break
+            last = ": not stored" if unsettled_value is None else ": stored, marked unsettled"
+            print(f"specviz: other work used {others:.0%} of this machine's cores while it timed '{key}'"
+                  + ("; measuring again" if attempt + 1 < SETTLE_TRIES else last), file=sys.stderr)
+        else:
+            why = f"other work used {others:.0%} of the cores"
+            if unsettled_value is None:
+                UNSETTLED[key] = why            # the stated default stands, or (--remeasure) what the profile holds
+                _UNSTORED[key] = stored[key].value if key in stored else value
+                return _UNSTORED[key]
+            value = unsettled_value(value, why)
+        if not settled(value) and key in stored and settled(stored[key].value):
+            UNSETTLED[key] = value.get("why", "the measurement did not settle")   # --remeasure: the settled one stands
+            _UNSTORED[key] = stored[key].value
+            return _UNSTORED[key]
+        _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
+        if remeasure:
+            _REMEASURED.add(key)
+        return value
+
+
+def _consulted(key: str) -> None:
+    if key not in CONSULTED:
+        CONSULTED.append(key)
+
+
+def said() -> dict[str, str]:
+    """For each measurement this process looked up, where its setting came from (the CLI's --json, the app's race)."""
+    profile = _read()
+    return {key: _source(key, profile.get(key)) for key in CONSULTED}
+
+
+def imprecise(key: str, why: str) -> None:
+    """A stored measurement whose timings stayed noisy: it is used, and prepare's last line asks for a run at rest."""
+    IMPRECISE[key] = why
+
+
+def measuring() -> bool:
+    """Whether this process prepares the profile (python -m specviz.prepare)."""
+    return bool(_PREPARING)
+
+
+def missing_line() -> str:
+    """One line where this process used stated defaults for missing measurements, else ''."""
+    if not DEFAULTED:
+        return ""
+    what = "no machine profile here" if not _read() else "this machine's profile lacks " + ", ".join(sorted(DEFAULTED))
+    return (f"specviz: {what}; stated defaults are used (`python -m specviz.prepare` measures this machine once, "
+            "at rest)")
+
+
+def learnt(key: str, value: object) -> None:
+    """Store a value learnt from decoding rather than timed (a model pair's calibration, specviz/decode/calibration.py):
+    no clock is read, so a busy machine stores it as well as a quiet one."""
+    with _exclusive():
+        _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": "learnt"})
+
+
+def stored(key: str, measured: bool = True) -> object | None:
+    """The stored value for `key` on this machine, or None: never measures. Where a `measured` key (one prepare
+    measures, not one learnt from runs) is missing, the caller uses its stated default: DEFAULTED notes it."""
+    _consulted(key)
+    entry = _read().get(key)
+    if entry is None and measured:
+        DEFAULTED[key] = None
+    return None if entry is None else entry.value
+
+
+def source(key: str) -> str:
+    """Where a setting came from, in a few words for the CLI, the app and the bench: the profile by name, never its
+    path (on a public server that is the server's file system)."""
+    return _source(key, _read().get(key))
+
+
+def _source(key: str, entry: Choice | None) -> str:
+    if entry is None and key not in DEFAULTED:      # learnt from runs, not measured: none yet
+        return "nothing learnt here yet (each run of this pair teaches it)"
+    if entry is None:
+        return "a stated default: not in this machine's profile (python -m specviz.prepare measures it)"
+    if entry.by == "learnt":
+        return f"learnt from earlier runs here (last {entry.measured}), kept in this machine's profile"
+    return f"measured {entry.measured} by {entry.by}, kept in this machine's profile ({FILE} in specviz's cache)"
+
+
+def forget() -> None:
+    """Drop every stored choice (the next use measures anew)."""
+    with contextlib.suppress(FileNotFoundError):
+        path().unlink()
+
+
+def _who() -> str:
+    return _PREPARING[-1]

@@ -1,0 +1,82 @@
+"""What a stack plans from this machine's cost curves: staged's tree plan (specviz/decode/costs.py) as stored, the specs
+it fills in, and the planner of each round (specviz/decode/planner.py) with the model pair's stored calibration."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ..profile import store as auto_choice
+from ..decode.calibration import Calibration
+from ..decode.planner import Costs, RoundPlanner
+from ..decode.sampling import Sampling
+from .strategies import CHAIN_LENGTH, drafter_specs
+from ..decode.tree import TreeSpec
+from ..decode.costs import DRAFT_FEED, TreePlan, key as plan_key
+from ..profile.tree_plans import stored_plan
+
+
+class StackPlans:
+    def __init__(self, stack):
+        """stack: the specviz.stack.stack.Stack planned for; read at each call (its drafts and vocabulary may
+        change)."""
+        self.stack = stack
+        self.plans: dict[str, TreePlan] = {}    # tree_plan()'s answer, once read, by name()
+
+    def name(self) -> str | None:
+        """The key staged's plan is stored under (tree_plan.key), None where the stack cannot run staged."""
+        stack = self.stack
+        try:
+            drafter_specs("staged", stack.drafts)
+        except ValueError:
+            return None
+        if stack.drafts[0] not in stack.draft_models():
+            return None
+        draft = stack.loaded[stack.drafts[0]]
+        return plan_key(stack.target_name, stack.dtype, Path(draft.name).name or draft.name, draft.dtype)
+
+    def pin(self, plan: TreePlan) -> None:
+        """Plan from `plan` (curves given by hand: a test, a sweep) instead of the stored one; nothing is stored."""
+        if self.name() is not None:
+            self.plans[self.name()] = plan
+
+    def tree_plan(self) -> TreePlan | None:
+        """This machine's plan for staged's tree, as stored (measured and stored first where there is none while
+        prepare runs). None where the top stage is no model, or nothing is stored."""
+        name = self.name()
+        if name is None:
+            return None
+        if name not in self.plans:
+            stack = self.stack
+            draft = stack.loaded[stack.drafts[0]]
+            plan = stored_plan(name, stack.target.model, draft.model, stack.vocabulary.for_draft(draft, []))
+            if plan is None:
+                return None
+            self.plans[name] = plan
+        return self.plans[name]
+
+    def planned(self, tree: TreeSpec) -> TreeSpec:
+        """A planned spec with this machine's stored minimum scores filled in, its budget and depth within what its
+        curves allow (others as they are; a planned one where no plan is stored grows the fixed rule: staged's minimum
+        score, speculative's chain of CHAIN_LENGTH)."""
+        plan = self.tree_plan() if tree.planned and not tree.min_scores else None
+        if plan is not None:
+            return plan.tree(tree)
+        if tree.planned and not tree.min_scores and tree.shape == "chain":
+            return replace(tree, budget=CHAIN_LENGTH, max_depth=CHAIN_LENGTH)
+        return tree
+
+    def round_planner(self, strategy: str, tree: TreeSpec, sampling: Sampling) -> RoundPlanner | None:
+        """Speculative's and staged's rounds planned from this machine's curves and a calibration that starts from the
+        pair's stored one; None for a spec not planned or where no curves are stored. The calibration a run ends with
+        is stored for the next only where the pair's curves are stored too: a stack given curves by hand (a test, a
+        sweep) leaves the machine's store alone."""
+        plan = self.tree_plan() if tree.planned and strategy in ("speculative", "staged") else None
+        if plan is None:
+            return None
+        key = self.name().replace("tree plan", f"calibration of {strategy}, "
+                                  f"{'greedy' if sampling.greedy else 'sampled'}", 1)
+        stored = auto_choice.stored(key, measured=False)
+        store = (lambda calibration: auto_choice.learnt(key, calibration.to_store())) \
+            if auto_choice.stored(self.name()) is not None else None
+        costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1)
+        return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), on_finish=store)

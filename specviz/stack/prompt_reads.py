@@ -1,0 +1,41 @@
+"""How each quantized draft model of a stack reads prompts (specviz/cpu/prompt_reader.py): through float copies of
+its weights, or its own summed 8 outputs at a time, whichever was measured faster on this machine. Only prepare
+measures (specviz/profile/store.py); every other process reads the profile's choice."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..profile import store as auto_choice
+from ..backends.interface import Backend
+from ..backends.choose import open_cache
+from ..cpu import prompt_reader
+from ..cpu.decoder import supported as runs_own_forward
+from ..models.load import LoadedModel
+
+
+@dataclass
+class PromptReads:
+    choices: dict[str, dict] = field(default_factory=dict)      # the stored choice in use, by draft spec
+    products: dict[str, list[dict] | None] = field(default_factory=dict)    # ...and the float copies it reads through
+
+    def read(self, drafts: dict[str, LoadedModel]) -> dict[str, dict]:
+        """Take up each draft's stored choice (measured and stored first where none is, while prepare runs). A draft
+        with nothing stored reads prompts through its own products. Returns the choices in use, by spec."""
+        for spec, draft in drafts.items():
+            if not runs_own_forward(draft.model):
+                continue
+            name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
+            choice = auto_choice.decided(name, prompt_reader.chooser(draft.model))
+            if not choice or choice == self.choices.get(spec):      # nothing stored, or in use already
+                continue
+            self.choices[spec] = choice
+            copies = choice["choice"] != prompt_reader.OWN
+            self.products[spec] = prompt_reader.copies(draft.model, choice["choice"]) if copies else None
+        return self.choices
+
+    def backend(self, spec: str) -> Backend:
+        """What makes the caches of the draft `spec`: open_cache, given the products it reads prompts through."""
+        products = self.products.get(spec)
+        return open_cache if products is None else functools.partial(open_cache, prompt_products=products)
