@@ -1,4 +1,5 @@
-"""`python -m specviz.bench`: the paper's Tables 1 and 2 with our models, next to what a user has today.
+"""`python -m specviz.bench`: the paper's Tables 1 and 2 with our models, next to what a user has today. It may
+import analysis/, backends/, cpu/, decode/, models/, peers/, plots/, profile/, recording/ and stack/.
 
 One run times, on the same prompts and settings, transformers' `generate()` (plain, with the same
 draft as `assistant_model=`, and with `prompt_lookup_num_tokens=`) and our baseline, speculative,

@@ -1,4 +1,6 @@
-"""What this CPU is and which SIMD instructions it has (for reports, and for building specviz/cpu/c/rows_kernel.c)."""
+"""The CPU engine: specviz's own forward of a Llama-family model, products on quantized weights, and the build of its C
+library; here, what this CPU is and which SIMD instructions it has (for reports, and for building
+specviz/cpu/c/rows_kernel.c). It may import nothing of specviz but the package root."""
 from __future__ import annotations
 
 import platform

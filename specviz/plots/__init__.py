@@ -1,7 +1,7 @@
 """Plotly figures built from trace records alone (no model calls), so they are testable offline:
 `tree` (one step's tree, acceptance per position), `compare` (latency, tokens per pass, memory, benchmark
 results) and `common`. Colours come from specviz.plots.palette: one colour per stage, the same in every
-chart and in the text. Every chart carries a legend (or a colour bar).
+chart and in the text. Every chart carries a legend (or a colour bar). It may import decode/.
 """
 from .palette import ROOT_COLOUR, blend
 from .common import KIND_WORDS, REJECTED_TINT, base_layout, empty_figure, stage_colours, stage_label, token_label

@@ -1,5 +1,5 @@
 """Recorded runs: a whole Compare race (and the Step view's strategy) saved as one JSON file that
-replays with no model loaded.
+replays with no model loaded. It may import decode/ and profile/.
 
 A recording holds the settings, where and when it was recorded, the models' names, sizes and
 precision, and every lane's trace records (specviz/decode/trace.py) with their measured timings. Replay
