@@ -23,7 +23,7 @@ import torch
 from gguf import GGUFReader
 
 from specviz.cpu import build
-from specviz.paths import cache_dir
+from specviz import cache_dir
 
 FLAGS = {"avx2": build.X86, "vnni": build.X86 + build.VNNI["avx512_vnni"],
          "amx": build.X86 + build.VNNI["avx512_vnni"] + build.AMX, "portable": ("-DSPECVIZ_PORTABLE",)}

@@ -31,7 +31,7 @@ from .cpu import kernels
 from .cpu.file_model import FileModelError, read_metadata
 from .models.load import ModelLoadError, resolve
 from .models.precision import AUTO_DTYPE, resolve_dtype
-from .paths import cache_dir
+from . import cache_dir
 from .stack.presets import PRESETS, load_preset, predicted_token_seconds
 from .stack.strategies import is_non_neural
 from .cpu import prompt_reader

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cpu_info
-from ..paths import cache_dir
+from .. import cache_dir
 
 C = Path(__file__).with_name("c")                     # every C source and header of the library
 PORTABLE_SOURCES = ("blocks.c", "row_attention.c", "layer_loop.c")

@@ -23,7 +23,7 @@ import torch
 from . import gguf_metadata, reference
 from .blocks import GGUF, TYPES, BlockEmbedding, BlockLinear
 from .int4 import mark_precision
-from ..paths import cache_dir
+from .. import cache_dir
 from .row_attention import use_row_attention
 
 FAMILIES = ("llama", "qwen2")                # the architectures whose tensors are named below

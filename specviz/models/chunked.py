@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..paths import cache_dir
+from .. import cache_dir
 
 
 class ChunkedFileError(RuntimeError):

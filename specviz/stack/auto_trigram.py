@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..decode.drafters.katz import KatzTrigram
-from ..paths import ASSETS, cache_dir
+from .. import ASSETS, cache_dir
 
 DRAFT_TEXT = ASSETS / "draft_text"
 DRAFT_TEXT_WEIGHT = 16     # each draft-written text counts 16 times, the weight that guessed the draft best

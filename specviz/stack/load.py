@@ -8,7 +8,7 @@ from .auto_trigram import auto_trigram, draft_texts
 from .draft_precision import fastest_draft
 from ..models.load import GGUF, LoadedModel, ModelLoadError, check_tokenizers_match, load_model
 from ..models.precision import is_gguf
-from ..paths import ASSETS
+from .. import ASSETS
 from .strategies import is_ngram
 
 DEFAULT_DRAFT = "assets/draft"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..paths import ASSETS
+from .. import ASSETS
 from .common import DATA, log, seed_everything
 from .data import cmd_data_corpus, cmd_data_eval, cmd_data_target, cmd_data_teacher
 from .draft import cmd_draft, cmd_output_vocab

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..models.load import load_model
-from ..paths import ASSETS
+from .. import ASSETS
 
 DATA = ASSETS.parent / "data"            # intermediate data (gitignored)
 TARGET = "smollm2-135m"

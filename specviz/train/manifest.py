@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..analysis.markdown import md_table
 from ..models.load import load_model
-from ..paths import ASSETS
+from .. import ASSETS
 from .common import DATA, TARGET, log, read_json
 from .draft_text import run_info_path
 
