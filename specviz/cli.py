@@ -21,7 +21,8 @@ from .stack.presets import PRESETS, default_choice, load_preset
 from .models.prompt_format import PROMPT_FORMATS, NoChatTemplate, default_format, encode_prompt
 from .decode.sampling import Sampling
 from .stack.compiled import compile_models
-from .stack.strategies import MAX_NEW_TOKENS, STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
+from .decode.engine import MAX_NEW_TOKENS
+from .stack.strategies import STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
 from .decode.costs import describe
 
 

@@ -18,7 +18,8 @@ from ..models.precision import AUTO_DTYPE, DTYPES, PRECISION_HELP, PRECISIONS
 from ..stack.presets import PRESETS, get_preset, load_preset
 from ..models.prompt_format import PROMPT_FORMATS
 from .prompts import HUMANEVAL, PromptError, load_prompts
-from ..stack.strategies import MAX_NEW_TOKENS, STAGED_LOOKUP
+from ..decode.engine import MAX_NEW_TOKENS
+from ..stack.strategies import STAGED_LOOKUP
 from .projection import PROJECTION_SIZES, format_projection, project, recorded_rows
 from .report import format_analyses, format_table, regret_line, write_outputs
 from .run import run_bench

@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .drafters.model import LEVEL_FEED
-from ..stack.strategies import MAX_NODES
 from .tree import TreeSpec
 
+MAX_NODES = 15                 # drafted nodes a planned tree allows at most: the cost curves end at one more
 SIZES = (1, 2, 3, 4, 6, 8, 12, MAX_NODES + 1)     # tokens fed per target forward, as measured: up to a planned tree
 CONTEXT = 128                          # committed tokens before the timed forwards
 REPS = 3

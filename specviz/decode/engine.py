@@ -23,9 +23,10 @@ from .sampling import Sampling, logits_to_probs
 from .timing import PhaseTimer
 from .trace import NodeRecord, RunRecord, StageInfo, StepRecord
 from .tree import ancestor_matrix
-from ..stack.strategies import MAX_NEW_TOKENS
 from .verify import verify_greedy, verify_sampling
 from .planner import RoundPlanner
+
+MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
 
 
 @dataclass(frozen=True)

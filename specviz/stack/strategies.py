@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..decode.costs import MAX_NODES
 from ..decode.tree import SHAPES, TreeSpec
 
 STRATEGIES = ("baseline", "speculative", "tree", "staged")
-MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
 CHAIN_LENGTH = 3               # speculative's chain where it is not planned: feeds of up to ~4 tokens cost what one
                                # does on a CPU
 PLANNED_CHAIN = 8              # speculative's planned chain at most
@@ -37,7 +37,6 @@ DEFAULT_MIN_SCORE = 0.2        # tree: a path joins while the draft gives it thi
 # machine's cost curves (specviz/decode/costs.py); the fixed rule is for a stack that cannot plan, and for settings
 # given by hand.
 STAGED_BUDGET, STAGED_MIN_SCORE, STAGED_LEVEL_WIDTH = 6, 0.5, 1
-MAX_NODES = 15                 # drafted nodes a planned tree allows at most: tree_plan's cost curves end at one more
 AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
 
 
