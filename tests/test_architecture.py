@@ -1,22 +1,29 @@
-"""The layout's rules, checked from the source: no import circle among specviz's modules, the decoding
-core never imports what consumes it, and no module grows past MAX_LINES without saying why. The engine core
-loads no backend and no machine state, nothing patches a model's methods at run time, one class has one name,
-and no class grows past MAX_METHODS."""
+"""The layout's rules, checked from the source. specviz/ is packages by role, and each package's docstring says what
+it may import: an import of a package (or module) it does not name fails here, so the docstrings are the rules. No
+circle between packages or between modules; decode/ reaches a model only through backends/interface.py, and importing
+it loads no cache kind and no machine state; only the app imports the app. No module grows past MAX_LINES without
+saying why, nothing patches a model's methods at run time, one class has one name, and no class grows past
+MAX_METHODS."""
 import ast
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 SPECVIZ = Path(__file__).resolve().parents[1] / "specviz"
-CORE = {"tree", "sampling", "verify", "backend", "cache", "kv_model", "kv_dynamic", "kv_static", "kv_own", "kv_replay",
-        "drafters", "engine", "trace", "metrics", "timing", "tree_builder", "strategies", "cpu"}
-CONSUMERS = {"stack", "presets", "plots", "palette", "app", "bench", "train", "cli", "recording"}
+ROOT = "specviz"            # the package root (the version, where files live): below every package, any may import it
+THE_ROUND = "decode"
+THE_INTERFACE = "specviz.backends.interface"
+THE_APP = "app"
+# `python -m specviz.recording` records with the app's race and draws with its panels: a command of the app under its
+# own name, and the one module outside app/ that imports it (app.py at the repository root is outside specviz/)
+INTO_THE_APP = {"specviz.recording.__main__"}
+MAY_IMPORT = re.compile(r"may\s+import\s+(.*?)\.(?!py)(?:\s|$)", re.IGNORECASE | re.DOTALL)
+NAMED = re.compile(r"\b([a-z_]+)/(?:([a-z_]+)\.py)?")
 MAX_LINES = 350
 REASON = "Longer than"        # a docstring that says "Longer than 350 lines because …" lets a module grow
-ENGINE_CORE = ("specviz.decode.engine", "specviz.decode.verify", "specviz.decode.tree", "specviz.decode.drafters")
-BACKEND_PREFIXES = ("specviz.cpu", "specviz.profile.store")     # a backend's modules and the machine's measured state
 MODEL_METHODS = {"forward", "__call__", "__class__", "generate", "prepare_inputs_for_generation"}
 MAX_METHODS = 15
 
@@ -86,26 +93,97 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def area(name: str) -> str:
-    return name.split(".")[1] if "." in name else name
+def package(name: str) -> str:
+    """The package a module belongs to: `decode` for specviz.decode.drafters.base, ROOT for the root itself."""
+    return name.split(".")[1] if "." in name else ROOT
+
+
+def is_command(name: str, path: Path) -> bool:
+    """A command's entry point, not a layer: a `__main__`, or a module at the top of specviz/ (cli, prepare)."""
+    return name.endswith(".__main__") or (name.count(".") == 1 and path.name != "__init__.py")
+
+
+def packages() -> dict[str, Path]:
+    return {p.name: p / "__init__.py" for p in sorted(SPECVIZ.iterdir()) if (p / "__init__.py").is_file()}
+
+
+def may_import(doc: str) -> set[str] | None:
+    """What a package's docstring says it may import (`It may import models/, backends/interface.py and cpu/.`), as
+    dotted names; None where it does not say."""
+    said = MAY_IMPORT.search(doc)
+    if said is None:
+        return None
+    return {f"{ROOT}.{p}.{m}" if m else f"{ROOT}.{p}" for p, m in NAMED.findall(said.group(1))}
+
+
+def rules() -> dict[str, set[str] | None]:
+    return {name: may_import(ast.get_docstring(ast.parse(init.read_text())) or "") for name, init in packages().items()}
+
+
+def layered_graph() -> dict[str, set[str]]:
+    """Each module's imports, commands left out: they sit above every layer."""
+    mods = modules()
+    return {name: targets for name, targets in graph().items() if not is_command(name, mods[name])}
+
+
+def outside_its_rule(edges: dict[str, set[str]], allowed: dict[str, set[str] | None]) -> list[str]:
+    """The imports that reach a package (or a module) the importer's package does not say it may import."""
+    bad = []
+    for name, targets in edges.items():
+        own = package(name)
+        for target in sorted(targets):
+            if package(target) in (own, ROOT):
+                continue
+            if own == ROOT or not any(target == a or target.startswith(a + ".") for a in allowed.get(own) or ()):
+                bad.append(f"{name} -> {target}")
+    return sorted(bad)
+
+
+def between_packages(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    out = defaultdict(set)
+    for name, targets in edges.items():
+        out[package(name)] |= {package(t) for t in targets if package(t) != package(name)}
+    every = {package(n) for n in edges} | {package(t) for targets in edges.values() for t in targets}
+    return {p: out.get(p, set()) for p in every}
+
+
+def into_the_app(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} -> {target}" for name, targets in edges.items() for target in targets
+                  if package(target) == THE_APP and package(name) != THE_APP and name not in INTO_THE_APP)
+
+
+def out_of_the_round(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} -> {target}" for name, targets in edges.items() if package(name) == THE_ROUND
+                  for target in targets if package(target) not in (THE_ROUND, ROOT) and target != THE_INTERFACE)
+
+
+def test_every_package_says_what_it_may_import():
+    said = rules()
+    assert {name for name, allowed in said.items() if allowed is None} == set()
+    known = set(modules())
+    assert sorted(f"{name}: {a}" for name, allowed in said.items() for a in allowed if a not in known) == []
+
+
+def test_each_package_imports_only_what_its_docstring_names():
+    assert outside_its_rule(layered_graph(), rules()) == []
+
+
+def test_no_circle_between_packages():
+    assert cycles(between_packages(layered_graph())) == []
+    said = {name: {package(a) for a in allowed} for name, allowed in rules().items()}
+    assert cycles(said) == []         # nor in what the docstrings allow
 
 
 def test_no_import_circle():
     assert cycles(graph()) == []
 
 
-def test_the_core_imports_no_consumer():
-    bad = sorted(f"{a} -> {b}" for a, targets in graph().items() for b in targets
-                 if area(a) in CORE and area(b) in CONSUMERS)
-    assert bad == []
+def test_the_round_reaches_a_model_only_through_the_backend_interface():
+    assert out_of_the_round(graph()) == []
 
 
 def test_only_the_app_imports_the_app():
-    """The app is the top layer: a helper it shares with another package lives below both. A package's
-    `__main__` is a command's entry point, not a layer (`python -m specviz.recording` runs app/record.py)."""
-    bad = sorted(f"{a} -> {b}" for a, targets in graph().items() for b in targets
-                 if area(b) == "app" and area(a) != "app" and not a.endswith(".__main__"))
-    assert bad == []
+    assert into_the_app(graph()) == []
 
 
 def test_modules_stay_small_or_say_why():
@@ -123,6 +201,20 @@ def test_the_checks_can_fail():
     assert imports("specviz.decode.tree", SPECVIZ / "decode/tree.py", {"specviz.decode.tree",
                                                                        "specviz.decode.trace"}) == set()
     assert "specviz.decode.trace" in imports("specviz.decode.engine", SPECVIZ / "decode/engine.py", set(modules()))
+    assert may_import("The round. It may import backends/interface.py and cpu/. Not app/.") == {
+        "specviz.backends.interface", "specviz.cpu"}
+    assert may_import("Nothing said.") is None and may_import("It may import nothing but the package root.") == set()
+    edges = {"specviz.decode.engine": {"specviz.backends.choose", "specviz.decode.tree", "specviz"},
+             "specviz.stack.load": {"specviz.decode.engine", "specviz.app.stacks"},
+             "specviz.app.race": {"specviz.stack.load"}, "specviz.recording.__main__": {"specviz.app.record"}}
+    allowed = {"decode": {"specviz.backends.interface"}, "stack": {"specviz.decode"}}
+    assert outside_its_rule(edges, allowed) == ["specviz.app.race -> specviz.stack.load",
+                                                "specviz.decode.engine -> specviz.backends.choose",
+                                                "specviz.recording.__main__ -> specviz.app.record",
+                                                "specviz.stack.load -> specviz.app.stacks"]
+    assert cycles(between_packages(edges)) == [["app", "stack"]]
+    assert out_of_the_round(edges) == ["specviz.decode.engine -> specviz.backends.choose"]
+    assert into_the_app(edges) == ["specviz.stack.load -> specviz.app.stacks"]
 
 
 def loaded_by(names: tuple[str, ...]) -> set[str]:
@@ -135,8 +227,10 @@ def loaded_by(names: tuple[str, ...]) -> set[str]:
     return set(json.loads(out.splitlines()[-1]))
 
 
-def backend_modules(loaded: set[str]) -> list[str]:
-    return sorted(m for m in loaded if any(m == p or m.startswith(p + ".") for p in BACKEND_PREFIXES))
+def beside_the_round(loaded: set[str]) -> list[str]:
+    """What a process holds besides decode/, the root and the backend interface (a cache kind, cpu/, the profile)."""
+    return sorted(m for m in loaded if package(m) not in (THE_ROUND, ROOT)
+                  and m not in (THE_INTERFACE, THE_INTERFACE.rpartition(".")[0]))
 
 
 def _is_class(node: ast.expr) -> bool:
@@ -198,8 +292,8 @@ def sources() -> dict[str, str]:
     return {name: path.read_text() for name, path in modules().items()}
 
 
-def test_the_engine_core_loads_no_backend():
-    assert backend_modules(loaded_by(ENGINE_CORE)) == []
+def test_importing_the_round_loads_no_cache_kind_and_no_machine_state():
+    assert beside_the_round(loaded_by(tuple(sorted(n for n in modules() if package(n) == THE_ROUND)))) == []
 
 
 def test_no_model_method_is_patched_at_run_time():
@@ -217,9 +311,10 @@ def test_no_class_has_more_than_15_methods():
 
 
 def test_the_core_checks_can_fail():
-    assert "specviz.cpu.machine" in backend_modules(loaded_by(("specviz.decode.tree", "specviz.cpu.machine")))
-    assert backend_modules({"specviz.profile.store", "specviz.cpu_tools",
-                            "specviz.decode.tree"}) == ["specviz.profile.store"]
+    assert "specviz.cpu.machine" in beside_the_round(loaded_by(("specviz.decode.tree", "specviz.cpu.machine")))
+    assert beside_the_round({"specviz", "specviz.profile.store", "specviz.backends", "specviz.backends.interface",
+                             "specviz.backends.choose", "specviz.decode.tree"}) == ["specviz.backends.choose",
+                                                                                    "specviz.profile.store"]
     patches = method_patches(
         "import types\n"
         "def fast(self, x):\n    return x\n"
