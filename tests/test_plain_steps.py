@@ -9,7 +9,7 @@ from specviz.decode.calibration import Calibration
 from specviz.decode.drafters import LookupDrafter
 from specviz.decode.planner import Costs, LookupChoice, RoundPlanner, lookup_reason
 from specviz.decode.sampling import Sampling
-from specviz.decode.trace import PlanRecord
+from specviz.decode.trace import Phase, PlanRecord
 from specviz.decode.tree import TreeSpec
 from specviz.decode.tree_builder import build_tree
 from specviz.decode.costs import DRAFT_FEED, TreePlan
@@ -35,10 +35,11 @@ def plain_round(planner: RoundPlanner, lookup_right: bool):
     """One planned round with context lookup's copy, verified: the copy's first token accepted or not."""
     plan = planner.plan()
     assert plan.kind == "plain"
-    tree, _ = build_tree(CONTEXT[-1], CONTEXT, LookupDrafter(16), SPEC, Sampling(), torch.Generator(), plan=plan)
+    drafted = build_tree(CONTEXT[-1], CONTEXT, LookupDrafter(16), SPEC, Sampling(), torch.Generator(), plan=plan)
+    tree = drafted.tree
     path = [0, 1] if lookup_right and len(tree) > 1 else [0]
-    planner.observe(tree, path, ["target", "lookup", "lookup"], [])
-    return tree, planner.record(plan, ["lookup"])
+    planner.observe(plan, tree, path, ["target", "lookup", "lookup"], [])
+    return tree, planner.record(plan, ["lookup"], drafted.lookup)
 
 
 def copied(tree) -> int:
@@ -94,3 +95,18 @@ def test_the_reason_says_whether_lookup_joined_and_why():
     some = PlanRecord(**base, lookup_found=3, lookup_joined=1, lookup_chance=0.1, lookup_price=0.125)
     assert lookup_reason(some) == ("Context lookup found 3 tokens to copy from the text; 1 joined, and the next had a "
                                    "calibrated chance of 10% against the 12% its verifying costs.")
+
+
+def test_building_a_round_leaves_its_plan_as_it_was():
+    """The round passes values: what lookup offered and the chances given come back with the tree, not in the plan."""
+    plan = plain_planner(Calibration(CODE_PRIOR)).plan()
+    before = dict(vars(plan))
+    drafted = build_tree(CONTEXT[-1], CONTEXT, LookupDrafter(16), SPEC, Sampling(), torch.Generator(), plan=plan)
+    assert vars(plan) == before
+    assert drafted.lookup is not None and drafted.lookup.found > 0
+    assert set(drafted.chances) == set(range(1, len(drafted.tree)))
+
+
+def test_a_phase_name_says_its_stage_and_nothing_else_claims_one():
+    assert [Phase.stage_of(Phase.draft(stage)) for stage in (1, 2, 3)] == [1, 2, 3]
+    assert {Phase.stage_of(key) for key in (Phase.TREE, Phase.VERIFY, Phase.BOOKKEEPING, Phase.PROMPT_READ)} == {None}

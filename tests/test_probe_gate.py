@@ -20,10 +20,10 @@ def run(p: RoundPlanner, rounds: int, confidence: float, probes_pass: bool = Fal
         kinds.append(plan.kind)
         if plan.kind == "probe":
             path = list(range(PROBE_GUESSES + 1)) if probes_pass else [0]
-            p.observe(_chain_tree(PROBE_GUESSES), path, ["target", "model"], [3, 1],
+            p.observe(plan, _chain_tree(PROBE_GUESSES), path, ["target", "model"], [3, 1],
                       [confidence] * len(path))
         else:
-            p.observe(_chain_tree(0), [0], ["target", "model"], [], [confidence])
+            p.observe(plan, _chain_tree(0), [0], ["target", "model"], [], [confidence])
     return kinds
 
 
@@ -47,8 +47,9 @@ def test_without_the_target_s_probabilities_the_planner_probes_by_count_alone():
     p = slow(planner())
     kinds = []
     for _ in range(PROBE_EVERY + 1):
-        kinds.append(p.plan().kind)
-        p.observe(_chain_tree(0), [0], ["target", "model"], [])
+        plan = p.plan()
+        kinds.append(plan.kind)
+        p.observe(plan, _chain_tree(0), [0], ["target", "model"], [])
     assert p.agreement.predicted is None
     assert kinds == ["plain"] * PROBE_EVERY + ["probe"]
 

@@ -96,7 +96,7 @@ def test_the_plan_guesses_where_guesses_pay_takes_plain_steps_where_none_does_an
         plan = bad.plan()
         kinds.append(plan.kind)
         tree = _chain_tree(PROBE_GUESSES if plan.kind == "probe" else 0)
-        bad.observe(tree, [0], ["target", "model"], [2] if plan.kind == "probe" else [])
+        bad.observe(plan, tree, [0], ["target", "model"], [2] if plan.kind == "probe" else [])
     assert kinds == [kind for wait in waits for kind in ["plain"] * wait + ["probe"]]
     assert f"probes after {PROBE_MOST} plain steps" in bad.record(bad.plan(), ["model"]).reason
 
@@ -106,23 +106,25 @@ def test_a_round_that_drafts_again_brings_the_probes_back_to_their_first_wait():
     p.tokens, p.seconds, p.read_prompt = 1.1, 0.045, True      # slower than plain steps: plain, then probes
     for _ in range(PROBE_EVERY + 1 + 2 * PROBE_EVERY):
         plan = p.plan()
-        p.observe(_chain_tree(PROBE_GUESSES if plan.kind == "probe" else 0), [0], ["target", "model"],
+        p.observe(plan, _chain_tree(PROBE_GUESSES if plan.kind == "probe" else 0), [0], ["target", "model"],
                   [2] if plan.kind == "probe" else [])
     assert p.probe_wait == 2 * PROBE_EVERY
     p.tokens, p.seconds = 4.0, 0.080                            # the text turned predictable
     plan = p.plan()
     assert plan.kind == "speculate"
-    p.observe(_chain_tree(3), [0, 1, 2, 3], ["target", "model"], [1, 1, 1])
+    p.observe(plan, _chain_tree(3), [0, 1, 2, 3], ["target", "model"], [1, 1, 1])
     assert p.probe_wait == PROBE_EVERY
 
 
 def test_a_probe_accepted_whole_is_followed_by_another():
     p = planner()
     p.tokens, p.seconds, p.plain_run, p.read_prompt = 1.0, 0.05, PROBE_EVERY, True
-    assert p.plan().kind == "probe"
-    p.observe(_chain_tree(PROBE_GUESSES), list(range(PROBE_GUESSES + 1)), ["target", "model"], [1, 3])
-    assert p.tokens / p.seconds < 1 / 0.030 and p.plan().kind == "probe"     # not yet worth it, but probed again
-    p.observe(_chain_tree(PROBE_GUESSES), [0], ["target", "model"], [1, 3])
+    plan = p.plan()
+    assert plan.kind == "probe"
+    p.observe(plan, _chain_tree(PROBE_GUESSES), list(range(PROBE_GUESSES + 1)), ["target", "model"], [1, 3])
+    plan = p.plan()
+    assert p.tokens / p.seconds < 1 / 0.030 and plan.kind == "probe"     # not yet worth it, but probed again
+    p.observe(plan, _chain_tree(PROBE_GUESSES), [0], ["target", "model"], [1, 3])
     assert p.plan().kind == "plain"
 
 

@@ -82,7 +82,7 @@ def test_the_builder_adds_a_guess_only_where_its_path_score_meets_its_minimum(pr
     mins = tuple(sorted(scores))
     spec = TreeSpec(shape="dynamic", budget=budget, max_depth=8, max_branch=4, level_width=width, min_scores=mins)
     drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache)
-    tree, _ = build_tree(prompt[-1], prompt, drafter, spec, Sampling(), torch.Generator().manual_seed(0))
+    tree = build_tree(prompt[-1], prompt, drafter, spec, Sampling(), torch.Generator().manual_seed(0)).tree
     drafted = len(tree) - 1
     assert drafted <= min(budget, len(mins))
     before = 0
@@ -97,7 +97,7 @@ def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
     """The mutant that stops at the first minimum fails here: zero minimums must fill the budget."""
     spec = TreeSpec(shape="dynamic", budget=6, max_depth=8, level_width=2, min_scores=(0.0,) * 6)
     drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache)
-    tree, _ = build_tree(3, [1, 2, 3], drafter, spec, Sampling(), torch.Generator().manual_seed(0))
+    tree = build_tree(3, [1, 2, 3], drafter, spec, Sampling(), torch.Generator().manual_seed(0)).tree
     assert len(tree) - 1 == 6
 
 

@@ -21,7 +21,7 @@ from math import prod
 from statistics import fmean
 
 from ..decode.metrics import PROMPT_READ, time_split
-from ..decode.trace import StepRecord
+from ..decode.trace import Phase, StepRecord
 
 MAX_RANK = 6
 
@@ -87,7 +87,7 @@ def fit_costs(steps: list[StepRecord], more_steps: list[StepRecord] = ()) -> Fit
         mx, my = fmean(xs), fmean(ys)
         slope = max(0.0, sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs))
     fixed = max(0.0, fmean(ys) - slope * fmean(xs)) if points else 0.0
-    draft_s = sum(s.phase_s.get("stage1_draft", 0.0) for s in steps)
+    draft_s = sum(s.phase_s.get(Phase.draft(1), 0.0) for s in steps)
     top = steps[0].stages[1].name if steps and len(steps[0].stages) > 1 else None
     # the prompt read's forward is timed apart (PROMPT_READ): left out of the draft's cost per forward
     draft_forwards = sum(len(s.forwards.get(top, [])) - (PROMPT_READ in s.phase_s) for s in steps) if top else 0

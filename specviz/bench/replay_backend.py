@@ -20,6 +20,7 @@ import torch
 
 from ..backends.interface import ModelCache
 from ..decode.drafters.base import Drafter
+from ..decode.trace import Phase
 from ..decode.tree import Tree
 
 ROOT = -1           # the key of a round's root (its token is the previous round's bonus)
@@ -152,7 +153,7 @@ class ReplayDrafter(Drafter):
         if self.round >= len(self.rounds):
             raise ReplayError(f"the replay went past the recording's {len(self.rounds)} rounds")
         recorded = self.rounds[self.round]
-        with self.timer.phase(f"stage{self.stage}_draft"):
+        with self.timer.phase(Phase.draft(self.stage)):
             for name in self.drafts:
                 self._feed(name, 1)
             rows = []
@@ -182,7 +183,7 @@ class ReplayDrafter(Drafter):
             raise ReplayError(f"round {self.round}: the replayed tree has {len(tree)} nodes, the recording "
                               f"{recorded.nodes}")
         for name, kv in self.drafts.items():
-            with self.timer.phase(f"stage{self.stage}_draft"):
+            with self.timer.phase(Phase.draft(self.stage)):
                 self._feed(name, None)
             # a draft keeps what it fed of the committed text, the bonus token aside, as a real draft does
             kept = len(context) + len(path) - 1 - kv.committed

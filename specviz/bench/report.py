@@ -13,6 +13,7 @@ from ..peers import llama_cpp
 from ..stack.strategies import STRATEGIES
 from ..analysis.markdown import md_table
 from ..decode.metrics import PROMPT_READ, time_split
+from ..decode.trace import Phase
 from ..analysis.round_cost import RoundCost, analysis, read_share
 from .settings import ALL_STRATEGIES
 
@@ -190,7 +191,7 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
     if wall <= 0:
         return {}
     def order(name: str) -> tuple:
-        return not name.endswith("_draft"), name != "tree", name != "verify", name
+        return Phase.stage_of(name) is None, name != "tree", name != "verify", name
 
     shares = {name: totals[name] / wall for name in sorted(totals, key=order)}
     shares["other"] = max(0.0, 1.0 - sum(shares.values()))
@@ -217,7 +218,7 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
     for r in results:
         share = r["phase_share"] or {}
         split = time_split(share, 1.0) if share else {}
-        draft = sum(v for k, v in split.items() if k.endswith("_draft") or k == PROMPT_READ)
+        draft = sum(v for k, v in split.items() if Phase.stage_of(k) is not None or k == PROMPT_READ)
         lines.append((
             r["sampling"], r["strategy"],
             f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",

@@ -21,7 +21,7 @@ from .tree_builder import build_tree
 from .metrics import bytes_read, summarise
 from .sampling import Sampling, logits_to_probs
 from .timing import PhaseTimer
-from .trace import NodeRecord, RunRecord, StageInfo, StepRecord
+from .trace import NodeRecord, Phase, RunRecord, StageInfo, StepRecord
 from .tree import ancestor_matrix
 from .verify import verify_greedy, verify_sampling
 from .planner import RoundPlanner
@@ -129,17 +129,18 @@ class Decoder:
             raise RuntimeError("generation already finished")
         started = perf_counter()
         context = self.tokens
-        with self.timer.phase("tree"):      # planning and choosing children; drafter forwards are timed inside
+        with self.timer.phase(Phase.TREE):      # planning and choosing children; drafter forwards are timed inside
             plan = self.planner.plan() if self.planner is not None else None
-            tree, dists = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator,
-                                     self.eos, plan)
-        with self.timer.phase("verify"):
+            drafted = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator,
+                                 self.eos, plan)
+            tree = drafted.tree
+        with self.timer.phase(Phase.VERIFY):
             positions = [self.target.committed + d for d in tree.depths]
             logits = self.target.forward(tree.tokens, positions, ancestor_matrix(tree.parents))
             probs = logits_to_probs(logits.cpu(), self.sampling)    # sampling draws use a CPU generator
             verdict = (verify_greedy(tree, probs) if self.sampling.greedy
-                       else verify_sampling(tree, probs, dists, self.generator))
-        with self.timer.phase("bookkeeping"):
+                       else verify_sampling(tree, probs, drafted.dists, self.generator))
+        with self.timer.phase(Phase.BOOKKEEPING):
             self.target.commit(verdict.path)
             if self.drafter is not None:
                 self.drafter.commit(tree, verdict.path, context)
@@ -148,11 +149,16 @@ class Decoder:
             new, by = self._truncate(new, by)
             position = len(self.new_tokens)
             self.tokens = context + new
-            record = self._record(tree, verdict, new, by, position, plan)
+            draft_feeds = self._draft_feeds()
+            record = self._record(drafted, verdict, new, by, position, plan)
             if plan is not None:
-                self._learn(tree, verdict.path, record, committed_probs(verdict, probs))
+                self.planner.observe(plan, tree, verdict.path, [stage.kind for stage in self.stages], draft_feeds,
+                                     committed_probs(verdict, probs))
+                if self.finished:
+                    self.planner.finish()
         record.phase_s = self.timer.take()
         record.wall_s = perf_counter() - started
+        self._name_tokens(record)
         self.steps.append(record)
         return record
 
@@ -168,23 +174,20 @@ class Decoder:
             self.finished, self.finish_reason = True, "length"
         return new, by
 
-    def _learn(self, tree, path, record, probs) -> None:
-        """Tell the planner what the round yielded, and let it keep what it learnt once the generation ends."""
-        models = self.drafter.kv_models()
-        feeds = record.forwards.get(models[0].name, []) if models else []
-        self.planner.observe(tree, path, [stage.kind for stage in self.stages], feeds, probs)
-        if self.finished:
-            self.planner.finish()
+    def _draft_feeds(self) -> list[int]:
+        """The tokens each forward of the top draft model fed this round (before _record clears the logs)."""
+        models = self.drafter.kv_models() if self.drafter is not None else []
+        return list(models[0].log.tokens) if models else []
 
-    def _record(self, tree, verdict, new, by, position, plan=None) -> StepRecord:
-        accepted = set(verdict.path)
-        nodes = [NodeRecord(id=i, token=tree.tokens[i], text=self._text(tree.tokens[i]),
+    def _record(self, drafted, verdict, new, by, position, plan=None) -> StepRecord:
+        tree, accepted = drafted.tree, set(verdict.path)
+        nodes = [NodeRecord(id=i, token=tree.tokens[i], text="",
                             parent=tree.parents[i], depth=tree.depths[i], rank=tree.ranks[i],
                             stage=tree.stages[i],
                             draft_prob=None if i == 0 else tree.draft_probs[i],
                             target_prob=None if i == 0 else verdict.target_probs[i],
                             accept_prob=None if i == 0 else verdict.accept_probs[i],
-                            accepted=i in accepted, calibrated=None if plan is None else plan.chances.get(i))
+                            accepted=i in accepted, calibrated=None if plan is None else drafted.chances.get(i))
                  for i in range(len(tree))]
         logs = {kv.name: kv.log for kv in self.kv_models()}
         costs = self.model_costs()
@@ -194,10 +197,11 @@ class Decoder:
             log.clear()
         return StepRecord(step=len(self.steps), strategy=self.strategy, stages=self.stages, nodes=nodes,
                           accepted_path=list(verdict.path), committed_tokens=new,
-                          committed_text=[self._text(t) for t in new], committed_stage=by,
+                          committed_text=[], committed_stage=by,
                           phase_s={}, forwards=forwards, bytes_read=read, wall_s=0.0,
                           position=position, finished=self.finished, finish_reason=self.finish_reason,
-                          plan=None if plan is None else self.planner.record(plan, [s.kind for s in self.stages[1:]]))
+                          plan=None if plan is None else self.planner.record(plan, [s.kind for s in self.stages[1:]],
+                                                                             drafted.lookup))
 
     def model_costs(self) -> dict[str, tuple[int, int, int]]:
         """Per model, the target first: its cache's costs() (weight bytes per forward, KV bytes per cached
@@ -214,6 +218,13 @@ class Decoder:
 
     def _text(self, token: int) -> str:
         return self.tokenizer.decode([token])
+
+    def _name_tokens(self, record: StepRecord) -> None:
+        """Each node's and committed token's text, for the views: made after the round's clocks stop, as the round
+        itself needs no text."""
+        for node in record.nodes:
+            node.text = self._text(node.token)
+        record.committed_text = [self._text(token) for token in record.committed_tokens]
 
     def text(self) -> str:
         return self.tokenizer.decode(self.new_tokens, skip_special_tokens=True)

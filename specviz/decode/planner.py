@@ -23,7 +23,7 @@ drafted, so a round's shape is fixed before its tokens are drawn (sampling stays
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .calibration import BIN_MEANS, PRIOR_WEIGHT, Calibration, score_bin
 from .trace import PlanRecord
@@ -92,8 +92,6 @@ class RoundPlan:
     max_branch: int = 16
     share: float = 1.0          # the share of draft levels that needed a forward of their own, in this run
     probe_wait: int = PROBE_EVERY   # plain steps in a row before a probe, at this round
-    chances: dict[int, float] = field(default_factory=dict)    # per node drafted: the chance the plan gave it
-    lookup: LookupChoice | None = None      # what context lookup offered and what joined, once the tree is built
     probe_held: bool = False    # a probe was due, but the predicted chance of its guesses did not pay for it
 
     @property
@@ -173,7 +171,6 @@ class RoundPlanner:
         self.probe_again = False
         self.read_prompt = False    # the draft's first forward reads the prompt: a cost of starting, not of a round
         self.on_finish = on_finish
-        self.last: RoundPlan | None = None
         self.agreement = Agreement()
         self.behind = 0             # tokens committed since the draft last read: a probe's draft must read them first
 
@@ -192,7 +189,6 @@ class RoundPlanner:
                          share=self.share, probe_wait=self.probe_wait, probe_held=held)
         if kind == "probe":
             plan.max_depth, plan.max_branch = PROBE_GUESSES, 1
-        self.last = plan
         return plan
 
     def likely(self) -> bool:
@@ -208,21 +204,22 @@ class RoundPlanner:
                 + self.costs.verify(PROBE_GUESSES + 1) - plain)
         return saved >= cost
 
-    def observe(self, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int],
+    def observe(self, plan: RoundPlan, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int],
                 committed_probs: list[float] = ()) -> None:
-        """After verification: the round's tree, the accepted path, each stage's kind (by stage index), the tokens
-        each forward of the top draft model fed this round, and the target's probability of each token committed."""
-        plan, accepted = self.last, set(path)
+        """After verification: the round's plan and tree, the accepted path, each stage's kind (by stage index), the
+        tokens each forward of the top draft model fed this round, and the target's probability of each token
+        committed."""
+        accepted = set(path)
         first_guesses = [child for child in tree.children[0] if tree.drawn[child]]
         if committed_probs and first_guesses:
             self.agreement.learn(committed_probs[0], len(path) > 1 and path[1] in first_guesses)
         self.agreement.follow(list(committed_probs))
-        self.probe_again = plan is not None and plan.kind == "probe" and len(path) - 1 >= PROBE_GUESSES
-        if plan is not None and plan.kind == "probe" and not self.probe_again:
+        self.probe_again = plan.kind == "probe" and len(path) - 1 >= PROBE_GUESSES
+        if plan.kind == "probe" and not self.probe_again:
             self.probe_wait = min(2 * self.probe_wait, PROBE_MOST)
-        elif plan is not None and plan.kind == "speculate":
+        elif plan.kind == "speculate":
             self.probe_wait = PROBE_EVERY
-        drafted = plan is not None and plan.drafts and bool(draft_feeds)       # it paid for a draft forward
+        drafted = plan.drafts and bool(draft_feeds)       # it paid for a draft forward
         self.plain_run = 0 if drafted else self.plain_run + 1
         self.behind = 0 if drafted else self.behind + len(path)
         if draft_feeds and not self.read_prompt:
@@ -249,15 +246,16 @@ class RoundPlanner:
             self.on_finish(self.calibration)
             self.on_finish = None
 
-    def record(self, plan: RoundPlan, kinds_in_use: list[str]) -> PlanRecord:
+    def record(self, plan: RoundPlan, kinds_in_use: list[str], lookup: LookupChoice | None = None) -> PlanRecord:
+        """The plan's record for the trace; lookup: what context lookup offered the round and what joined."""
         shown = {kind: self.calibration.table(kind) for kind in dict.fromkeys(kinds_in_use)}
         record = PlanRecord(kind=plan.kind, recent_tokens=round(plan.recent_tokens, 3),
                             recent_ms=round(plan.recent_s * 1e3, 2), plain_ms=round(self.costs.verify(1) * 1e3, 2),
                             rates=[round(r, 3) for r in self.calibration.depth_rates(SHOWN_DEPTHS)],
                             calibration=shown, reason="")
-        if plan.lookup is not None:
-            record.lookup_found, record.lookup_joined = plan.lookup.found, plan.lookup.joined
-            record.lookup_chance, record.lookup_price = round(plan.lookup.chance, 3), round(plan.lookup.price, 3)
+        if lookup is not None:
+            record.lookup_found, record.lookup_joined = lookup.found, lookup.joined
+            record.lookup_chance, record.lookup_price = round(lookup.chance, 3), round(lookup.price, 3)
         if plan.probe_held:
             record.probe_held, record.behind = True, self.behind
             record.predicted = round(self.agreement.predicted or 0.0, 3)

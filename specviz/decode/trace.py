@@ -9,6 +9,26 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 
+class Phase:
+    """The names of a round's timed phases, the keys of a step's phase_s (recordings keep them as these strings): one
+    drafting phase per stage, the draft models' prompt read, verification, and the rest."""
+    TREE = "tree"
+    VERIFY = "verify"
+    BOOKKEEPING = "bookkeeping"
+    PROMPT_READ = "prompt_read"     # draft models reading the prompt (their first round's catch-up)
+
+    @staticmethod
+    def draft(stage: int) -> str:
+        return f"stage{stage}_draft"
+
+    @staticmethod
+    def stage_of(key: str) -> int | None:
+        """The stage a drafting phase belongs to; None for any other phase."""
+        if key.startswith("stage") and key.endswith("_draft"):
+            return int(key[len("stage"):-len("_draft")])
+        return None
+
+
 @dataclass
 class NodeRecord:
     id: int
@@ -61,7 +81,7 @@ class StepRecord:
     committed_tokens: list[int]              # new output tokens this step (accepted drafts + bonus)
     committed_text: list[str]
     committed_stage: list[int]               # stage that produced each committed token (0 = target)
-    phase_s: dict[str, float]                # stage{k}_draft, verify, bookkeeping
+    phase_s: dict[str, float]                # by Phase: each stage's drafting, verify, bookkeeping
     forwards: dict[str, list[int]]           # model name -> tokens fed in each forward pass
     bytes_read: dict[str, float]             # model name -> weight + KV bytes read this step
     wall_s: float

@@ -7,6 +7,7 @@ drafter's distribution without replacement (sampling), so verification can stay 
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
 
 import torch
 
@@ -14,6 +15,7 @@ from .drafters.base import Drafter
 from .drafters.lookup import context_continuation
 from .planner import LookupChoice, RoundPlan
 from .sampling import Sampling, draw_without_replacement, logits_to_probs, top_tokens
+from .trace import Phase
 from .tree import Tree, TreeSpec, children_ranks
 
 class Proposal:
@@ -62,11 +64,20 @@ def lookup_stage(drafter: Drafter | None) -> int:
     return 1 + (len(drafter.stages()) if drafter is not None else 0)
 
 
+class Drafted(NamedTuple):
+    """What a round drafted: the tree; per expanded node, the distribution its children were drawn from; with a plan,
+    the calibrated chance the plan gave each node, and what context lookup offered and what joined."""
+    tree: Tree
+    dists: dict[int, torch.Tensor]
+    chances: dict[int, float]
+    lookup: LookupChoice | None = None
+
+
 def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: TreeSpec,
                sampling: Sampling, generator: torch.Generator,
                ends: frozenset[int] = frozenset(),
-               plan: RoundPlan | None = None) -> tuple[Tree, dict[int, torch.Tensor]]:
-    """Return the tree and, per expanded node, the distribution its children were drawn from.
+               plan: RoundPlan | None = None) -> Drafted:
+    """The round's tree and what went into it (`Drafted`).
 
     With `spec.lookup`, a continuation copied from the context (prompt lookup) joins the drafted
     tree as one more branch; baseline (no drafter) stays plain decoding. Nothing is drafted after a
@@ -76,27 +87,29 @@ def build_tree(root: int, context: list[int], drafter: Drafter | None, spec: Tre
     """
     tree = Tree.with_root(root)
     dists: dict[int, torch.Tensor] = {}
+    chances: dict[int, float] = {}
+    lookup = None
     if drafter is None:
-        return tree, dists
+        return Drafted(tree, dists, chances)
     proposals: dict[int, Proposal] = {}
     if plan is None or plan.drafts:
-        _grow(tree, proposals, context, drafter, spec, sampling, generator, ends, plan)
+        _grow(tree, proposals, chances, context, drafter, spec, sampling, generator, ends, plan)
     if not sampling.greedy:             # greedy verification reads no draft distribution
         dists = {node: proposal.whole() for node, proposal in proposals.items()}
     if spec.lookup > 0 and (plan is None or plan.kind != "probe"):
         stage = lookup_stage(drafter)
-        with drafter.timer.phase(f"stage{stage}_draft"):
+        with drafter.timer.phase(Phase.draft(stage)):
             follow = context_continuation(context, spec.lookup, max(spec.lookup_ngram, 3), spec.lookup_ngram)
             ended = [i for i, token in enumerate(follow) if token in ends]
             follow = follow[: ended[0] + 1] if ended else follow
             if plan is not None:
-                plan.lookup = _lookup_worth(tree, follow, plan)
-                follow = follow[: plan.lookup.joined]
+                lookup = _lookup_worth(tree, follow, plan)
+                follow = follow[: lookup.joined]
             first = len(tree)
             tree.add_lookup_chain(follow, stage)
         if plan is not None:
-            plan.chances.update((n, plan.value("lookup", tree.depths[n], 1.0)) for n in range(first, len(tree)))
-    return tree, dists
+            chances.update((n, plan.value("lookup", tree.depths[n], 1.0)) for n in range(first, len(tree)))
+    return Drafted(tree, dists, chances, lookup)
 
 
 def _lookup_worth(tree: Tree, follow: list[int], plan: RoundPlan) -> LookupChoice:
@@ -118,10 +131,10 @@ def _kind_of(drafter: Drafter):
     return lambda stage: kinds[stage]
 
 
-def _grow(tree: Tree, dists: dict[int, Proposal], context: list[int], drafter: Drafter, spec: TreeSpec,
-          sampling: Sampling, generator: torch.Generator, ends: frozenset[int] = frozenset(),
+def _grow(tree: Tree, dists: dict[int, Proposal], chances: dict[int, float], context: list[int], drafter: Drafter,
+          spec: TreeSpec, sampling: Sampling, generator: torch.Generator, ends: frozenset[int] = frozenset(),
           plan: RoundPlan | None = None) -> None:
-    """The drafter's tree, level by level; dists: each expanded node's Proposal."""
+    """The drafter's tree, level by level; fills dists (each expanded node's Proposal) and, with a plan, chances."""
     paths = spec.static_paths() if spec.shape != "dynamic" and plan is None else None
     width, branch, depth_cap = spec.level_width, spec.max_branch, spec.max_depth
     if plan is not None:
@@ -163,7 +176,7 @@ def _grow(tree: Tree, dists: dict[int, Proposal], context: list[int], drafter: D
                 child = tree.add(node, token, stage, prob)
                 scores[child] = scores[node] * prob
                 if plan is not None:
-                    plan.chances[child] = plan.value(kind(stage), tree.depths[child], scores[child])
+                    chances[child] = plan.value(kind(stage), tree.depths[child], scores[child])
                 frontier.append(child)
 
 

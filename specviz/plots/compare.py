@@ -9,7 +9,7 @@ from plotly.subplots import make_subplots
 
 from ..decode.metrics import PROMPT_READ, time_split
 from .palette import KIND_COLOURS, LINE_COLOUR, OVERHEAD_COLOUR, PROMPT_READ_COLOUR, STRATEGY_COLOURS
-from ..decode.trace import StageInfo
+from ..decode.trace import Phase, StageInfo
 from .common import KIND_WORDS, base_layout, empty_figure, stage_colours
 
 # -- comparing strategies ----------------------------------------------------------------------
@@ -19,21 +19,18 @@ def phase_split(stats: dict) -> dict[str, float]:
     return time_split(stats.get("phase_s", {}), stats.get("wall_s", 0.0))
 
 
-def _stage_of(key: str) -> int:
-    return int(key[len("stage"):-len("_draft")])
-
-
 def _phase_name(key: str, kinds: dict[int, str]) -> str:
-    if key.endswith("_draft"):
-        stage = _stage_of(key)
+    stage = Phase.stage_of(key)
+    if stage is not None:
         return f"drafting: {KIND_WORDS.get(kinds.get(stage), 'stage')} (stage {stage})"
     return {"verify": "verification (target forward)", "overhead": "overhead (bookkeeping, Python)",
             PROMPT_READ: "the draft model reading the prompt (once)"}[key]
 
 
 def _phase_colour(key: str, colours: dict[int, str]) -> str:
-    if key.endswith("_draft"):
-        return colours.get(_stage_of(key), "#000000")
+    stage = Phase.stage_of(key)
+    if stage is not None:
+        return colours.get(stage, "#000000")
     return {"verify": KIND_COLOURS["target"], "overhead": OVERHEAD_COLOUR, PROMPT_READ: PROMPT_READ_COLOUR}[key]
 
 

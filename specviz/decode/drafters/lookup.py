@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..trace import Phase
 from .base import Drafter
 
 # A lower stage's copied guess: the tokens after the latest earlier occurrence of the text's last 3 tokens, else its
@@ -44,7 +45,7 @@ class LookupDrafter(Drafter):
 
     def expand(self, tree, nodes, context):
         out = []
-        with self.timer.phase(f"stage{self.stage}_draft"):
+        with self.timer.phase(Phase.draft(self.stage)):
             for node in nodes:
                 follow = self.continuation(context + tree.path_tokens(node)[1:], 1)
                 if not follow:
@@ -56,5 +57,5 @@ class LookupDrafter(Drafter):
         return out
 
     def guess(self, sequence, n):
-        with self.timer.phase(f"stage{self.stage}_draft"):
+        with self.timer.phase(Phase.draft(self.stage)):
             return self.continuation(sequence, n)

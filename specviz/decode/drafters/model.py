@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...backends.interface import Backend
-from ..metrics import PROMPT_READ
+from ..trace import Phase
 from ..tree import Tree
 from ..verify import verify_greedy
 from .base import Drafter
@@ -124,14 +124,14 @@ class ModelDrafter(Drafter):
     # -- feeding ------------------------------------------------------------------------------
     def _catch_up(self, context: list[int]) -> None:
         """Feed committed tokens the draft has not read yet, ending with the root: in the first round, the prompt."""
-        with self.timer.phase(PROMPT_READ if self.kv.committed == 0 else f"stage{self.stage}_draft"):
+        with self.timer.phase(Phase.PROMPT_READ if self.kv.committed == 0 else Phase.draft(self.stage)):
             logits = self.kv.feed_committed(context[self.kv.committed:], keep=1)
         self.reads.fed[()] = (-1, logits[-1])
 
     def _feed(self, chains: list[tuple[tuple[int, ...], list[int]]], root_position: int) -> None:
         """Feed token chains, each hanging under an already fed path, in one forward."""
         tokens, positions, visible, keys = self.reads.layout(chains, root_position)
-        with self.timer.phase(f"stage{self.stage}_draft"):
+        with self.timer.phase(Phase.draft(self.stage)):
             logits = self.kv.forward(tokens, positions, visible)
         self.reads.record(keys, logits)
 
@@ -188,7 +188,7 @@ class ModelDrafter(Drafter):
         the entries that are known to be committed, and drops the rest after each forward.
         """
         out: list[int] = []
-        with self.timer.phase(f"stage{self.stage}_draft"):
+        with self.timer.phase(Phase.draft(self.stage)):
             while len(out) < n:
                 proposal = self._guess_after(sequence + out)[: n - len(out)]
                 fed = (sequence + out)[self.kv.committed:]

@@ -1,6 +1,7 @@
 """A Katz-backoff n-gram model as a drafter: the paper's stage-2 (costs a table lookup)."""
 from __future__ import annotations
 
+from ..trace import Phase
 from .base import Drafter
 from .lookup import COPIED_RUN, copied_run
 
@@ -16,7 +17,7 @@ class NgramDrafter(Drafter):
         self.name = name
 
     def expand(self, tree, nodes, context):
-        with self.timer.phase(f"stage{self.stage}_draft"):
+        with self.timer.phase(Phase.draft(self.stage)):
             return [self.model.probs(context + tree.path_tokens(n)[1:]).log() for n in nodes]
 
     def guess(self, sequence, n):
@@ -24,7 +25,7 @@ class NgramDrafter(Drafter):
         its names and lines); elsewhere the model's most likely next token alone, as its second guess is rarely the
         draft's (teacher-forced on HumanEval/26-55, the 0.5B's next token: the trigram's first guess 27%, its first
         two 10%; a copied run's first token 48% with the trigram's where nothing repeats)."""
-        with self.timer.phase(f"stage{self.stage}_draft"):
+        with self.timer.phase(Phase.draft(self.stage)):
             copied = copied_run(sequence, n) if self.copies else []
             if copied or n < 1:
                 return copied
