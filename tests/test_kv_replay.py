@@ -41,7 +41,7 @@ def test_every_recorded_round_is_grown_fed_and_accepted_again(lanes, models):
         parts = projection.round_parts(run.steps)                  # every phase's time lands in one part
         assert sum(parts.values()) == pytest.approx(sum(sum(step.phase_s.values()) for step in run.steps))
         assert parts["verify"] == pytest.approx(sum(step.phase_s["verify"] for step in run.steps))
-        assert seconds > 0 and len(run.steps) == len(recorded["steps"])
+        assert len(run.steps) == len(recorded["steps"])
         for step, st in zip(run.steps, recorded["steps"]):
             assert sorted(n.depth for n in step.nodes) == sorted(projection._depths(st["parents"]))
             assert [step.nodes[n].token for n in step.accepted_path[1:]] == st["path"][1:]

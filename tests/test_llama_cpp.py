@@ -146,9 +146,15 @@ def test_the_cli_gives_its_speed_against_the_reference():
 
 def test_llama_bench_gives_its_cost_curve():
     curve = llama_cpp.cost_curve(GGUF, 2, sizes=(1, 4), repeats=1)
-    # no order between the two: one repeat on a 135M model is noise-bound (CI once timed 1 token at 51 ms, 4 at 33);
-    # seconds from llama-bench's nanoseconds, not its milliseconds or tokens per second
-    assert set(curve) == {1, 4} and all(1e-4 < seconds < 10 for seconds in curve.values())
+    # no order between the two, and no bounds: one repeat on a 135M model is noise-bound (CI once timed 1 token at
+    # 51 ms, 4 at 33); the units are the parser's, checked below on llama-bench's own row format
+    assert set(curve) == {1, 4}
+
+
+def test_llama_bench_rows_read_as_seconds_per_forward():
+    rows = ('[{"n_prompt": 1, "n_gen": 0, "avg_ns": 51000000, "avg_ts": 19.6},'
+            ' {"n_prompt": 4, "n_gen": 0, "avg_ns": 80000000, "avg_ts": 50.0}]')
+    assert llama_cpp.curve_of(rows) == {1: pytest.approx(0.051), 4: pytest.approx(0.080)}
 
 
 def test_the_regime_panel_draws_ours_llama_cpp_and_each_precision(self_drafted, monkeypatch):

@@ -211,8 +211,6 @@ def gguf_file(spec: str | None) -> Path | None:
 def cost_curve(gguf: Path, threads: int, sizes=(1, 2, 4, 8, 16), repeats: int = 2) -> dict[int, float]:
     """Seconds per forward of n tokens by llama.cpp on this GGUF file (its own `llama-bench`, prompt
     processing of n tokens), the fastest plain decoder's cost of verifying n tokens."""
-    import json
-
     bench = program(BENCH_PROGRAM)
     if bench is None:
         raise LlamaCppMissing(f"llama.cpp is not installed here ({BENCH_PROGRAM} not found)")
@@ -221,7 +219,14 @@ def cost_curve(gguf: Path, threads: int, sizes=(1, 2, 4, 8, 16), repeats: int = 
     done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         raise LlamaCppMissing(f"{BENCH_PROGRAM} failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}")
-    return {row["n_prompt"]: row["avg_ns"] / 1e9 for row in json.loads(done.stdout)}
+    return curve_of(done.stdout)
+
+
+def curve_of(bench_json: str) -> dict[int, float]:
+    """llama-bench's JSON rows as seconds per forward of n tokens (its avg_ns is nanoseconds per run)."""
+    import json
+
+    return {row["n_prompt"]: row["avg_ns"] / 1e9 for row in json.loads(bench_json)}
 
 
 def generate_for(stack, peer: str, prompt_ids: list[int], sampling: Sampling, max_new_tokens: int,
