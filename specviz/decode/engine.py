@@ -154,11 +154,11 @@ class Decoder:
             if plan is not None:
                 self.planner.observe(plan, tree, verdict.path, [stage.kind for stage in self.stages], draft_feeds,
                                      committed_probs(verdict, probs))
-                if self.finished:
-                    self.planner.finish()
         record.phase_s = self.timer.take()
         record.wall_s = perf_counter() - started
         self._name_tokens(record)
+        if self.finished and self.planner is not None:
+            self.planner.finish()       # what the run learnt goes to the user's profile: file work, not the round's
         self.steps.append(record)
         return record
 
