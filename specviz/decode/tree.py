@@ -7,6 +7,7 @@ list order is a valid order to feed the nodes to a model.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 from dataclasses import dataclass, field
 
@@ -185,10 +186,14 @@ class TreeSpec:
             return self.min_score
         return self.min_scores[drafted] if drafted < len(self.min_scores) else 2.0
 
-    def static_paths(self) -> set[tuple[int, ...]]:
-        if self.shape == "chain":
-            paths = chain_shape(min(self.budget, self.max_depth))
-        else:
-            paths = best_static_shape(self.budget, self.max_depth, self.max_branch)
-        validate_shape(paths)
-        return set(paths)
+    def static_paths(self) -> frozenset[tuple[int, ...]]:
+        """A static shape's paths, built once per shape (every round of a run asks for them)."""
+        return _static_paths(self.shape, self.budget, self.max_depth, self.max_branch)
+
+
+@functools.lru_cache(maxsize=64)
+def _static_paths(shape: str, budget: int, max_depth: int, max_branch: int) -> frozenset[tuple[int, ...]]:
+    paths = chain_shape(min(budget, max_depth)) if shape == "chain" else best_static_shape(budget, max_depth,
+                                                                                          max_branch)
+    validate_shape(paths)
+    return frozenset(paths)

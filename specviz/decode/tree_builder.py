@@ -134,37 +134,23 @@ def _kind_of(drafter: Drafter):
 def _grow(tree: Tree, dists: dict[int, Proposal], chances: dict[int, float], context: list[int], drafter: Drafter,
           spec: TreeSpec, sampling: Sampling, generator: torch.Generator, ends: frozenset[int] = frozenset(),
           plan: RoundPlan | None = None) -> None:
-    """The drafter's tree, level by level; fills dists (each expanded node's Proposal) and, with a plan, chances."""
-    paths = spec.static_paths() if spec.shape != "dynamic" and plan is None else None
-    width, branch, depth_cap = spec.level_width, spec.max_branch, spec.max_depth
-    if plan is not None:
-        chain = spec.shape == "chain"
-        width, branch = (1, 1) if chain else (width, min(branch, plan.max_branch))
-        depth_cap = min(depth_cap, plan.max_depth)
-    kind = _kind_of(drafter)
-    judge = Judge(spec, plan, kind, drafter, tree)
+    """The drafter's tree, level by level, grown by the spec's or the plan's policy (`growth_for`); fills dists (each
+    expanded node's Proposal) and, with a plan, chances."""
+    growth = growth_for(spec, plan, drafter, tree)
     support = drafter.support()
     frontier, scores = [0], {0: 1.0}
     while frontier and len(tree) - 1 < spec.budget:
-        if paths is not None:
-            wants = {n: children_ranks(paths, tree.rank_path(n)) for n in frontier}
-        else:
-            best = sorted(frontier, key=lambda n: -scores[n])[:width]
-            wants = {n: branch for n in best if tree.depths[n] < depth_cap
-                     and judge.expands(n, scores[n], len(tree) - 1)}
+        wants = growth.wants(frontier, scores)
         expand = [n for n in frontier if wants.get(n, 0) > 0 and (n == 0 or tree.tokens[n] not in ends)]
         if not expand:
             break
-        room = spec.budget - (len(tree) - 1)    # children this level can take in all
-        if paths is None:
-            room = min(room, width)
+        room = growth.room(spec.budget - (len(tree) - 1))      # children this level can take in all
         ranked = {}     # per node: its most likely tokens, which decide how many children it gets
         proposed = [(node, row) for node, row in zip(expand, drafter.expand(tree, expand, context)) if row is not None]
         for (node, _), row in zip(proposed, on_host([row for _, row in proposed])):
             dists[node] = Proposal(row, support, sampling)
             ranked[node] = dists[node].top(min(wants[node], room))
-        counts = _children_counts(ranked, dists, scores, room, len(tree) - 1,
-                                  judge if paths is None else None)
+        counts = _children_counts(ranked, dists, scores, room, len(tree) - 1, growth.judge)
         frontier = []
         for node, count in counts.items():
             # Sampling draws the children only now: how many a node gets must not depend on which
@@ -176,7 +162,7 @@ def _grow(tree: Tree, dists: dict[int, Proposal], chances: dict[int, float], con
                 child = tree.add(node, token, stage, prob)
                 scores[child] = scores[node] * prob
                 if plan is not None:
-                    chances[child] = plan.value(kind(stage), tree.depths[child], scores[child])
+                    chances[child] = plan.value(growth.kind(stage), tree.depths[child], scores[child])
                 frontier.append(child)
 
 
@@ -201,6 +187,52 @@ class Judge:
             return True
         return self.plan.expands(self.tree.depths[node], score, drafted, self.drafter.has_scores(self.tree, node),
                                  self.tree.draft_probs[node])
+
+
+class StaticShape:
+    """A fixed shape (the `tree` strategy's teaching shapes, a chain): each node gets the ranks its paths name, with
+    no price to pay."""
+    judge = None
+
+    def __init__(self, spec: TreeSpec, tree: Tree):
+        self.paths, self.tree = spec.static_paths(), tree
+
+    def wants(self, frontier: list[int], scores: dict[int, float]) -> dict[int, int]:
+        return {n: children_ranks(self.paths, self.tree.rank_path(n)) for n in frontier}
+
+    def room(self, left: int) -> int:
+        return left
+
+
+class ByScore:
+    """A dynamic tree: the level's `width` best nodes by path score are expanded, each by up to `branch` children,
+    each worth what the judge asks (the spec's minimum score, or with a plan its calibrated chance against its
+    price); a plan also caps width, branch and depth, and decides which nodes are worth a draft forward."""
+
+    def __init__(self, spec: TreeSpec, plan: RoundPlan | None, drafter: Drafter, tree: Tree):
+        self.width, self.branch, self.depth_cap = spec.level_width, spec.max_branch, spec.max_depth
+        if plan is not None:
+            self.width, self.branch = (1, 1) if spec.shape == "chain" else (self.width, min(self.branch,
+                                                                                            plan.max_branch))
+            self.depth_cap = min(self.depth_cap, plan.max_depth)
+        self.kind = _kind_of(drafter)
+        self.judge = Judge(spec, plan, self.kind, drafter, tree)
+        self.tree = tree
+
+    def wants(self, frontier: list[int], scores: dict[int, float]) -> dict[int, int]:
+        best = sorted(frontier, key=lambda n: -scores[n])[:self.width]
+        return {n: self.branch for n in best if self.tree.depths[n] < self.depth_cap
+                and self.judge.expands(n, scores[n], len(self.tree) - 1)}
+
+    def room(self, left: int) -> int:
+        return min(left, self.width)
+
+
+def growth_for(spec: TreeSpec, plan: RoundPlan | None, drafter: Drafter, tree: Tree) -> StaticShape | ByScore:
+    """A planned round grows by its plan; otherwise a static shape by its paths, a dynamic one by score."""
+    if plan is None and spec.shape != "dynamic":
+        return StaticShape(spec, tree)
+    return ByScore(spec, plan, drafter, tree)
 
 
 def _children_counts(ranked, dists, scores, room, drafted, judge: Judge | None) -> dict[int, int]:
