@@ -533,3 +533,25 @@ def test_the_page_says_in_its_status_where_the_profile_lacks_a_measurement_and_t
                            "calibration c: learnt y. No machine profile here") and "\n" not in text
     monkeypatch.setattr(auto_choice, "DEFAULTED", {})
     assert Session().decoder_for(app_settings.parse_settings(**{**SETTINGS, "strategy": "baseline"}))[1] == ""
+
+
+def test_the_step_says_what_the_second_stage_handed_the_draft():
+    """A draft fed a trigram's guess beside the node above: two forwards for three levels of guesses, one saved."""
+    from specviz.decode.trace import NodeRecord, StageInfo, StepRecord
+    stages = [StageInfo("target", "target"), StageInfo("draft", "model"), StageInfo("trigram", "ngram"),
+              StageInfo("context lookup", "lookup")]
+    nodes = [NodeRecord(0, 5, "a", -1, 0, 0, 0, None, None, None, True),
+             NodeRecord(1, 6, "b", 0, 1, 0, 1, 0.9, 0.9, 1.0, True),
+             NodeRecord(2, 7, "c", 1, 2, 0, 2, 0.9, 0.9, 1.0, True),     # guessed by the trigram, taken by the draft
+             NodeRecord(3, 8, "d", 2, 3, 0, 1, 0.9, 0.9, 1.0, False),
+             NodeRecord(4, 9, "e", 0, 1, 1, 3, 1.0, 0.1, 0.0, False)]    # context lookup's branch: not the draft's
+    step = StepRecord(0, "staged", stages, nodes, [0, 1, 2], [6, 7, 8], ["b", "c", "d"], [0, 0, 0], {},
+                      {"target": [5], "draft": [1, 3]}, {}, 0.0, 0)
+    assert words.second_stage_note(step) == ("The n-gram handed the draft 1 of these guesses before it asked for them; "
+                                             "the draft ran 2 forwards for 3 levels of guesses, 1 saved.")
+    assert words.second_stage_note(step) in words.step_caption(step)
+    alone = StepRecord(0, "speculative", stages[:2], nodes[:2] + [NodeRecord(2, 7, "c", 1, 2, 0, 1, 0.9, 0.9, 1.0,
+                                                                             True)],
+                       [0, 1, 2], [6, 7, 8], ["b", "c", "d"], [0, 0, 0], {}, {"target": [3], "draft": [1, 1]}, {},
+                       0.0, 0)
+    assert words.second_stage_note(alone) == ""

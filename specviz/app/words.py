@@ -32,6 +32,26 @@ def _colour_name(stages: list[StageInfo], index: int) -> str:
     return COLOUR_NAMES.get(stage_colours(stages)[index], "")
 
 
+def second_stage_note(step: StepRecord) -> str:
+    """What the stages below the draft model did for it this round: how many of the guesses they handed it before it
+    asked (it fed them beside the node above, so their scores came with that forward) and how many of its forwards
+    that saved against one forward per level of guesses ('' where the draft has no stage below, or did not run)."""
+    if len(step.stages) < 3 or step.stages[1].kind != "model":
+        return ""
+    forwards = len(step.forwards.get(step.stages[1].name, []))
+    lower = {i for i, stage in enumerate(step.stages) if i >= 2 and stage.kind != "lookup"}
+    drafted = [n for n in step.nodes[1:] if n.stage == 1 or n.stage in lower]
+    if not lower or not forwards or not drafted:
+        return ""
+    handed = sum(1 for n in drafted if n.stage in lower)
+    levels = len({step.nodes[n.parent].depth for n in drafted})
+    saved = max(0, levels - forwards)
+    words = KIND_WORDS.get(step.stages[min(lower)].kind, "stage below")
+    return (f"The {words} handed the draft {handed} of these guesses before it asked for them; the draft ran "
+            f"{forwards} forward{'s' if forwards != 1 else ''} for {levels} level{'s' if levels != 1 else ''} of "
+            f"guesses, {saved} saved.")
+
+
 def step_caption(step: StepRecord, greedy: bool = True) -> str:
     """What happened in one step, in plain words for someone new to speculative decoding."""
     made = len(step.committed_tokens)
@@ -48,7 +68,7 @@ def step_caption(step: StepRecord, greedy: bool = True) -> str:
     branches = sum(1 for n in step.nodes[1:] if n.rank > 0)
     shape = "a single chain" if branches == 0 else f"a tree with {branches + 1} branches"
     lines = [f"**Step {step.step + 1}.**{planned} **Draft:** cheap helpers guessed {drafted} tokens ahead as {shape} "
-             f"({_drafted_by(step)}).",
+             f"({_drafted_by(step)}).{(' ' + second) if (second := second_stage_note(step)) else ''}",
              f"**Verify:** the target model checked all {drafted} guesses in **one** forward pass"
              + (", keeping a guess when it is also the target's own top choice." if greedy else
                 ", accepting each guess with probability min(1, p/q) so the output still follows the target's "
