@@ -12,7 +12,7 @@ import pytest
 from tiny import WordTokenizer
 
 from specviz.peers import llama_cpp
-from specviz.app import bench_panel, stacks, words
+from specviz.app import bench_panel, captions, stacks, words
 from specviz.app import settings as app_settings
 from specviz.app.race import COMPARED, ENGINE_LANES, IN_TURN, ONE_AFTER_ANOTHER, SHOWN, TIMING, Race, time_lanes
 from specviz.app.sessions import Session
@@ -138,16 +138,17 @@ def test_hub_models_are_size_checked_before_any_download(monkeypatch):
 
 
 def test_captions_say_what_happened(greedy):
-    base = words.step_caption(greedy["baseline"].steps[0])
+    base = captions.step_caption(greedy["baseline"].steps[0])
     assert "plain decoding" in base and "one next token" in base
     for step in greedy["tree"].steps + greedy["staged"].steps:
-        caption = words.step_caption(step)
+        caption = captions.step_caption(step)
         assert f"guessed {len(step.nodes) - 1} tokens ahead" in caption
         assert f"{len(step.committed_tokens)} new token" in caption
         assert "one target pass" in caption
     saving = next(s for s in greedy["staged"].steps if len(s.committed_tokens) > 1)
-    assert "saved." in words.step_caption(saving) and "plain decoding would have needed" in words.step_caption(saving)
-    assert "min(1, p/q)" in words.step_caption(saving, greedy=False)
+    said = captions.step_caption(saving)
+    assert "saved." in said and "plain decoding would have needed" in said
+    assert "min(1, p/q)" in captions.step_caption(saving, greedy=False)
 
 
 def test_text_is_coloured_by_the_producing_stage(greedy):
@@ -547,11 +548,11 @@ def test_the_step_says_what_the_second_stage_handed_the_draft():
              NodeRecord(4, 9, "e", 0, 1, 1, 3, 1.0, 0.1, 0.0, False)]    # context lookup's branch: not the draft's
     step = StepRecord(0, "staged", stages, nodes, [0, 1, 2], [6, 7, 8], ["b", "c", "d"], [0, 0, 0], {},
                       {"target": [5], "draft": [1, 3]}, {}, 0.0, 0)
-    assert words.second_stage_note(step) == ("The n-gram handed the draft 1 of these guesses before it asked for them; "
-                                             "the draft ran 2 forwards for 3 levels of guesses, 1 saved.")
-    assert words.second_stage_note(step) in words.step_caption(step)
+    assert captions.second_stage_note(step) == ("The n-gram handed the draft 1 of these guesses before it asked for "
+                                                "them; the draft ran 2 forwards for 3 levels of guesses, 1 saved.")
+    assert captions.second_stage_note(step) in captions.step_caption(step)
     alone = StepRecord(0, "speculative", stages[:2], nodes[:2] + [NodeRecord(2, 7, "c", 1, 2, 0, 1, 0.9, 0.9, 1.0,
                                                                              True)],
                        [0, 1, 2], [6, 7, 8], ["b", "c", "d"], [0, 0, 0], {}, {"target": [3], "draft": [1, 1]}, {},
                        0.0, 0)
-    assert words.second_stage_note(alone) == ""
+    assert captions.second_stage_note(alone) == ""

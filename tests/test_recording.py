@@ -13,7 +13,7 @@ from specviz import plots
 from specviz import recording as rec
 from specviz.app import replay as app_replay
 from specviz.app import settings as app_settings
-from specviz.app import stacks, words
+from specviz.app import captions, stacks, words
 from specviz.app.race import Race
 from specviz.app.sessions import Session
 
@@ -173,5 +173,5 @@ def test_token_texts_from_a_file_are_drawn_as_text(tiny_default, tmp_path):
     for html_text in drawn:
         assert "<img" not in html_text, html_text[:300]
     assert "&lt;img" in drawn[0] and "&lt;img" in drawn[2]
-    caption = words.step_caption(lane.steps[-1])        # Markdown: tokens sit in code spans, shown as text
+    caption = captions.step_caption(lane.steps[-1])        # Markdown: tokens sit in code spans, shown as text
     assert caption.count("<img") == caption.count("`<img") > 0

@@ -337,7 +337,8 @@ def test_planned_rounds_sample_two_tokens_exactly_as_the_target(opening):
 
 
 def test_the_app_words_say_why_a_round_had_its_shape_and_that_a_lane_fell_back_to_plain_steps():
-    from specviz.app.words import calibration_md, plan_note, step_caption
+    from specviz.app.captions import calibration_md, step_caption
+    from specviz.app.words import plan_note
     from specviz.decode.metrics import summarise
     target, run = useless_then_oracle(40)
     plain = next(s for s in run.steps if s.plan.kind == "plain")

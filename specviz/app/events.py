@@ -16,7 +16,7 @@ import gradio as gr
 
 from ..analysis import lossless
 from .. import plots
-from . import decoder_slots, panels, replay, stacks, words
+from . import captions, decoder_slots, panels, replay, stacks, words
 from . import settings as app_settings
 from .compute import Wait, computed, computed_steps
 from .decoder_slots import InLine
@@ -87,7 +87,7 @@ def render_step(session: Session, status: str):
         precision = stack.precision() + (f" ({stack.precision_reason})" if stack.precision_reason else "")
     return (session, status, plots.tree_figure(last), words.text_html(stacks.shown_prompt(dec, session.settings),
                                                                        dec.steps, dec.stages),
-            words.step_caption(last, dec.sampling.greedy),
+            captions.step_caption(last, dec.sampling.greedy),
             words.counters_md(stats, dec.max_new_tokens, dec.finished, precision),
             plots.acceptance_figure(dec.steps))
 
