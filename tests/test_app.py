@@ -556,3 +556,15 @@ def test_the_step_says_what_the_second_stage_handed_the_draft():
                        [0, 1, 2], [6, 7, 8], ["b", "c", "d"], [0, 0, 0], {}, {"target": [3], "draft": [1, 1]}, {},
                        0.0, 0)
     assert captions.second_stage_note(alone) == ""
+
+
+def test_the_fold_says_why_staged_won_or_lost_against_speculative():
+    def lane(rate, passes, forwards, tokens=64):
+        return {"tokens_per_s": rate, "tokens_per_target_forward": passes, "new_tokens": tokens,
+                "draft_forwards": {"draft": forwards}}
+    spared = words.staged_note({"staged": lane(44.0, 4.0, 16), "speculative": lane(40.0, 4.0, 32)})
+    assert spared == ("Staged beat speculative (1.10×), mostly by fewer draft forwards a token: 4.0 tokens a target "
+                      "pass against 4.0, and its draft models ran 0.25 forwards a token against 0.50.")
+    shorter = words.staged_note({"staged": lane(36.0, 3.0, 30), "speculative": lane(40.0, 4.0, 32)})
+    assert shorter.startswith("Staged lost to speculative (0.90×), mostly by fewer tokens a target pass")
+    assert words.staged_note({"staged": lane(36.0, 3.0, 30)}) == ""

@@ -167,6 +167,29 @@ def verdict(stats: dict[str, dict]) -> str:
     return sentence + ("." if ref else " (llama.cpp did not run, so there is no reference).")
 
 
+def staged_note(stats: dict[str, dict]) -> str:
+    """Why staged won or lost against speculative, in one sentence: tokens a target pass, and the draft models'
+    forwards a token ('' unless both lanes made tokens)."""
+    staged, single = stats.get("staged") or {}, stats.get("speculative") or {}
+    if not staged.get("tokens_per_s") or not single.get("tokens_per_s"):
+        return ""
+
+    def forwards(lane: dict) -> float:
+        return sum((lane.get("draft_forwards") or {}).values()) / max(lane.get("new_tokens") or 1, 1)
+    ratio = staged["tokens_per_s"] / single["tokens_per_s"]
+    passes, single_passes = staged["tokens_per_target_forward"], single["tokens_per_target_forward"]
+    drafted, single_drafted = forwards(staged), forwards(single)
+    by_passes = passes / single_passes if single_passes else 1.0
+    by_forwards = single_drafted / drafted if drafted else 1.0
+    if ratio >= 1:
+        why = ("more tokens a target pass" if by_passes >= by_forwards else "fewer draft forwards a token")
+    else:
+        why = ("fewer tokens a target pass" if by_passes <= by_forwards else "more draft forwards a token")
+    return (f"Staged {'beat' if ratio >= 1 else 'lost to'} speculative ({ratio:.2f}×), mostly by {why}: {passes:.1f} "
+            f"tokens a target pass against {single_passes:.1f}, and its draft models ran {drafted:.2f} forwards a "
+            f"token against {single_drafted:.2f}.")
+
+
 def sameness_line(differing: list[str], greedy: bool) -> str:
     """Whether every lane wrote the same text, in one sentence (sameness_note explains a difference)."""
     if not differing:
@@ -186,6 +209,8 @@ def outcome(race, greedy: bool, timed_how: str) -> tuple[str, str]:
     answer = f"{verdict(stats)} {sameness_line(race.differing(), greedy)}"
     parts = [timed_how, f"**Against the reference.** {reference_note(stats)}",
              f"**The texts.** {sameness_note(race.differing(), greedy)}"]
+    if staged_note(stats):
+        parts.insert(1, f"**Staged against speculative.** {staged_note(stats)}")
     if race.skipped:
         parts.append("**Not in the race.** " + " ".join(f"{name}: {why}" for name, why in race.skipped.items()))
     analysis = round_note(race.stats(), baseline_whole_s=race.own_times().get("baseline", 0.0))
