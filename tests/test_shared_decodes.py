@@ -170,7 +170,7 @@ def test_the_table_of_shared_decodes_is_bounded_and_a_reader_outlives_its_entry(
     visitors = {prompt: Session() for prompt in ("a b", "c d", "e f")}
     for prompt, visitor in visitors.items():
         visitor.decoder_for(settings_of(prompt=prompt))[0].step()
-    assert len(shared.decodes) == 2            # the first request left the table...
+    assert len(shared.entries) == 2            # the first request left the table...
     first = visitors["a b"].decoder
     while not first.finished:
         first.step()                           # ...and its visitor reads on
@@ -308,11 +308,11 @@ def test_a_race_left_by_everyone_who_asked_gives_its_decoder_back_and_starts_ove
     left = compare_events.on_compare(Session(), *values)
     while "Timing each lane alone" not in next(left)[1]:
         pass
-    race = next(iter(shared_races.RACES.races.values()))
+    race = next(iter(shared_races.RACES.entries.values()))
     assert decoder_slots.SLOTS.holds(race) and race.timing is not None
     left.close()                                         # its only visitor's page went away...
     computed(lambda: None)                               # ...and its loop's clean-up ran on the compute thread
     assert not decoder_slots.SLOTS.holds(race) and race.released and race.timing is None
     again = Session()
     assert "Race finished" in list(compare_events.on_compare(again, *values))[-1][1]
-    assert next(iter(shared_races.RACES.races.values())) is not race and again.race.finished
+    assert next(iter(shared_races.RACES.entries.values())) is not race and again.race.finished

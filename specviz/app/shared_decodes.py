@@ -130,24 +130,33 @@ class DecodeReader(CommittedSoFar):
         return {name: tuple(cost) for name, cost in self.shared.costs.items()}
 
 
-class SharedDecodes:
-    """The shared decodes by request, the `size` asked for most recently."""
+class SharedTable:
+    """What visitors share, by request: the `size` asked for most recently. make(settings, stack) starts an entry;
+    one that is stale(entry), or was made with another stack object, starts over when asked for again."""
 
-    def __init__(self, size: int, slots):
-        self.size, self.slots = size, slots
-        self.decodes: OrderedDict[tuple, SharedDecode] = OrderedDict()
+    def __init__(self, size: int, make, stale):
+        self.size, self.make, self.stale = size, make, stale
+        self.entries: OrderedDict[tuple, object] = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, settings: Settings, stack) -> SharedDecode:
+    def get(self, settings: Settings, stack):
         key = request_key(settings, stack.precision())
         with self.lock:
-            shared = self.decodes.get(key)
-            if shared is None or shared.released or shared.stack() is not stack:
-                shared = self.decodes[key] = SharedDecode(settings, stack, self.slots)
-            self.decodes.move_to_end(key)
-            while len(self.decodes) > self.size:
-                self.decodes.popitem(last=False)
-            return shared
+            entry = self.entries.get(key)
+            if entry is None or self.stale(entry) or entry.stack() is not stack:
+                entry = self.entries[key] = self.make(settings, stack)
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+            return entry
+
+
+class SharedDecodes(SharedTable):
+    """The shared decodes by request; one released while idle starts over."""
+
+    def __init__(self, size: int, slots):
+        super().__init__(size, lambda settings, stack: SharedDecode(settings, stack, slots),
+                         lambda decode: decode.released)
 
     def reader(self, settings: Settings) -> tuple[DecodeReader, str]:
         """A reader at the first round of the settings' shared decode, started here where nobody has (InLine while

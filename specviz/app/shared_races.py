@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from time import monotonic, perf_counter
@@ -19,7 +18,7 @@ from ..profile.environment import env_number
 from . import decoder_slots
 from .race import COMPARED, Progress, Race, time_lanes
 from .settings import Settings
-from .shared_decodes import request_key
+from .shared_decodes import SharedTable
 
 REUSE_S = env_number("SPECVIZ_RACE_REUSE_S", 600)
 MAX_SHARED_RACES = 8        # finished races kept (traces only, a few MB at most each)
@@ -121,24 +120,12 @@ class SharedRace:
         return min(1.0, (len(p.done) + under_way) / len(COMPARED))
 
 
-class SharedRaces:
-    """The races by request, while they are fresh (at most MAX_SHARED_RACES finished ones kept)."""
+class SharedRaces(SharedTable):
+    """The races by request, while they are fresh (at most `size` kept)."""
 
     def __init__(self, size: int, slots, clock=monotonic):
-        self.size, self.slots, self.clock = size, slots, clock
-        self.races: OrderedDict[tuple, SharedRace] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, settings: Settings, stack) -> SharedRace:
-        key = request_key(settings, stack.precision())
-        with self.lock:
-            race = self.races.get(key)
-            if race is None or not race.fresh() or race.stack() is not stack:
-                race = self.races[key] = SharedRace(settings, stack, self.slots, self.clock)
-            self.races.move_to_end(key)
-            while len(self.races) > self.size:
-                self.races.popitem(last=False)
-            return race
+        super().__init__(size, lambda settings, stack: SharedRace(settings, stack, slots, clock),
+                         lambda race: not race.fresh())
 
 
 RACES = SharedRaces(MAX_SHARED_RACES, decoder_slots.SLOTS)
