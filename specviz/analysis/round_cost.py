@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decode.metrics import PROMPT_READ
 from ..decode.trace import Phase
 
 GOAL = 1.25      # the speed-up over our own plain decoding the analysis measures against: staged's goal on 2 CPU cores
@@ -39,7 +38,7 @@ class RoundCost:
         if rounds <= 0 or tokens <= 0 or decode_s <= 0 or plain_token_s <= 0:
             return None
         draft = sum(v for k, v in phase_s.items() if Phase.stage_of(k) is not None)
-        read, verify = phase_s.get(PROMPT_READ, 0.0), phase_s.get(Phase.VERIFY, 0.0)
+        read, verify = phase_s.get(Phase.PROMPT_READ, 0.0), phase_s.get(Phase.VERIFY, 0.0)
         return cls(rounds, tokens / rounds, draft / rounds, read / rounds, verify / rounds,
                    max(0.0, decode_s - draft - read - verify) / rounds, plain_token_s, min(max(read_share, 0.0), 1.0))
 

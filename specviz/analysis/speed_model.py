@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from math import prod
 from statistics import fmean
 
-from ..decode.metrics import PROMPT_READ, time_split
+from ..decode.metrics import time_split
 from ..decode.trace import Phase, StepRecord
 
 MAX_RANK = 6
@@ -89,8 +89,8 @@ def fit_costs(steps: list[StepRecord], more_steps: list[StepRecord] = ()) -> Fit
     fixed = max(0.0, fmean(ys) - slope * fmean(xs)) if points else 0.0
     draft_s = sum(s.phase_s.get(Phase.draft(1), 0.0) for s in steps)
     top = steps[0].stages[1].name if steps and len(steps[0].stages) > 1 else None
-    # the prompt read's forward is timed apart (PROMPT_READ): left out of the draft's cost per forward
-    draft_forwards = sum(len(s.forwards.get(top, [])) - (PROMPT_READ in s.phase_s) for s in steps) if top else 0
+    # the prompt read's forward is timed apart (Phase.PROMPT_READ): left out of the draft's cost per forward
+    draft_forwards = sum(len(s.forwards.get(top, [])) - (Phase.PROMPT_READ in s.phase_s) for s in steps) if top else 0
     outside = sum(time_split(s.phase_s, s.wall_s)["overhead"] for s in steps)
     return FittedCosts(fixed, slope, draft_s / draft_forwards if draft_forwards else 0.0,
                  max(0.0, outside) / len(steps) if steps else 0.0)

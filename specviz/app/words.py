@@ -209,8 +209,8 @@ def outcome(race, greedy: bool, timed_how: str) -> tuple[str, str]:
     answer = f"{verdict(stats)} {sameness_line(race.differing(), greedy)}"
     parts = [timed_how, f"**Against the reference.** {reference_note(stats)}",
              f"**The texts.** {sameness_note(race.differing(), greedy)}"]
-    if staged_note(stats):
-        parts.insert(1, f"**Staged against speculative.** {staged_note(stats)}")
+    if why := staged_note(stats):
+        parts.insert(1, f"**Staged against speculative.** {why}")
     if race.skipped:
         parts.append("**Not in the race.** " + " ".join(f"{name}: {why}" for name, why in race.skipped.items()))
     analysis = round_note(race.stats(), baseline_whole_s=race.own_times().get("baseline", 0.0))

@@ -12,7 +12,7 @@ import numpy as np
 from ..peers import llama_cpp
 from ..stack.strategies import STRATEGIES
 from ..analysis.markdown import md_table
-from ..decode.metrics import PROMPT_READ, time_split
+from ..decode.metrics import time_split
 from ..decode.trace import Phase
 from ..analysis.round_cost import RoundCost, analysis, read_share
 from .settings import ALL_STRATEGIES
@@ -218,7 +218,7 @@ def format_table(results: list[dict], markdown: bool = False) -> str:
     for r in results:
         share = r["phase_share"] or {}
         split = time_split(share, 1.0) if share else {}
-        draft = sum(v for k, v in split.items() if Phase.stage_of(k) is not None or k == PROMPT_READ)
+        draft = sum(v for k, v in split.items() if Phase.stage_of(k) is not None or k == Phase.PROMPT_READ)
         lines.append((
             r["sampling"], r["strategy"],
             f"{r['tokens_per_s_median']:.1f} [{r['tokens_per_s_p25']:.1f}-{r['tokens_per_s_p75']:.1f}]",

@@ -21,16 +21,13 @@ def baseline_bytes(costs: tuple, prompt_tokens: int, new_tokens: int) -> float:
     return float((weight + per_token) * new_tokens + kv * kv_entries)
 
 
-PROMPT_READ = Phase.PROMPT_READ
-
-
 def time_split(phase_s: dict[str, float], wall: float) -> dict[str, float]:
     """Time by phase, the one split every chart and table uses: drafting per stage (`stage{k}_draft`), the draft
     models' prompt read where there was one, verification, and overhead = the rest of `wall` (tree building outside
     drafter forwards, bookkeeping, untimed). Works on seconds, or on shares with wall = 1."""
     split = {k: v for k, v in sorted(phase_s.items()) if Phase.stage_of(k) is not None}
-    if phase_s.get(PROMPT_READ):
-        split[PROMPT_READ] = phase_s[PROMPT_READ]
+    if phase_s.get(Phase.PROMPT_READ):
+        split[Phase.PROMPT_READ] = phase_s[Phase.PROMPT_READ]
     split[Phase.VERIFY] = phase_s.get(Phase.VERIFY, 0.0)
     split["overhead"] = max(0.0, wall - sum(split.values()))
     return split

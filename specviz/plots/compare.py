@@ -7,7 +7,7 @@ import html
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..decode.metrics import PROMPT_READ, time_split
+from ..decode.metrics import time_split
 from .palette import KIND_COLOURS, LINE_COLOUR, OVERHEAD_COLOUR, PROMPT_READ_COLOUR, STRATEGY_COLOURS
 from ..decode.trace import Phase, StageInfo
 from .common import KIND_WORDS, base_layout, empty_figure, stage_colours
@@ -24,14 +24,14 @@ def _phase_name(key: str, kinds: dict[int, str]) -> str:
     if stage is not None:
         return f"drafting: {KIND_WORDS.get(kinds.get(stage), 'stage')} (stage {stage})"
     return {"verify": "verification (target forward)", "overhead": "overhead (bookkeeping, Python)",
-            PROMPT_READ: "the draft model reading the prompt (once)"}[key]
+            Phase.PROMPT_READ: "the draft model reading the prompt (once)"}[key]
 
 
 def _phase_colour(key: str, colours: dict[int, str]) -> str:
     stage = Phase.stage_of(key)
     if stage is not None:
         return colours.get(stage, "#000000")
-    return {"verify": KIND_COLOURS["target"], "overhead": OVERHEAD_COLOUR, PROMPT_READ: PROMPT_READ_COLOUR}[key]
+    return {"verify": KIND_COLOURS["target"], "overhead": OVERHEAD_COLOUR, Phase.PROMPT_READ: PROMPT_READ_COLOUR}[key]
 
 
 def _stage_kinds(stages: dict[str, list[StageInfo]]) -> tuple[dict[int, str], dict[int, str]]:
