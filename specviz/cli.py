@@ -21,6 +21,7 @@ from .stack.presets import PRESETS, default_choice, load_preset
 from .models.prompt_format import PROMPT_FORMATS, NoChatTemplate, default_format, encode_prompt
 from .decode.sampling import Sampling
 from .stack.compiled import compile_models
+from .stack.plans import keep_learnt
 from .decode.engine import MAX_NEW_TOKENS
 from .stack.strategies import STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
 from .decode.costs import describe
@@ -112,6 +113,7 @@ def generate(args) -> int:
     decoder = stack.decoder(prompt_ids, args.strategy, tree, sampling, args.max_new_tokens)
     run = decoder.generate()
     speed = run.stats["new_tokens"] / (perf_counter() - started)       # the prompt's read included, as the reference's
+    keep_learnt(decoder)
     ref = None if args.no_reference else reference.measure(stack, prompt_ids, sampling, args.max_new_tokens)
     lacking = auto_choice.missing_line()
     if lacking:

@@ -178,6 +178,7 @@ def test_parse_sampling():
     (["--strategies", "fast"], "unknown strategy fast"),
     (["--sampling", "beam4"], "unknown sampling"),
     (["--max-new-tokens", "0"], "--max-new-tokens must be in"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
     (["--render", "/nonexistent/report.json"], "report not found"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
@@ -194,6 +195,38 @@ def test_two_real_humaneval_prompts_on_tiny_models():
     assert [r["prompts"] for r in out["results"]] == [2, 2, 2]
     assert {r["prompt"] for r in out["per_prompt"]} == {"HumanEval/0", "HumanEval/1"}
     assert all(r["exact_match"] == 2 for r in out["results"])
+
+
+def test_repeats_rotate_the_order_and_keep_each_strategys_median_run(monkeypatch):
+    from specviz.bench import run as bench_run
+    order = []
+    real = bench_run.run_strategy
+
+    def spy(stack, strategy, *args):
+        order.append(strategy)
+        return real(stack, strategy, *args)
+    monkeypatch.setattr(bench_run, "run_strategy", spy)
+    out = run_bench(tiny_stack(), PROMPTS[:1], ["baseline", "speculative", "staged"], ["greedy"], max_new_tokens=6,
+                    progress=False, warmup=False, repeats=3)
+    assert order == ["baseline", "speculative", "staged", "speculative", "staged", "baseline",
+                     "staged", "baseline", "speculative"]
+    for row in out["per_prompt"]:
+        times = row["wall_s_repeats"]
+        assert len(times) == 3 and row["wall_s"] == pytest.approx(sorted(times)[1], abs=1e-4)
+        assert row["repeats_agree"] and row["exact"]
+
+
+def test_a_strategy_that_does_not_repeat_itself_is_not_exact():
+    from specviz.bench.report import compare_rows
+    from specviz.bench.run import median_run
+    runs = [{"tokens": [1, 2], "wall_s": 0.3, "target_forwards": 2, "bytes_per_token": None},
+            {"tokens": [1, 3], "wall_s": 0.1, "target_forwards": 2, "bytes_per_token": None},
+            {"tokens": [1, 2], "wall_s": 0.2, "target_forwards": 2, "bytes_per_token": None}]
+    kept = median_run(runs)
+    assert kept["wall_s"] == 0.2 and kept["wall_s_repeats"] == [0.3, 0.1, 0.2] and not kept["repeats_agree"]
+    base = {"prompt": "p", "sampling": "greedy", "strategy": "baseline", **median_run([runs[0], runs[2]])}
+    rows = compare_rows([base, {"prompt": "p", "sampling": "greedy", "strategy": "speculative", **kept}])
+    assert [r["exact"] for r in rows] == [True, False]
 
 
 def test_forward_clock_measures_model_time():

@@ -17,6 +17,7 @@ from specviz.decode.drafters import Drafter, LookupDrafter, ModelDrafter
 from specviz.decode.engine import Decoder
 from specviz.decode.planner import PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
 from specviz.decode.sampling import Sampling
+from specviz.stack.plans import keep_learnt
 from specviz.stack.strategies import default_tree
 from specviz.decode.trace import RunRecord
 from specviz.decode.tree import TreeSpec
@@ -275,12 +276,18 @@ def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_a
     from specviz.profile import store as auto_choice, tree_plans as tree_plan_store
     auto_choices = preparing
     pinned = tiny_stack(("draft", "lookup"), plan=cpu_plan)
-    pinned.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
+    pinned_decoder = pinned.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8)
+    pinned_decoder.generate()
+    keep_learnt(pinned_decoder)
     assert not auto_choices.exists()                                     # a stack given curves by hand stores nothing
     monkeypatch.setattr(tree_plan_store, "measure", lambda *a: cpu_plan().to_dict())
     stack = tiny_stack(("draft", "lookup"), plan=None)
     assert stack.plans.tree_plan() is not None
-    stack.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8).generate()
+    before = auto_choices.read_text()
+    decoder = stack.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8)
+    decoder.generate()
+    assert auto_choices.read_text() == before                            # a generation itself writes no file
+    keep_learnt(decoder)
     keys = [k for k in json.loads(auto_choices.read_text())["machines"][auto_choice.machine()] if "calibration" in k]
     assert keys == [stack.plans.name().replace("tree plan", "calibration of speculative, greedy")]
     learnt = auto_choice.stored(keys[0])

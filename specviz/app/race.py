@@ -23,6 +23,7 @@ from ..decode import end_tokens
 from ..peers import llama_cpp
 from ..peers.hf import ArrivalClock, hf_generate
 from .settings import Settings, UserError
+from ..stack.plans import keep_learnt
 from .stacks import get_stack, new_decoder, prompt_ids, stats_of
 from ..recording import RecordedLane
 
@@ -278,6 +279,7 @@ def _step_in_turn(race: "Race", stack, settings: Settings, lanes: list[str], don
         else:
             decoder.step()
         if decoder.finished:
+            keep_learnt(decoder)
             pending.remove(lane)
             done.append(lane)
         yield Progress(lane, len(decoder.new_tokens), decoder.max_new_tokens, tuple(done), tokens_so_far())

@@ -21,6 +21,7 @@ from ..profile.environment import env_number
 from ..decode.trace import CommittedSoFar
 from . import decoder_slots
 from .settings import Settings
+from ..stack.plans import keep_learnt
 from .stacks import get_stack, new_decoder
 
 MAX_SHARED_DECODES = int(env_number("SPECVIZ_SHARED_DECODES", 64))
@@ -76,6 +77,7 @@ class SharedDecode:
             while len(self.steps) <= k and self.decoder is not None:
                 self.decoder.step()
                 if self.decoder.finished:
+                    keep_learnt(self.decoder)
                     self.decoder, self.finished = None, True        # the caches go, the trace stays
                     self.slots.give_back(self)
             return k < len(self.steps)

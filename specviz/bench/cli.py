@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sampling", default=",".join(DEFAULT_SAMPLINGS),
                         help="comma-separated: greedy, topk50, or parts like temp0.7-topk40-topp0.9")
     parser.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
+    parser.add_argument("--repeats", type=int, default=1, metavar="N",
+                        help="run every strategy N times on each prompt, in a rotated order each time, and keep each "
+                             "one's median time: a shared VM's speed swings by tens of percent from minute to minute, "
+                             "and one run per prompt cannot tell a 3%% loss from that")
     parser.add_argument("--preset", default="offline", help=f"a named model stack: {', '.join(PRESETS)}")
     parser.add_argument("--target", default=None, help="replaces the preset's target")
     parser.add_argument("--draft", action="append", default=None, metavar="MODEL",
@@ -106,6 +110,8 @@ def check_args(args) -> tuple[list[str], list[str]]:
         parse_sampling(name)
     if not 1 <= args.max_new_tokens <= MAX_NEW_TOKENS:
         raise BenchError(f"--max-new-tokens must be in [1, {MAX_NEW_TOKENS}], got {args.max_new_tokens}")
+    if args.repeats < 1:
+        raise BenchError(f"--repeats must be at least 1, got {args.repeats}")
     if args.limit is not None and args.limit < 1:
         raise BenchError(f"--limit must be at least 1, got {args.limit}")
     return strategies, samplings
@@ -161,7 +167,7 @@ def bench(args, argv: list[str]) -> int:
     report.update(run_bench(stack, prompts, strategies, samplings, args.max_new_tokens, args.seed, tree,
                             progress=not args.no_progress, projection=args.projection,
                             device=args.device, dtype=stack.dtype, compile=args.compile,
-                            prompt_format=args.prompt_format))
+                            prompt_format=args.prompt_format, repeats=args.repeats))
     report["duration_s"] = perf_counter() - started
     for note in [*report["settings"]["notes"], report["settings"]["length"]]:
         print(f"note: {note}", file=sys.stderr)

@@ -49,7 +49,8 @@ def compare_rows(rows: list[dict]) -> list[dict]:
                    speedup_vs_hf_assisted=ratio(rate, assisted and _rate(assisted)),
                    speedup_vs_reference=ratio(rate, ref and _rate(ref)),
                    speedup_vs_speculative=ratio(rate, speculative and _rate(speculative)),
-                   exact=same_output(r, base) if base is not None and r["sampling"] == "greedy" else None)
+                   exact=(same_output(r, base) and r.get("repeats_agree", True)
+                          if base is not None and r["sampling"] == "greedy" else None))
         out.append(row)
     return out
 

@@ -12,6 +12,7 @@ from ..peers import llama_cpp, reference
 from ..peers.hf import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
 from ..models.prompt_format import NoChatTemplate, default_format, encode_prompt
 from .prompts import Prompt
+from ..stack.plans import keep_learnt
 from ..stack.strategies import STRATEGIES, default_tree
 from .projection import decisions, project
 from .report import compare_rows, reference_strategy, summarise
@@ -60,6 +61,7 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None)
                             max_new_tokens, stop_at_eos=False)
     run = decoder.generate()
     wall = perf_counter() - started
+    keep_learnt(decoder)
     s = run.stats
     return {"tokens": run.tokens, "wall_s": wall, "target_forwards": s["target_forwards"],
             "draft_forwards": sum(s["draft_forwards"].values()),
@@ -107,13 +109,15 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
               max_new_tokens: int, seed: int = 0, tree: dict | None = None,
               progress: bool = True, warmup: bool = True, projection: str | None = None,
               device: str = "cpu", dtype: str = "float32", compile: bool = False,
-              prompt_format: str | None = None) -> dict:
+              prompt_format: str | None = None, repeats: int = 1) -> dict:
     """Run every strategy on every prompt under every sampling.
 
     Returns {"settings", "results" (one row per sampling and strategy), "per_prompt"} and, with
     `projection` (a PROJECTION_SIZES name), "projection". compile: our strategies run the compiled target
     over one static cache length, compiled for every bucket before anything is timed. prompt_format: chat or
-    completion for every prompt (None: each prompt's default, as in the app)."""
+    completion for every prompt (None: each prompt's default, as in the app). repeats: runs of each strategy per
+    prompt and sampling, each repeat in the order rotated by one, so that no strategy always runs first or right after
+    another; each row is the strategy's run of median time, with every run's time in "wall_s_repeats"."""
     strategies, notes = usable_strategies(stack, strategies)
     if not strategies:
         raise BenchError("no strategy can run: " + "; ".join(notes))
@@ -137,24 +141,29 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
         for name, sampling in settings.items():
             for strategy in strategies:
                 run_strategy(stack, strategy, encoded[0][1], sampling, min(WARMUP_TOKENS, max_new_tokens), tree)
-    bar = _progress(len(prompts) * len(settings) * len(strategies), progress)
+    bar = _progress(len(prompts) * len(settings) * len(strategies) * repeats, progress)
     rows = []
     for index, (prompt, ids) in enumerate(encoded):
         for name, sampling in settings.items():
             sampling = with_seed(sampling, seed + index)
+            runs: dict[str, list[dict]] = {strategy: [] for strategy in strategies}
+            for repeat in range(repeats):
+                for strategy in strategies[repeat % len(strategies):] + strategies[:repeat % len(strategies)]:
+                    bar.set_description(f"{prompt.id} {name} {strategy}", refresh=False)
+                    runs[strategy].append(run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree))
+                    bar.update()
             for strategy in strategies:
-                bar.set_description(f"{prompt.id} {name} {strategy}", refresh=False)
-                run = run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree)
+                run = median_run(runs[strategy])
                 run.setdefault("_text", stack.tokenizer.decode(run["tokens"]))
                 rows.append({"prompt": prompt.id, "prompt_tokens": len(ids), "sampling": name,
                              "strategy": strategy, **run})
-                bar.update()
     bar.close()
     per_prompt = compare_rows(rows)
     results = summarise(per_prompt)
     ref = reference_strategy(rows)
     report = {"settings": {"prompts": len(prompts), "max_new_tokens": max_new_tokens, "strategies": strategies,
                            "samplings": {n: vars(s) for n, s in settings.items()}, "seed": seed,
+                           "repeats": repeats,
                            "prompt_formats": dict(Counter(formats.values())),
                            "tree": tree or {}, "tree_plan": None if plan is None else plan.to_dict(),
                            "prompt_reads": reads, "compiled": compile,
@@ -172,6 +181,15 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     if projection:
         report["projection"] = project(rows, projection, device, dtype, compile)
     return report
+
+
+def median_run(runs: list[dict]) -> dict:
+    """Of one strategy's repeats on one prompt, the run of median time (the slower middle one of an even count), with
+    every repeat's time, and whether every repeat wrote the same tokens (a run that does not repeat itself is not
+    exact: report.compare_rows)."""
+    ordered = sorted(runs, key=lambda run: run["wall_s"])
+    return {**ordered[len(ordered) // 2], "wall_s_repeats": [round(run["wall_s"], 4) for run in runs],
+            "repeats_agree": all(run["tokens"] == runs[0]["tokens"] for run in runs)}
 
 
 def _progress(total: int, enabled: bool):

@@ -157,8 +157,6 @@ class Decoder:
         record.phase_s = self.timer.take()
         record.wall_s = perf_counter() - started
         self._name_tokens(record)
-        if self.finished and self.planner is not None:
-            self.planner.finish()       # what the run learnt goes to the user's profile: file work, not the round's
         self.steps.append(record)
         return record
 

@@ -158,8 +158,9 @@ class Agreement:
 
 
 class RoundPlanner:
-    def __init__(self, costs: Costs, calibration: Calibration, on_finish=None):
-        """on_finish(calibration): called once when the generation ends."""
+    def __init__(self, costs: Costs, calibration: Calibration, learn_as: str | None = None):
+        """learn_as: the key the calibration a run ends with may be stored under for the next run (the caller stores
+        it, after the run: file work is no part of a generation); None: not to be stored."""
         self.costs = costs
         self.calibration = calibration
         self.share = 1.0
@@ -170,7 +171,7 @@ class RoundPlanner:
         self.probe_wait = PROBE_EVERY   # plain steps in a row before the next probe
         self.probe_again = False
         self.read_prompt = False    # the draft's first forward reads the prompt: a cost of starting, not of a round
-        self.on_finish = on_finish
+        self.learn_as = learn_as
         self.agreement = Agreement()
         self.behind = 0             # tokens committed since the draft last read: a probe's draft must read them first
 
@@ -240,11 +241,6 @@ class RoundPlanner:
             if tree.point_mass[node]:
                 guesses.append(("lookup", tree.depths[node], 1.0, node in accepted))
         self.calibration.observe(guesses, *drafted_depths(tree, path))
-
-    def finish(self) -> None:
-        if self.on_finish is not None:
-            self.on_finish(self.calibration)
-            self.on_finish = None
 
     def record(self, plan: RoundPlan, kinds_in_use: list[str], lookup: LookupChoice | None = None) -> PlanRecord:
         """The plan's record for the trace; lookup: what context lookup offered the round and what joined."""

@@ -76,7 +76,15 @@ class StackPlans:
         key = self.name().replace("tree plan", f"calibration of {strategy}, "
                                   f"{'greedy' if sampling.greedy else 'sampled'}", 1)
         stored = auto_choice.stored(key, measured=False)
-        store = (lambda calibration: auto_choice.learnt(key, calibration.to_store())) \
-            if auto_choice.stored(self.name()) is not None else None
+        learn_as = key if auto_choice.stored(self.name()) is not None else None
         costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1)
-        return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), on_finish=store)
+        return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), learn_as=learn_as)
+
+
+def keep_learnt(decoder) -> None:
+    """Store what a finished generation's planner learnt, for the next run to start from: called by whoever ran it
+    (the CLI, the bench, the app), after its clock stopped."""
+    planner = decoder.planner
+    if decoder.finished and planner is not None and planner.learn_as is not None:
+        auto_choice.learnt(planner.learn_as, planner.calibration.to_store())
+        planner.learn_as = None
