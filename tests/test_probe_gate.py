@@ -5,7 +5,9 @@ import math
 import pytest
 from test_round_plan import _chain_tree, planner
 
-from specviz.decode.planner import HORIZON, PROBE_EVERY, PROBE_GUESSES, TOKEN_KEEP, Agreement, RoundPlanner, chain_rate
+from specviz.decode import planner as planner_module
+from specviz.decode.planner import (HORIZON, PROBE_EVERY, PROBE_GUESSES, TOKEN_KEEP, Agreement, RoundPlanner,
+                                    chain_rate, spell)
 
 
 def slow(p: RoundPlanner) -> RoundPlanner:
@@ -58,14 +60,27 @@ def test_a_probe_weighs_what_the_draft_must_catch_up():
     """At a confidence where a probe pays after a few plain steps, it does not after many: the draft would read them
     all first."""
     p = slow(planner())
-    p.agreement.follow([0.7] * 5)
+    p.agreement.follow([0.8] * 5)
     chance = p.agreement.predicted
-    saved = HORIZON * p.costs.verify(1) * (1 - 1 / (chain_rate(p.costs, chance) * p.costs.verify(1)))
+    saved = spell(chance) * p.costs.verify(1) * (1 - 1 / (chain_rate(p.costs, chance) * p.costs.verify(1)))
     p.behind = 2
     cost = p.costs.drafting(2) + p.costs.level + p.costs.verify(3) - p.costs.verify(1)
     assert saved >= cost and p.likely()
     p.behind = 64
     assert not p.likely()
+
+
+def test_a_probe_counts_only_the_spell_it_is_likely_to_open(monkeypatch):
+    """At a chance of 0.7 two guesses pass together half the time, so a probe opens a spell of about 4 tokens, not
+    HORIZON: after 8 missed tokens it does not pay. The mutant that counts a flat HORIZON probes there."""
+    assert 3.5 < spell(0.7) < 5 and spell(0.99) == HORIZON and spell(0.3) < 2
+    p = slow(planner())
+    p.agreement.follow([0.7] * 5)
+    assert 0.65 < p.agreement.predicted < 0.75
+    p.behind = 8
+    assert not p.likely()
+    monkeypatch.setattr(planner_module, "spell", lambda chance: float(HORIZON))
+    assert p.likely()
 
 
 def test_agreement_learns_a_draft_that_fails_where_the_target_is_sure_and_forgets_it_later():

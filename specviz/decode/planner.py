@@ -37,7 +37,8 @@ PROBE_GUESSES = 2       # a probe's chain
 FADE = 0.7              # the weight the past keeps at each drafted round in the running rate
 SHARE_FADE = 0.9        # ...and in the running share of draft levels that needed a forward
 PRIOR_TOKENS = 1.6      # before any round: what a drafted round is taken to make (one guess accepted 60% of the time)
-HORIZON = 16           # tokens a probe's gain is counted over: the text's predictability changes within a sentence
+HORIZON = 16            # tokens a probe's gain is counted over at most: the text's predictability changes within a
+                        # sentence
 TOKEN_KEEP = 0.98       # the weight a drafted round's evidence on agreement keeps at each later token (about 50)
 CONFIDENCE_FADE = 0.7   # the weight the past keeps at each committed token in the predicted chance of a first guess
 SHOWN_DEPTHS = 4        # depths whose acceptance a plan record quotes
@@ -193,14 +194,14 @@ class RoundPlanner:
         return plan
 
     def likely(self) -> bool:
-        """Whether a probe pays at the recent positions' predicted chance (True before any evidence): were the text to
-        stay as predictable for the next HORIZON tokens, speculating at that chance would save more than the probe
-        costs (the draft reading what it missed, and verifying the guesses)."""
+        """Whether a probe pays at the recent positions' predicted chance (True before any evidence): speculating at that
+        chance for as long as probes would keep being accepted whole (spell()) would save more than the probe costs
+        (the draft reading what it missed, and verifying the guesses)."""
         predicted = self.agreement.predicted
         if predicted is None:
             return True
         plain = self.costs.verify(1)
-        saved = HORIZON * plain * max(0.0, 1.0 - 1.0 / (chain_rate(self.costs, predicted) * plain))
+        saved = spell(predicted) * plain * max(0.0, 1.0 - 1.0 / (chain_rate(self.costs, predicted) * plain))
         cost = (self.costs.drafting(self.behind) + (PROBE_GUESSES - 1) * self.costs.level
                 + self.costs.verify(PROBE_GUESSES + 1) - plain)
         return saved >= cost
@@ -257,6 +258,17 @@ class RoundPlanner:
             record.predicted = round(self.agreement.predicted or 0.0, 3)
         record.reason = reason(record, plan.probe_wait)
         return record
+
+
+def spell(chance: float) -> float:
+    """The tokens a probe at this chance leads to, up to HORIZON: a probe accepted whole is followed by another (and,
+    once drafted rounds beat plain steps, by speculation); one that fails is followed by plain steps. So what a probe
+    opens is a run of probes, each accepted whole with chance**PROBE_GUESSES, each yielding its accepted guesses and
+    its bonus token. Counting a flat HORIZON instead opened probes at a chance of 0.6 on prose, where a spell lasted
+    two or three tokens: a speculative run with seven probes took 9% longer than plain decoding (AVX2, priced)."""
+    whole = chance ** PROBE_GUESSES
+    per_probe = 1.0 + sum(chance ** (i + 1) for i in range(PROBE_GUESSES))
+    return min(float(HORIZON), per_probe / max(1.0 - whole, 1e-9))
 
 
 def chain_rate(costs: Costs, chance: float, longest: int = 4) -> float:
