@@ -131,12 +131,14 @@ class Agreement:
     """How often the draft's first guess passes, given the target's probability of the token that came there, learnt
     from this run's drafted rounds (per bin of that probability, smoothed toward the bin's mean: a
     draft of the target's family agrees about as often as the target is sure); and, from every committed token's
-    probability, the chance a first guess would pass at the recent positions (`predicted`, None before any token).
-    The evidence fades with every token committed (TOKEN_KEEP), drafted or not."""
+    probability, the chance a first guess would pass at the recent positions (`predicted`, None before any token), and
+    the same chance from the target's confidence alone, no evidence (`sure`). The evidence fades with every token
+    committed (TOKEN_KEEP), drafted or not."""
 
     def __init__(self):
         self.hits, self.tried = [0.0] * len(BIN_MEANS), [0.0] * len(BIN_MEANS)
         self.predicted: float | None = None
+        self.sure: float | None = None
 
     def chance(self, probability: float) -> float:
         b = score_bin(probability)
@@ -153,9 +155,12 @@ class Agreement:
             # way to the prior and a probe can find out again
             self.hits = [value * TOKEN_KEEP for value in self.hits]
             self.tried = [value * TOKEN_KEEP for value in self.tried]
-            chance = self.chance(probability)
-            self.predicted = chance if self.predicted is None else \
-                CONFIDENCE_FADE * self.predicted + (1 - CONFIDENCE_FADE) * chance
+            chance, prior = self.chance(probability), BIN_MEANS[score_bin(probability)]
+            if self.predicted is None:
+                self.predicted, self.sure = chance, prior
+            else:
+                self.predicted = CONFIDENCE_FADE * self.predicted + (1 - CONFIDENCE_FADE) * chance
+                self.sure = CONFIDENCE_FADE * self.sure + (1 - CONFIDENCE_FADE) * prior
 
 
 class RoundPlanner:
@@ -195,13 +200,16 @@ class RoundPlanner:
 
     def likely(self) -> bool:
         """Whether a probe pays at the recent positions' predicted chance (True before any evidence): speculating at that
-        chance for as long as probes would keep being accepted whole (spell()) would save more than the probe costs
-        (the draft reading what it missed, and verifying the guesses)."""
+        chance for as long as probes would keep being accepted whole would save more than the probe costs (the draft
+        reading what it missed, and verifying the guesses). The spell's length is counted at the chance the target's
+        confidence alone gives: how long the text stays predictable is the text's, while the evidence that lowers the
+        predicted chance was gathered on earlier text; counted at the predicted chance, a draft that failed on prose
+        was never probed again on the code that followed, as each plain step made the catch-up dearer."""
         predicted = self.agreement.predicted
         if predicted is None:
             return True
         plain = self.costs.verify(1)
-        saved = spell(predicted) * plain * max(0.0, 1.0 - 1.0 / (chain_rate(self.costs, predicted) * plain))
+        saved = spell(self.agreement.sure) * plain * max(0.0, 1.0 - 1.0 / (chain_rate(self.costs, predicted) * plain))
         cost = (self.costs.drafting(self.behind) + (PROBE_GUESSES - 1) * self.costs.level
                 + self.costs.verify(PROBE_GUESSES + 1) - plain)
         return saved >= cost
