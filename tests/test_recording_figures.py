@@ -1,4 +1,4 @@
-"""`python -m specviz.recording figures RECORDING --out DIR`: a shipped recording's figures written as SVG and PNG
+"""`python -m specviz.app.figures RECORDING --out DIR`: a shipped recording's figures written as SVG and PNG
 files for slides, every figure the page draws from a recording; bad input refused with one line."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def png_size(path: Path) -> tuple[int, int]:
 @pytest.mark.slow          # kaleido draws through Chromium, as the browser tests do
 def test_a_shipped_recordings_figures_are_written_as_svg_and_png(tmp_path):
     out = tmp_path / "slides"
-    done = subprocess.run([sys.executable, "-m", "specviz.recording", "figures", RECORDING, "--out", str(out),
+    done = subprocess.run([sys.executable, "-m", "specviz.app.figures", RECORDING, "--out", str(out),
                            "--step", "3"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{name}.{suffix}" for name in EXPECTED

@@ -1,4 +1,4 @@
-"""A recording's figures as files for slides: `python -m specviz.recording figures RECORDING --out DIR`.
+"""A recording's figures as files for slides: `python -m specviz.app.figures RECORDING --out DIR`.
 
 Each figure the page draws from a recording, drawn by the same functions from the same replay, written as SVG (for
 slides that scale) and PNG (twice the size, for those that do not): the Step view's tree of one step and its
@@ -55,8 +55,8 @@ def source_of(name: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m specviz.recording figures`: a recording's figures as SVG and PNG files, for slides."""
-    parser = argparse.ArgumentParser(prog="python -m specviz.recording figures", description=main.__doc__)
+    """`python -m specviz.app.figures`: a recording's figures as SVG and PNG files, for slides."""
+    parser = argparse.ArgumentParser(prog="python -m specviz.app.figures", description=main.__doc__)
     parser.add_argument("recording", help="a recording file (.json or .json.gz), or a shipped recording's name")
     parser.add_argument("--out", required=True, help="the folder to write the figures into (made if missing)")
     parser.add_argument("--step", type=int, default=1, help="the step whose tree is drawn (default 1, as the page "
@@ -75,3 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in missing:
         print(f"not drawn: {line}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

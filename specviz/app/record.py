@@ -1,5 +1,5 @@
 """Making recordings: from an app session (Save run), or by racing a preset on a prompt to the end
-(`python -m specviz.recording`, e.g. on a GPU, to replay anywhere)."""
+(`python -m specviz.app.record`, e.g. on a GPU, to replay anywhere)."""
 from __future__ import annotations
 
 import argparse
@@ -79,11 +79,11 @@ def record(settings) -> Recording:
 
 
 def main(argv=None) -> int:
-    """`python -m specviz.recording`: record a race to a JSON file (e.g. on a GPU, to replay anywhere)."""
+    """`python -m specviz.app.record`: record a race to a JSON file (e.g. on a GPU, to replay anywhere)."""
     from ..bench.settings import BenchError, parse_sampling
     from ..bench.prompts import PromptError, load_prompts
     from ..stack.strategies import STAGED_LOOKUP
-    parser = argparse.ArgumentParser(prog="python -m specviz.recording", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m specviz.app.record", description=main.__doc__)
     parser.add_argument("--preset", default="offline")
     parser.add_argument("--prompt", default="HumanEval/0", help="a HumanEval task id (HumanEval/N) or the text itself")
     parser.add_argument("--strategy", default="staged")
@@ -115,3 +115,7 @@ def main(argv=None) -> int:
                       for n, lane in recording.lanes.items())
     print(f"recorded in {perf_counter() - started:.0f} s on {recording.recorded['machine']}: {lanes} -> {args.out}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "quick check) and report projected tokens/s")
     parser.add_argument("--replay", nargs="+", metavar="RECORDING", default=None,
                         help="with --projection: load no model and run nothing; project the lanes of these recordings "
-                             "(python -m specviz.recording) instead")
+                             "(python -m specviz.app.record) instead")
     parser.add_argument("--cost-curve", action="store_true",
                         help="no run: time one target forward by the number of tokens it verifies, print the "
                              "curve and write it as JSON (--out)")

@@ -9,7 +9,7 @@ untrusted: `load()` checks size, format, version and every field's type, and ref
 with one line. Every lane ends at its first end-of-text token (`recorded["end_tokens"]`, or in a file
 that lacks them the tokens whose text names an end): a run recorded while the engine missed some of
 them is replayed as far as the engine now goes, with its recorded times. Making a recording (from an
-app session, or `python -m specviz.recording`) is specviz/app/record.py.
+app session, or `python -m specviz.app.record`) is specviz/app/record.py.
 """
 from __future__ import annotations
 

@@ -16,12 +16,12 @@ def target_weight_bytes() -> int:
     return load_model(TARGET).weight_bytes
 
 
-RECORDING_COMMAND = ("python -m specviz.recording --preset PRESET --prompt HumanEval/N --sampling greedy|topk50 "
+RECORDING_COMMAND = ("python -m specviz.app.record --preset PRESET --prompt HumanEval/N --sampling greedy|topk50 "
                      "--max-new-tokens 64 --out assets/recordings/NAME.json.gz")
 
 
 def recordings_artifact() -> dict:
-    """The shipped recorded runs (the app replays them with no model; specviz/recording.py)."""
+    """The shipped recorded runs (the app replays them with no model; specviz/recording/)."""
     files = sorted(str(p.relative_to(ASSETS)) for p in (ASSETS / "recordings").glob("*.json*"))
     return {"files": files, "command": RECORDING_COMMAND,
             "note": "gpu-h100-*: recorded on a lent NVIDIA H100 with SPECVIZ_DTYPE=float32; cpu-*: on the 2-core CPU"}
