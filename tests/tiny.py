@@ -5,6 +5,8 @@ import functools
 
 import torch
 
+from specviz.cpu.matmul import install
+
 
 class TinyTokenizer:
     """Decodes ids as <id>; enough for trace records."""
@@ -46,7 +48,9 @@ def tiny_model(family: str = "llama", seed: int = 0, vocab: int = 64, layers: in
             for p in model.parameters():
                 p.add_(torch.randn(p.shape, generator=generator) * noise * p.std())
     model.generation_config.eos_token_id = None
-    return model.to(dtype).eval().requires_grad_(False)
+    model = model.to(dtype).eval().requires_grad_(False)
+    install(model)              # as specviz.models.load does: the engine's products, where they apply
+    return model
 
 
 class WordTokenizer(TinyTokenizer):

@@ -10,7 +10,7 @@ import inspect
 
 import torch
 
-from ..cpu.matmul import engine_products, install
+from ..cpu.matmul import engine_products, installed
 from .kv import KVModel, cache_layers
 
 
@@ -23,7 +23,7 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype, device: torch.devic
 
 class DynamicKV(KVModel):
     def __init__(self, model: torch.nn.Module, name: str, output_vocab: torch.Tensor | None = None):
-        self.fast = install(model)
+        self.fast = installed(model)
         super().__init__(model, name, output_vocab, scores_here=self.fast)
 
     def reset(self) -> None:

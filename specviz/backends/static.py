@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from .interface import BUCKETS, bucket
-from ..cpu.matmul import install
+from ..cpu.matmul import installed
 from .dynamic import additive_mask
 from .kv import KVModel, cache_layers
 
@@ -19,7 +19,7 @@ class StaticKV(KVModel):
         """compiled: a compiled copy of the model (or of its body, with output_vocab) for bucket-sized feeds."""
         self.static_len = static_len
         self.compiled = compiled
-        self.fast = compiled is None and install(model)     # see specviz/cpu/matmul.py
+        self.fast = compiled is None and installed(model)       # see specviz/cpu/matmul.py
         super().__init__(model, name, output_vocab, scores_here=self.fast)
 
     def reset(self) -> None:

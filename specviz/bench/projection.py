@@ -11,6 +11,7 @@ import torch
 
 from ..decode.engine import Decoder, static_length
 from .replay_backend import ReplayBackend, ReplayDrafter, ReplayError, rounds_of
+from ..cpu.matmul import install
 from ..models.precision import DTYPES
 from ..decode.trace import RunRecord
 from ..decode.tree import TreeSpec
@@ -58,7 +59,9 @@ def random_model(family: str, sizes: dict, vocab: int, device: str, dtype: str, 
         build = Qwen2ForCausalLM
     with torch.device(device):
         model = build(config)
-    return model.to(DTYPES[dtype]).eval().requires_grad_(False)
+    model = model.to(DTYPES[dtype]).eval().requires_grad_(False)
+    install(model)          # as a loaded model: the engine's products, where they apply
+    return model
 
 
 def replay_spec(recorded: dict) -> TreeSpec:

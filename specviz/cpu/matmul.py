@@ -8,9 +8,10 @@ kernel cannot run, they compute W @ rows.T, which MKL streams at ~17 GB/s for 2-
 single row as two (the row twice). Either way plain decoding gets the same kernel as verification,
 so a comparison between them measures speculation, not a kernel.
 
-A model's linear layers become RowsLinear (`install`): the same weights, no copy, and nn.Linear's product
-unless a thread is inside `engine_products`. Only the engine's own forwards switch it on (specviz/backends/dynamic.py):
-transformers' generate() on the same model objects, as HF peers run, keeps nn.Linear's product.
+A model's linear layers become RowsLinear (`install`) when it loads (specviz/models/load.py): the same weights, no
+copy, and nn.Linear's product unless a thread is inside `engine_products`. Only the engine's own forwards switch it on
+(specviz/backends/dynamic.py): transformers' generate() on the same model objects, as HF peers run, keeps nn.Linear's
+product. Opening a cache changes no model: models are shared between caches and threads.
 """
 from __future__ import annotations
 
@@ -75,6 +76,11 @@ def install(model: torch.nn.Module) -> bool:
                 if type(child) is torch.nn.Linear:
                     setattr(parent, name, RowsLinear.of(child))
     return True
+
+
+def installed(model: torch.nn.Module) -> bool:
+    """Whether the model's linear layers are RowsLinear ones (install ran when it loaded)."""
+    return any(isinstance(module, RowsLinear) for module in model.modules())
 
 
 @contextmanager

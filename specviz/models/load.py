@@ -18,6 +18,7 @@ from ..cpu import file_model
 from ..backends.choose import parameter_bytes
 from ..cpu.blocks import GGUF
 from ..cpu.int4 import INT4, quantized_precision
+from ..cpu.matmul import install
 from .locations import ModelLoadError, hub_reachable, lacks_tokenizer, read_output_vocab, resolve
 from .. import cache_dir
 from .precision import (AUTO_DTYPE, DTYPES, PRECISIONS, QUANTIZED, auto_precision_of, check_dtype, quantize_in_place,
@@ -87,6 +88,7 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bo
         loaded = _quantized(_float_model(spec, location, gguf_file, "float32", device), dtype, draft)
     else:
         loaded = _float_model(spec, location, gguf_file, dtype, device)
+    install(loaded.model)       # the engine's products for a few rows, where they apply (float32 on a CPU)
     end_tokens.mark(loaded.model, loaded.tokenizer, gguf)
     return loaded
 

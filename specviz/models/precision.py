@@ -13,6 +13,7 @@ from ..cpu import file_model
 from ..cpu.blocks import GGUF
 from ..cpu.int4 import INT4, WIDE_GROUP, Int4Linear, quantize_model
 from ..cpu.int8 import INT8, Int8Linear
+from ..cpu.matmul import install
 from ..cpu.row_attention import use_row_attention
 from ..cpu.shared_input import stack_siblings
 from .locations import ModelLoadError, resolve
@@ -164,6 +165,7 @@ def _probe_layer(dtype: str, feeds=PROBE_FEEDS, repeats: int = 7) -> dict[int, f
         model = file_model.random_blocks(model)
     else:
         model = quantize_in_place(model, dtype) if dtype in QUANTIZED else model.to(DTYPES[dtype])
+    install(model)          # as a loaded model: the engine's products, where they apply
     return cost_curve(model, sizes=feeds, context=128, reps=repeats)
 
 
