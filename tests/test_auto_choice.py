@@ -158,16 +158,18 @@ def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_sto
 
 
 @pytest.mark.skipif(auto_choice.cpu_seconds() is None, reason="no /proc/stat to tell who used the cores")
-def test_the_watch_sees_other_processes_spin_on_every_core():
-    """The real clocks: processes spinning on every core take more than BUSY_SHARE of them from this one. Any other
-    load on the machine (the other test worker) only adds to what the watch sees, so this holds beside it."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+def test_the_watch_sees_another_process_spin():
+    """The real clocks: one other process spinning while this one spins shows as at least half a core's share (this
+    process's own work is left out: the recorded clocks above). One spinner, not one per core: the other test worker
+    is timing things too. Any other load on the machine only adds to what the watch sees."""
+    cores = os.cpu_count() or 1
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        time.sleep(0.3)                         # they are running
+        time.sleep(0.3)                         # it is running
         watch = auto_choice.OthersWatch()
         spin(0.6)
-        assert watch.share() > auto_choice.BUSY_SHARE
+        assert watch.share() > 0.5 / cores
     finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
+        spinner.kill()
+        spinner.wait()
+

@@ -2,8 +2,6 @@
 calibration the round's plan priced its guesses by."""
 from __future__ import annotations
 
-from ..analysis.markdown import md_table
-from ..decode.calibration import BIN_MEANS, DEPTH_STARTS, SCORE_EDGES
 from ..decode.end_tokens import visible
 from ..decode.trace import StageInfo, StepRecord
 from ..plots import KIND_WORDS, bonus_token, stage_colours
@@ -87,17 +85,3 @@ def step_caption(step: StepRecord, greedy: bool = True) -> str:
     if step.finished:
         lines.append(f"The generation is finished ({'end of text' if step.finish_reason == 'eos' else 'token limit'}).")
     return " ".join(lines)
-
-
-def calibration_md(step: StepRecord, kind: str = "model") -> str:
-    """The draft's confidence beside what this run found it worth: per bin of the draft's path score, the calibrated
-    chance of acceptance by depth, as the round's plan used it (empty for a round that was not planned)."""
-    table = (step.plan.calibration if step.plan is not None else {}).get(kind)
-    if not table:
-        return ""
-    edges = (0.0, *SCORE_EDGES, 1.0)
-    depths = [f"depth {start}" + ("+" if i == len(DEPTH_STARTS) - 1 else "" if DEPTH_STARTS[i + 1] == start + 1
-                                  else f"-{DEPTH_STARTS[i + 1] - 1}") for i, start in enumerate(DEPTH_STARTS)]
-    rows = [[f"{edges[b]:.2f}-{edges[b + 1]:.2f}", f"{BIN_MEANS[b]:.2f}",
-             *(f"{row[b]:.2f}" for row in table[: len(DEPTH_STARTS)])] for b in range(len(BIN_MEANS))]
-    return md_table(["the draft's path score", "taken at its word", *depths], rows, "l" + "r" * (1 + len(depths)))
