@@ -10,10 +10,10 @@ from tiny import TinyTokenizer, tiny_model
 from toy_ngram import ToyBigram
 
 from specviz.backends.choose import open_cache
-from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter
+from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter, PromptWindow
 from specviz.decode.engine import Decoder
 from specviz.models.precision import quantize_in_place
-from specviz.decode.tree import TreeSpec
+from specviz.decode.tree import Tree, TreeSpec
 
 TOK = TinyTokenizer()
 INT4 = "llama-int4"       # the llama family 64 wide in 4 bits: specviz/cpu/decoder.py's forward and the 4-bit kernel
@@ -32,6 +32,10 @@ def drafter_for(kind, family):
         return ModelDrafter(draft, backend=open_cache)
     if kind == "model-subset":      # predicts over the even tokens only (output_vocab)
         return ModelDrafter(draft, backend=open_cache, output_vocab=torch.arange(0, 64, 2))
+    if kind == "model-window":      # reads the prompt's first token and its last 3 only
+        return ModelDrafter(draft, backend=open_cache, window=PromptWindow(1, 3))
+    if kind == "staged-window":
+        return ModelDrafter(draft, backend=open_cache, window=PromptWindow(1, 3), lower=NgramDrafter(ToyBigram.fit(64, seed=3)))
     if kind == "lookup":
         return LookupDrafter(64)
     if kind == "ngram":
@@ -51,7 +55,8 @@ def greedy(model, prompt, n, **kw):
     return Decoder(model, TOK, prompt, backend=open_cache, max_new_tokens=n, **kw).generate().tokens
 
 
-KINDS = ["model", "model-subset", "lookup", "ngram", "staged-lookup", "staged-ngram", "cascade"]
+KINDS = ["model", "model-subset", "model-window", "lookup", "ngram", "staged-lookup", "staged-ngram", "staged-window",
+         "cascade"]
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", INT4])
@@ -79,6 +84,30 @@ def test_draft_equal_to_target_accepts_every_node_of_a_chain():
     assert run.tokens == greedy(target, [1, 2, 3], 30)
     assert all(len(s.accepted_path) == 6 for s in run.steps)       # root + 5 drafted
     assert run.stats["tokens_per_target_forward"] == 6.0
+
+
+@pytest.mark.parametrize("family", ["llama", INT4])
+def test_a_windowed_draft_reads_the_prompts_head_and_tail_as_one_text(family):
+    """PromptWindow(head, tail): the draft reads the prompt's first `head` and last `tail` tokens (the root among them)
+    as one text, and its rounds go on from there; a prompt no longer than both it reads whole. The output stays the
+    target's."""
+    draft, prompt = model(family, noise=0.3), [5, 9, 2, 7, 7, 1, 3, 8, 4, 6]
+    windowed = ModelDrafter(draft, backend=open_cache, window=PromptWindow(2, 3))
+    run = Decoder(model(family), TOK, prompt, backend=open_cache, drafter=windowed, strategy="speculative",
+                  tree=TreeSpec(shape="chain", budget=3, max_depth=3), max_new_tokens=12).generate()
+    assert run.tokens == greedy(model(family), prompt, 12)
+    assert run.steps[0].forwards[windowed.name][0] == 5                       # its first feed: 5 tokens, not 10
+    read = prompt[:2] + prompt[-3:]
+    alone = ModelDrafter(draft, backend=open_cache)
+    alone.start(read[:-1])
+    windowed.start(prompt[:-1])
+    tree = Tree.with_root(prompt[-1])
+    assert torch.equal(windowed.expand(tree, [0], prompt)[0], alone.expand(tree, [0], read)[0])
+    tree.add(0, 11, 1, 0.5)                    # a guess under the root, read at the position after it
+    assert torch.equal(windowed.expand(tree, [1], prompt)[0], alone.expand(tree, [1], read)[0])
+    whole = ModelDrafter(draft, backend=open_cache, window=PromptWindow(4, 6))
+    whole.start(prompt[:-1])
+    assert whole.skip == 0
 
 
 def test_tree_accepts_more_per_target_forward_than_chain_with_same_draft_and_budget():

@@ -16,7 +16,7 @@ import torch
 
 from ..backends.choose import open_cache
 from ..cpu.machine import give_back_freed_memory
-from ..decode.drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter
+from ..decode.drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter, PromptWindow
 from .draft_vocabulary import DraftVocabulary
 from ..decode.engine import Decoder, Prefill, prefill
 from ..models.locations import DEFAULT_TARGET
@@ -27,7 +27,7 @@ from ..decode.sampling import Sampling
 from .compiled import CompiledModels
 from .load import default_drafts, load_drafts
 from .plans import StackPlans
-from .strategies import default_tree, drafter_specs
+from .strategies import default_tree, draft_window, drafter_specs
 from ..decode.tree import TreeSpec
 
 
@@ -107,7 +107,8 @@ class Stack:
             raise ValueError("the prompt is empty")
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
-    def _drafter(self, spec: str, stage: int, lower: Drafter | None, prompt: list[int]) -> Drafter:
+    def _drafter(self, spec: str, stage: int, lower: Drafter | None, prompt: list[int],
+                 window: PromptWindow | None = None) -> Drafter:
         if spec == "lookup":
             return LookupDrafter(self.target.model.get_output_embeddings().out_features)
         item = self.loaded[spec]
@@ -117,15 +118,18 @@ class Stack:
         if isinstance(item, LoadedModel):
             return ModelDrafter(item.model, name=name, lower=lower,
                                 output_vocab=self.vocabulary.for_draft(item, prompt),
-                                compiled=self.compiled.drafts.get(spec), backend=self.prompt_reads.backend(spec))
+                                compiled=self.compiled.drafts.get(spec), backend=self.prompt_reads.backend(spec),
+                                window=window if stage == 1 else None)
         return NgramDrafter(item, name=name)
 
-    def drafter_for(self, strategy: str, prompt: list[int] = ()) -> Drafter | None:
-        """baseline: none; speculative and tree: the top stage alone; staged: the whole cascade."""
+    def drafter_for(self, strategy: str, prompt: list[int] = (), max_new_tokens: int | None = None) -> Drafter | None:
+        """baseline: none; speculative and tree: the top stage alone; staged: the whole cascade. max_new_tokens: the
+        run's, which sets how much of the prompt the top draft model reads (None: all of it)."""
         specs = drafter_specs(strategy, self.drafts)
+        window = None if max_new_tokens is None else draft_window(max_new_tokens)
         drafter = None
         for stage in range(len(specs), 0, -1):
-            drafter = self._drafter(specs[stage - 1], stage, drafter, list(prompt))
+            drafter = self._drafter(specs[stage - 1], stage, drafter, list(prompt), window)
         return drafter
 
     def prefill(self, prompt_ids: list[int]) -> Prefill:
@@ -138,7 +142,7 @@ class Stack:
                 prefilled: Prefill | None = None) -> Decoder:
         tree = self.plans.planned(default_tree(strategy) if tree is None else tree)
         return Decoder(self.target.model, self.tokenizer, prompt_ids, backend=open_cache,
-                       drafter=self.drafter_for(strategy, prompt_ids),
+                       drafter=self.drafter_for(strategy, prompt_ids, max_new_tokens),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
                        target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled.target,
                        static_len=self.compiled.static_len, prefilled=prefilled,

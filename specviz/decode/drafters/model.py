@@ -9,6 +9,8 @@ staged tree is exactly the tree the draft model alone would build.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ...backends.interface import Backend
@@ -25,6 +27,18 @@ from .lookup import COPIED_RUN
 # repeats, which is right far more often.
 LONGEST_GUESS = max(Drafter.guess_run, COPIED_RUN)
 LEVEL_FEED = 2      # a staged level's usual draft feed: its node and one guessed token
+
+
+@dataclass(frozen=True)
+class PromptWindow:
+    """The prompt's tokens a draft model reads: its first `head` and its last `tail` (the root among them), read as
+    one text whose positions run on past the tokens left out. A prompt read is compute-bound on a CPU, a draft's as
+    a target's: the 0.5B read a prompt token in about a fifteenth of the 1.5B's one-token step (AVX2), so a 350-token
+    prompt cost the draft as much as speculation saved over 64 new tokens. What the draft leaves unread moves
+    acceptance only, never the output. The head keeps a code prompt's imports and signature, which the end of a
+    long docstring lacks."""
+    head: int
+    tail: int
 
 
 def accepted_chain(root: int, proposal: list[int], logits: torch.Tensor) -> list[int]:
@@ -80,10 +94,11 @@ class ModelDrafter(Drafter):
 
     def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
                  lookahead: int | None = None, output_vocab: torch.Tensor | None = None, compiled=None, *,
-                 backend: Backend):
+                 backend: Backend, window: PromptWindow | None = None):
         """compiled: a compiled copy of the model (of its body, with output_vocab) for bucket-sized feeds
         (`models.compile_model`): used once `fit_static` gives this drafter a static cache.
-        backend: makes the model's cache (e.g. cache.open_cache, given a draft's prompt reader)."""
+        backend: makes the model's cache (e.g. cache.open_cache, given a draft's prompt reader).
+        window: the prompt's tokens the draft reads (None: all of it); a top stage only."""
         super().__init__()
         self.backend = backend
         self.kv = backend(model, name, output_vocab)
@@ -95,6 +110,9 @@ class ModelDrafter(Drafter):
         self.lookahead = (lower.guess_run if lower is not None else 0) if lookahead is None else lookahead
         self.known: list[int] = []      # the committed sequence, as far as this drafter was told
         self.reads = RoundReads()
+        self.window = window
+        self.head = 0                   # the prompt's first tokens the draft reads...
+        self.skip = 0                   # ...then the tokens after them it leaves unread: its positions run on past them
 
     def attach(self, stage, timer):
         super().attach(stage, timer)
@@ -114,8 +132,11 @@ class ModelDrafter(Drafter):
     def start(self, tokens, prefilled=None):
         self.kv.reset()
         read = prefilled.cache_of(self.kv.model) if prefilled is not None else None
+        self.head = self.skip = 0
         if read is not None and self.kv.static_len is None:     # a static cache reads the tokens itself
             self.kv.copy_committed(read)        # the root is fed at the first expand
+        elif self.window is not None and len(tokens) + 1 > self.window.head + self.window.tail:
+            self.head, self.skip = self.window.head, len(tokens) + 1 - self.window.head - self.window.tail
         self.known = list(tokens)
         self.reads = RoundReads()
         if self.lower is not None:
@@ -125,7 +146,10 @@ class ModelDrafter(Drafter):
     def _catch_up(self, context: list[int]) -> None:
         """Feed committed tokens the draft has not read yet, ending with the root: in the first round, the prompt."""
         with self.timer.phase(Phase.PROMPT_READ if self.kv.committed == 0 else Phase.draft(self.stage)):
-            logits = self.kv.feed_committed(context[self.kv.committed:], keep=1)
+            read = self.kv.committed
+            unread = (context[read:self.head] + context[self.head + self.skip:] if read < self.head
+                      else context[read + self.skip:])
+            logits = self.kv.feed_committed(unread, keep=1)
         self.reads.fed[()] = (-1, logits[-1])
 
     def _feed(self, chains: list[tuple[tuple[int, ...], list[int]]], root_position: int) -> None:
@@ -148,7 +172,7 @@ class ModelDrafter(Drafter):
                 guess = self._guess_after(context + list(key))
                 chains.append((parent, [token] + guess))
                 self.reads.guessed.update(key + tuple(guess[:i + 1]) for i in range(len(guess)))
-            self._feed(chains, len(context) - 1)
+            self._feed(chains, len(context) - 1 - self.skip)
         return [self.reads.fed[k][1] for k in keys]
 
     def support(self):
@@ -187,6 +211,7 @@ class ModelDrafter(Drafter):
         As a lower stage this drafter sees whole sequences: it feeds what its cache lacks, keeps
         the entries that are known to be committed, and drops the rest after each forward.
         """
+        assert self.skip == 0, "a lower stage reads the whole sequence"
         out: list[int] = []
         with self.timer.phase(Phase.draft(self.stage)):
             while len(out) < n:
