@@ -237,11 +237,13 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
 
     status = page.locator("#status")
     page.locator("#examples input").click()
-    page.get_by_role("option", name="Pattern: days of the week").click()
-    expect(page.locator("#prompt textarea")).to_have_value(app_settings.NATURAL_PROMPTS["Pattern: days of the week"])
-    page.locator("#examples input").click()
     page.get_by_role("option", name="HumanEval/0: has_close_elements").click()
     expect(page.locator("#prompt textarea")).to_have_value(re.compile("def has_close_elements"))
+    # the pattern, which the offline stack's 135M target is sure of: on HumanEval/0 it is unsure enough (0.5-0.7 a
+    # token) that staged's planner holds every probe and all 20 steps are plain
+    page.locator("#examples input").click()
+    page.get_by_role("option", name="Pattern: days of the week").click()
+    expect(page.locator("#prompt textarea")).to_have_value(app_settings.NATURAL_PROMPTS["Pattern: days of the week"])
     set_number(page, "max-new-tokens", 20)
     page.locator("#strategy label", has_text="staged").first.click()
 
@@ -256,9 +258,8 @@ def test_step_run_compare_stop_and_bad_input_in_a_browser(page, server):
     assert "background" in tokens.first.get_attribute("style")
     # Which tokens a real model drafts at a given step differs between CPUs (float kernels differ in
     # the last bits), and so does the tree plan measured at setup (where a draft level costs much against a target
-    # token it asks the draft for a path's chance of 0.66-0.74, and on a fresh clone in CI the first 7 steps may draft
-    # nothing), so step until a step has drafted something, up to the 20 tokens' end, then hover every node of that
-    # tree.
+    # token it asks the draft for a path's chance of 0.66-0.74), so step until a step has drafted something, up to the
+    # 20 tokens' end, then hover every node of that tree.
     drafted = []
     for number in range(2, 21):
         page.locator("#step-btn").click()

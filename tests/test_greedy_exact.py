@@ -35,7 +35,8 @@ def drafter_for(kind, family):
     if kind == "model-window":      # reads the prompt's first token and its last 3 only
         return ModelDrafter(draft, backend=open_cache, window=PromptWindow(1, 3))
     if kind == "staged-window":
-        return ModelDrafter(draft, backend=open_cache, window=PromptWindow(1, 3), lower=NgramDrafter(ToyBigram.fit(64, seed=3)))
+        return ModelDrafter(draft, backend=open_cache, window=PromptWindow(1, 3),
+                            lower=NgramDrafter(ToyBigram.fit(64, seed=3)))
     if kind == "lookup":
         return LookupDrafter(64)
     if kind == "ngram":

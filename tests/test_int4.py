@@ -195,7 +195,7 @@ def test_a_draft_with_an_output_vocabulary_keeps_its_output_layer(tmp_path):
     model = copy.deepcopy(tiny_model("llama", hidden=64))
     vocab = torch.tensor([2, 5, 7, 11, 13])
     loaded = _quantized(LoadedModel("draft", model, None, output_vocab=vocab))
-    assert type(model.get_output_embeddings()) is torch.nn.Linear
+    assert isinstance(model.get_output_embeddings(), torch.nn.Linear)          # kept in float: not 4 bits
     assert type(model.model.layers[0].mlp.down_proj) is Int4Linear
     kv = open_cache(model, "draft", output_vocab=vocab)
     with torch.inference_mode():

@@ -199,12 +199,13 @@ class RoundPlanner:
         return plan
 
     def likely(self) -> bool:
-        """Whether a probe pays at the recent positions' predicted chance (True before any evidence): speculating at that
-        chance for as long as probes would keep being accepted whole would save more than the probe costs (the draft
-        reading what it missed, and verifying the guesses). The spell's length is counted at the chance the target's
-        confidence alone gives: how long the text stays predictable is the text's, while the evidence that lowers the
-        predicted chance was gathered on earlier text; counted at the predicted chance, a draft that failed on prose
-        was never probed again on the code that followed, as each plain step made the catch-up dearer."""
+        """Whether a probe pays at the recent positions' predicted chance (True before any evidence): speculating at
+        that chance for as long as probes would keep being accepted whole would save more than the probe costs (the
+        draft reading what it missed, and verifying the guesses). The spell's length is counted at the chance the
+        target's confidence alone gives: how long the text stays predictable is the text's, while the evidence that
+        lowers the predicted chance was gathered on earlier text; counted at the predicted chance, a draft that
+        failed on prose was never probed again on the code that followed, as each plain step made the catch-up
+        dearer."""
         predicted = self.agreement.predicted
         if predicted is None:
             return True
