@@ -536,6 +536,19 @@ def test_the_page_says_in_its_status_where_the_profile_lacks_a_measurement_and_t
     assert Session().decoder_for(app_settings.parse_settings(**{**SETTINGS, "strategy": "baseline"}))[1] == ""
 
 
+def test_the_step_says_where_the_draft_read_a_long_prompts_head_and_tail_only():
+    """The first round a draft model reads in: a caption line where it left part of the text unread, none where it
+    read it all, and none in later rounds."""
+    from tiny import tiny_stack
+    stack = tiny_stack(("draft", "lookup"))
+    prompt = [(7 * i) % 61 + 1 for i in range(80)]
+    steps = stack.decoder(prompt, "speculative", max_new_tokens=4).generate().steps       # reads 32 + 32 of 80
+    assert captions.prompt_read_note(steps[:1], len(prompt)).startswith("The draft model read 64 of the 80 tokens")
+    assert captions.prompt_read_note(steps[:2], len(prompt)) == ""
+    whole = stack.decoder(prompt[:40], "speculative", max_new_tokens=4).generate().steps
+    assert captions.prompt_read_note(whole[:1], 40) == ""
+
+
 def test_the_step_says_what_the_second_stage_handed_the_draft():
     """A draft fed a trigram's guess beside the node above: two forwards for three levels of guesses, one saved."""
     from specviz.decode.trace import NodeRecord, StageInfo, StepRecord

@@ -25,6 +25,23 @@ def _colour_name(stages: list[StageInfo], index: int) -> str:
     return COLOUR_NAMES.get(stage_colours(stages)[index], "")
 
 
+def prompt_read_note(steps: list[StepRecord], prompt_tokens: int) -> str:
+    """Where the last step is the one in which the draft model first read the text and it left part of it unread
+    (specviz/decode/drafters/model.py, PromptWindow): how much it read, and why ('' otherwise)."""
+    if not steps or len(steps[-1].stages) < 2 or steps[-1].stages[1].kind != "model":
+        return ""
+    draft = steps[-1].stages[1].name
+    first = next((step for step in steps if step.forwards.get(draft)), None)
+    if first is not steps[-1]:
+        return ""
+    read, text = first.forwards[draft][0], prompt_tokens + first.position
+    if read >= text:
+        return ""
+    return (f"The draft model read {read} of the {text} tokens so far, the prompt's first ones and the last ones: "
+            "reading costs it about a fifteenth of a target step a token, so it reads at most twice the tokens it "
+            "will help write. What it leaves unread changes its guesses only; the target checks every one.")
+
+
 def second_stage_note(step: StepRecord) -> str:
     """What the stages below the draft model did for it this round: how many of the guesses they handed it before it
     asked (it fed them beside the node above, so their scores came with that forward) and how many of its forwards

@@ -87,7 +87,8 @@ def render_step(session: Session, status: str):
         precision = stack.precision() + (f" ({stack.precision_reason})" if stack.precision_reason else "")
     return (session, status, plots.tree_figure(last), words.text_html(stacks.shown_prompt(dec, session.settings),
                                                                        dec.steps, dec.stages),
-            captions.step_caption(last, dec.sampling.greedy),
+            " ".join(filter(None, (captions.step_caption(last, dec.sampling.greedy),
+                                   captions.prompt_read_note(dec.steps, len(dec.prompt))))),
             words.counters_md(stats, dec.max_new_tokens, dec.finished, precision),
             plots.acceptance_figure(dec.steps))
 
