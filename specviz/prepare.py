@@ -104,8 +104,8 @@ def closing_line() -> str:
     def stands(key: str) -> str:
         return "the profile's earlier value stands" if auto_choice.stored(key, measured=False) is not None \
             else "the stated default stands"
-    said = [f"{key} ({why}: {stands(key)})" for key, why in auto_choice.UNSETTLED.items()]
-    said += [f"{key} ({why}: stored all the same, and used)" for key, why in auto_choice.IMPRECISE.items()]
+    said = [f"{key} ({why}: {stands(key)})" for key, why in auto_choice.records().unsettled.items()]
+    said += [f"{key} ({why}: stored all the same, and used)" for key, why in auto_choice.records().imprecise.items()]
     return (f"could not settle: {'; '.join(said)}; run `python -m specviz.prepare` again on a machine at rest"
             if said else "this machine's profile holds every measurement")
 

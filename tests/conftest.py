@@ -66,23 +66,14 @@ def smollm2():
 
 
 @pytest.fixture
-def auto_choices(tmp_path, monkeypatch):
-    """An empty profile of this machine (specviz/profile/store.py) for this test, and no probe remembered by the
-    process; the machine's real profile stays as setup left it. Nothing is measured outside `auto_choice.preparing`."""
+def auto_choices(tmp_path):
+    """An empty profile of this machine (specviz/profile/store.py) for this test, with records of its own, as a new
+    process has; the machine's real profile stays as setup left it. Nothing is measured outside
+    `auto_choice.preparing`. Tests run beside another worker: what they measure is stored whatever the load
+    (test_auto_choice tests the guard)."""
     import specviz.profile.store as auto_choice
-    import specviz.models.precision as precision
-    monkeypatch.setattr(auto_choice, "path", lambda: tmp_path / auto_choice.FILE)
-    monkeypatch.setattr(auto_choice, "_REMEASURED", set())
-    # what this process did from now on
-    for record in ("DEFAULTED", "UNSETTLED", "IMPRECISE", "_UNSTORED", "MEASURED", "CONSULTED"):
-        monkeypatch.setattr(auto_choice, record, type(getattr(auto_choice, record))())
-    # tests run beside another worker: what they measure is stored whatever the load (test_auto_choice tests the guard)
-    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 1.0)
-    precision.resolve_dtype.cache_clear()
-    precision.probe_seconds.cache_clear()
-    yield tmp_path / auto_choice.FILE
-    precision.resolve_dtype.cache_clear()
-    precision.probe_seconds.cache_clear()
+    with auto_choice.isolated(tmp_path / auto_choice.FILE, busy_share=1.0):
+        yield tmp_path / auto_choice.FILE
 
 
 @pytest.fixture

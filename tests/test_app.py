@@ -532,7 +532,7 @@ def test_the_page_says_in_its_status_where_the_profile_lacks_a_measurement_and_t
     text = words.profile_note(said, auto_choice.missing_line())
     assert text.startswith("**Where the settings came from.** draft d, tree plan: p: a stated default: x. "
                            "calibration c: learnt y. No machine profile here") and "\n" not in text
-    monkeypatch.setattr(auto_choice, "DEFAULTED", {})
+    auto_choice.records().defaulted = {}
     assert Session().decoder_for(app_settings.parse_settings(**{**SETTINGS, "strategy": "baseline"}))[1] == ""
 
 

@@ -22,8 +22,7 @@ BUSY = {"float32": 0.016, "bfloat16": 0.034, "int4": 0.019, "int8": 0.012, "gguf
 
 def new_process(monkeypatch, timings: dict) -> None:
     """What a process starting now sees: no probe measured in it yet, and the probe timing `timings`."""
-    precision.resolve_dtype.cache_clear()
-    precision.probe_seconds.cache_clear()
+    auto_choice.restart()
     monkeypatch.setattr(precision, "_probe_layer", lambda dtype: {1: timings[dtype], 2: 2 * timings[dtype]})
 
 
@@ -128,7 +127,7 @@ def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_sto
     measures again, SETTLE_TRIES times in all, then stores nothing and names the key (its last line says it). On two
     cores, 0.5 s of wall time is 1 core-second: the process's own 0.5 s of busy time leaves others none; 1 s busy is
     others' 50%."""
-    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    auto_choice.current().busy_share = 0.25
     monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
     recorded_clocks(monkeypatch, [((100.0, 400.0), 5.0), ((100.5, 401.0), 5.5),      # own work: others 0%
                                   ((110.0, 410.0), 6.0), ((111.0, 411.0), 6.5),      # others 50%
@@ -145,14 +144,14 @@ def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_sto
         return f"try {len(tries)}"
     assert auto_choice.decided("own work", lambda: "stored") == "stored"
     assert auto_choice.decided("busy", measure) == "try 3" and auto_choice.SETTLE_TRIES == 3
-    assert auto_choice.UNSETTLED == {"busy": "other work used 50% of the cores"}
+    assert auto_choice.records().unsettled == {"busy": "other work used 50% of the cores"}
     assert auto_choice.decided("a quarter", lambda: "stored too") == "stored too"
     stored = json.loads(store.read_text())["machines"][auto_choice.machine()]
     assert "own work" in stored and "a quarter" in stored and "busy" not in stored
     assert auto_choice.decided("settles", measure) == "try 5"               # its second try is stored
     assert json.loads(store.read_text())["machines"][auto_choice.machine()]["settles"]["value"] == "try 5"
     assert auto_choice.decided("busy", lambda: "again") == "try 3"    # not timed again by this prepare: what it got
-    monkeypatch.setattr(auto_choice, "UNSETTLED", {})                   # the next prepare
+    auto_choice.records().unsettled = {}                   # the next prepare
     assert auto_choice.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
     assert auto_choice.decided("busy", lambda: "again") == "at rest"
 

@@ -39,7 +39,6 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
 
 def test_auto_dtype_follows_the_probe(monkeypatch, preparing):
     import specviz.models.load as models
-    import specviz.models.precision as precision
     for faster in ("bfloat16", "float32", "int4", *(["int8"] if "int8" in precision.cpu_precisions() else [])):
         clear_probe(models)
         monkeypatch.setattr(precision, "_probe_layer", lambda dtype, f=faster: {1: 0.5, 16: 0.5} if dtype == f
@@ -61,14 +60,12 @@ def test_auto_dtype_follows_the_probe(monkeypatch, preparing):
 def clear_probe(models) -> None:
     """As a new process on a new machine: nothing measured, nothing stored."""
     import specviz.profile.store as auto_choice
-    precision.resolve_dtype.cache_clear()
-    precision.probe_seconds.cache_clear()
+    auto_choice.restart()
     auto_choice.forget()
 
 
 @pytest.mark.slow
 def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):
-    import specviz.models.precision as precision
     assert all(precision._probe_layer(name, feeds=(1,), repeats=1)[1] > 0 for name in precision.cpu_precisions())
     tiny_model("llama").save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path), dtype="auto")

@@ -45,11 +45,11 @@ def generate(*args) -> tuple[dict, list[str]]:
 
 def test_a_generating_process_times_nothing_and_says_in_one_line_what_the_profile_lacks(auto_choices, timers):
     run, said = generate()
-    assert sum(timers.values()) == 0 and auto_choice.MEASURED == []
+    assert sum(timers.values()) == 0 and auto_choice.records().measured == []
     assert [line for line in said if "profile" in line] == [auto_choice.missing_line()]
     assert said[-1].startswith("specviz: no machine profile here; stated defaults are used")
     draft_key = "draft assets/draft under a lower stage of a gguf target"
-    assert auto_choice.DEFAULTED[draft_key] == draft_precision.STATED_DRAFT       # int4: the stated default
+    assert auto_choice.records().defaulted[draft_key] == draft_precision.STATED_DRAFT       # int4: the stated default
     assert f", {draft_precision.STATED_DRAFT} " in run["precision"]         # "gguf (...) target, int4 (...) draft"
     assert run["profile"][draft_key].startswith("a stated default") and len(run["profile"]) >= 3    # plan, reads too
     assert run["preset_reason"] == "asked for (--preset)"
@@ -69,13 +69,13 @@ def test_what_prepare_measured_is_what_a_later_process_reads_and_names(auto_choi
 
 def test_prepares_last_line_names_what_did_not_settle_and_what_stands(auto_choices, monkeypatch):
     assert prepare.closing_line() == "this machine's profile holds every measurement"
-    monkeypatch.setattr(auto_choice, "UNSETTLED", {"probe layer in int8": "other work used 60% of the cores"})
+    auto_choice.records().unsettled = {"probe layer in int8": "other work used 60% of the cores"}
     assert prepare.closing_line() == ("could not settle: probe layer in int8 (other work used 60% of the cores: the "
                                       "stated default stands); run `python -m specviz.prepare` again on a machine at "
                                       "rest")
     with auto_choice.preparing("the tests"):        # measured before: under --remeasure the earlier value stands
         auto_choice.decided("probe layer in int4", lambda: {"1": 0.5})
-    monkeypatch.setattr(auto_choice, "UNSETTLED", {"probe layer in int4": "other work used 55% of the cores"})
+    auto_choice.records().unsettled = {"probe layer in int4": "other work used 55% of the cores"}
     assert "(other work used 55% of the cores: the profile's earlier value stands)" in prepare.closing_line()
 
 
@@ -84,7 +84,7 @@ def test_remeasuring_on_a_busy_machine_keeps_the_profile(auto_choices, monkeypat
     held (dropping it first would leave a busy machine on stated defaults). SPECVIZ_REMEASURE=1 asks the same."""
     with auto_choice.preparing("the tests"):
         auto_choice.decided("probe layer in int4", lambda: {"1": 0.5})
-    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    auto_choice.current().busy_share = 0.25
     monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
     monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.6)      # others use 60% of the cores
     tries = []
@@ -97,8 +97,8 @@ def test_remeasuring_on_a_busy_machine_keeps_the_profile(auto_choices, monkeypat
     assert len(tries) == auto_choice.SETTLE_TRIES                               # measured again, in vain
     assert auto_choice.stored("probe layer in int4") == {"1": 0.5}             # what it held stands
     assert "the profile's earlier value stands" in lines[-1]
-    monkeypatch.setattr(auto_choice, "UNSETTLED", {})
-    monkeypatch.setattr(auto_choice, "_REMEASURED", set())
+    auto_choice.records().unsettled = {}
+    auto_choice.records().remeasured = set()
     monkeypatch.setenv(auto_choice.REMEASURE, "1")
     tries.clear()
     assert prepare.main([]) == 0 and len(tries) == auto_choice.SETTLE_TRIES

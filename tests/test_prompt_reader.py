@@ -200,7 +200,7 @@ def test_a_prompt_read_timed_again_on_a_busy_machine_times_the_same_copies(monke
     monkeypatch.setattr(prompt_reader, "copies", lambda m, name: made.append(name) or copies(m, name))
     monkeypatch.setattr(prompt_reader, "time_read", lambda m, products=None: own_reads.append(products is None) or 1.0)
     monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
-    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    auto_choice.current().busy_share = 0.25
     monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
     assert auto_choice.decided("prompt read: a busy test", prompt_reader.chooser(model))["choice"] == prompt_reader.OWN
     assert own_reads.count(True) == auto_choice.SETTLE_TRIES and sorted(made) == sorted(prompt_reader.CANDIDATES)

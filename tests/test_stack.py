@@ -119,7 +119,7 @@ def test_a_draft_timed_again_on_a_busy_machine_is_loaded_once_in_each_precision(
     monkeypatch.setattr(draft_precision, "draft_probe_seconds",
                         lambda models, lower: timings.append(len(models)) or [1.0] * len(models))
     monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
-    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    auto_choice.current().busy_share = 0.25
     monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
     monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
     _save_target_and_draft(tmp_path)

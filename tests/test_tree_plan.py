@@ -185,16 +185,16 @@ def test_curves_that_stay_noisy_are_stored_and_planned_from_and_prepare_names_th
     assert "stored all the same, and used" in prepare.closing_line() and "uncertain" in prepare.closing_line()
     later = tiny_stack(("draft", "lookup"), plan=None)       # in the same prepare: not measured again
     assert later.plans.tree_plan().target == noisy.target
-    monkeypatch.setattr(auto_choice, "MEASURED", [])           # the next prepare measures it again: still noisy
+    auto_choice.records().measured = []           # the next prepare measures it again: still noisy
     again = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
     assert again.target != noisy.target and not auto_choice.settled(auto_choice.stored(stack.plans.name()))
     noisy = again
 
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))     # at rest: --remeasure refines
-    monkeypatch.setattr(auto_choice, "MEASURED", [])
+    auto_choice.records().measured = []
     precise = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
     assert auto_choice.settled(auto_choice.stored(stack.plans.name())) and precise.target != noisy.target
-    monkeypatch.setattr(auto_choice, "_REMEASURED", set())
+    auto_choice.records().remeasured = set()
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.6))     # busy again: the precise stand
     with auto_choice.preparing("the tests", remeasure=True):
         assert tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan().target == precise.target
@@ -206,16 +206,16 @@ def test_curves_timed_while_other_work_kept_the_cores_busy_are_stored_unsettled_
     from specviz.profile.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))
     monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.9)
-    monkeypatch.setattr(auto_choice, "BUSY_SHARE", 0.25)
+    auto_choice.current().busy_share = 0.25
     monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
     stack = tiny_stack(("draft", "lookup"), plan=None)
     busy = stack.plans.tree_plan()
     stored = auto_choice.stored(stack.plans.name())
     assert busy is not None and not auto_choice.settled(stored) and "other work used 90%" in stored["why"]
-    assert auto_choice.MEASURED.count(stack.plans.name()) == auto_choice.SETTLE_TRIES
+    assert auto_choice.records().measured.count(stack.plans.name()) == auto_choice.SETTLE_TRIES
     assert "stored all the same, and used" in prepare.closing_line()
-    monkeypatch.setattr(auto_choice, "IMPRECISE", {})          # the next prepare, on a machine at rest
-    monkeypatch.setattr(auto_choice, "MEASURED", [])
+    auto_choice.records().imprecise = {}          # the next prepare, on a machine at rest
+    auto_choice.records().measured = []
     monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.0)
     tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
     assert auto_choice.settled(auto_choice.stored(stack.plans.name()))

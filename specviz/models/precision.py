@@ -80,7 +80,6 @@ def draft_precisions(spec: str, target_dtype: str) -> list[str]:
     return [p for p in dict.fromkeys([target_dtype, *cpu_precisions()]) if p != GGUF]
 
 
-@functools.lru_cache(maxsize=None)
 def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     """`auto`: bfloat16 on a GPU that supports it; on a CPU, the precision in which the probe layer (one decoder
     layer of a 1.5B model) reads one token fastest, as plain decoding does: float32 unless another is at least
@@ -89,7 +88,12 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     (specviz/profile/store.py), so a busy machine never changes the pick; where this machine's profile has no probe,
     float32, the stated default (exact on every CPU). Other names pass through. Plain decoding
     is the reference's regime: on our 2-core CPUs verifying many tokens costs several times one (the cost curves),
-    so the fastest lossless run is one whose single-token forward is fastest, with few, cheap guesses on top."""
+    so the fastest lossless run is one whose single-token forward is fastest, with few, cheap guesses on top. Decided
+    once per process and profile."""
+    return auto_choice.remembered(("resolve_dtype", dtype, device), lambda: _resolve_dtype(dtype, device))
+
+
+def _resolve_dtype(dtype: str, device: str) -> str:
     if dtype != AUTO_DTYPE:
         return dtype
     if device.startswith("cuda"):
@@ -132,11 +136,14 @@ def auto_reason(device: str = "cpu", spec: str | None = None) -> str:
 PROBE_FEEDS = (1, 2, 4, 8, 16)    # tokens fed: decoding one, verifying a few
 
 
-@functools.lru_cache(maxsize=None)
 def probe_seconds(dtype: str) -> dict[int, float] | None:
     """The probe layer's seconds fed 1, 2, 4, 8 and 16 tokens in `dtype` on this CPU, as this machine's profile holds
     them (specviz/profile/store.py; None where it does not): its cost curve, which the app's regime panel draws next to
-    llama.cpp's."""
+    llama.cpp's. Read once per process and profile."""
+    return auto_choice.remembered(("probe_seconds", dtype), lambda: _probe_seconds(dtype))
+
+
+def _probe_seconds(dtype: str) -> dict[int, float] | None:
     def measure() -> dict[str, float]:
         with _PROBE_LOCK:    # one probe at a time: threads would slow each other's timings
             return {str(n): seconds for n, seconds in _probe_layer(dtype).items()}

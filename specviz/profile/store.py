@@ -15,6 +15,10 @@ then names on its last line what it could not settle. A process on another machi
 build or kernel build) has no profile until prepare runs there. `python -m specviz.prepare --remeasure` measures
 again, replacing what is stored only where the new measurement settles. Concurrent preparations measure one at a
 time (a lock file), so they do not slow each other's timings.
+
+Where the profile lives and what this process did with it (its `Records`: what it measured, defaulted, could not
+settle, and what it derived from the profile) are one `Profile` object, `current()`; a test works on a profile of its
+own (`isolated`), and `restart()` stands for the next process.
 """
 from __future__ import annotations
 
@@ -28,12 +32,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import cache_dir
+# what a process did with the profile, and which profile it works on (tests: isolated, restart)
+from .records import current, records
+from .records import isolated as isolated, remembered as remembered, restart as restart
 
 FILE = "auto.json"
 VERSION = 2                          # the record's layout: a file of another layout is no profile (prepare rewrites it)
 TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
 REMEASURE = "SPECVIZ_REMEASURE"      # "1": as `prepare --remeasure` (specviz/prepare.py reads it)
-BUSY_SHARE = 0.25                    # others' share of the cores during a measurement past which it is not stored
 SETTLE_TRIES = 3                     # measurements of one key on a busy machine before prepare gives it up
 SETTLE_WAIT_S = 5.0                  # the pause between them, for the other work to end
 
@@ -52,7 +58,7 @@ class Choice:
 
 
 def path() -> Path:
-    return cache_dir() / FILE
+    return current().file or cache_dir() / FILE
 
 
 def machine() -> str:
@@ -117,28 +123,18 @@ def _exclusive():
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-_REMEASURED: set[str] = set()       # keys this process measured anew while remeasuring
-_PREPARING: list[str] = []          # who measures, while this process prepares the profile (else nothing times)
-_REMEASURING: list[bool] = []       # ...and whether it measures again what is stored (--remeasure)
-DEFAULTED: dict[str, object] = {}   # keys this process found missing, with the stated default it used
-UNSETTLED: dict[str, str] = {}      # keys this preparation could not settle, and why
-IMPRECISE: dict[str, str] = {}      # keys stored from timings that stayed noisy (used all the same), and why
-_UNSTORED: dict[str, object] = {}   # ...and what this process uses for them (never stored)
-MEASURED: list[str] = []            # every measurement this process ran, in order (a generating process runs none)
-CONSULTED: list[str] = []           # every key this process looked up, in order: what its settings came from
-
-
 @contextlib.contextmanager
 def preparing(who: str = "setup (python -m specviz.prepare)", remeasure: bool = False):
     """Measure what is missing from the profile while inside (only `python -m specviz.prepare`, and tests of it);
     remeasure: measure again, once each, what is stored too (a value is replaced only where the new one settles)."""
-    _PREPARING.append(who)
-    _REMEASURING.append(remeasure)
+    done = records()
+    done.preparing.append(who)
+    done.remeasuring.append(remeasure)
     try:
         yield
     finally:
-        _PREPARING.pop()
-        _REMEASURING.pop()
+        done.preparing.pop()
+        done.remeasuring.pop()
 
 
 def cpu_seconds() -> tuple[float, float] | None:
@@ -176,20 +172,21 @@ def decided(key: str, measure: Callable[[], object], default: object = None,
             unsettled_value: Callable[[object, str], object] | None = None) -> object:
     """The profile's value for `key`. Where it has none, or one not settled: while preparing, measured (one process at
     a time, again where the machine was busy), stored and returned; in any other process, the stored value, else
-    `default`, noted in DEFAULTED (never timed). Values are plain JSON data. unsettled_value(value, why): what a
+    `default`, noted as defaulted (never timed). Values are plain JSON data. unsettled_value(value, why): what a
     measurement that other work kept busy is stored as (a value marked unsettled); without it, nothing is stored.
     An unsettled value never replaces a settled one."""
-    remeasure = any(_REMEASURING) and key not in _REMEASURED
+    done = records()
+    remeasure = any(done.remeasuring) and key not in done.remeasured
     _consulted(key)
     entry = _read().get(key)
-    again = remeasure or (entry is not None and not settled(entry.value) and key not in MEASURED)
-    if entry is not None and not (again and _PREPARING):
+    again = remeasure or (entry is not None and not settled(entry.value) and key not in done.measured)
+    if entry is not None and not (again and done.preparing):
         return entry.value
-    if not _PREPARING:
-        DEFAULTED[key] = default
+    if not done.preparing:
+        done.defaulted[key] = default
         return default
-    if key in UNSETTLED:            # measured in vain already (SETTLE_TRIES times): this process keeps what it got
-        return _UNSTORED.get(key, default)
+    if key in done.unsettled:       # measured in vain already (SETTLE_TRIES times): this process keeps what it got
+        return done.unstored.get(key, default)
     with _exclusive():
         stored = _read()            # another process may have measured while this one waited
         if key in stored and not remeasure and settled(stored[key].value):
@@ -198,12 +195,12 @@ def decided(key: str, measure: Callable[[], object], default: object = None,
             if attempt:
                 time.sleep(SETTLE_WAIT_S)
             watch = OthersWatch()
-            MEASURED.append(key)
+            done.measured.append(key)
             value = measure()
             others = watch.share()
             from ..cpu.machine import give_back_freed_memory
             give_back_freed_memory()    # what the measuring allocated and dropped (copies of weights, probe layers)
-            if others <= BUSY_SHARE:
+            if others <= current().busy_share:
                 break
             last = ": not stored" if unsettled_value is None else ": stored, marked unsettled"
             print(f"specviz: other work used {others:.0%} of this machine's cores while it timed '{key}'"
@@ -211,46 +208,48 @@ def decided(key: str, measure: Callable[[], object], default: object = None,
         else:
             why = f"other work used {others:.0%} of the cores"
             if unsettled_value is None:
-                UNSETTLED[key] = why            # the stated default stands, or (--remeasure) what the profile holds
-                _UNSTORED[key] = stored[key].value if key in stored else value
-                return _UNSTORED[key]
+                done.unsettled[key] = why     # the stated default stands, or (--remeasure) what the profile holds
+                done.unstored[key] = stored[key].value if key in stored else value
+                return done.unstored[key]
             value = unsettled_value(value, why)
         if not settled(value) and key in stored and settled(stored[key].value):
-            UNSETTLED[key] = value.get("why", "the measurement did not settle")   # --remeasure: the settled one stands
-            _UNSTORED[key] = stored[key].value
-            return _UNSTORED[key]
+            # --remeasure: the settled one stands
+            done.unsettled[key] = value.get("why", "the measurement did not settle")
+            done.unstored[key] = stored[key].value
+            return done.unstored[key]
         _write(key, {"value": value, "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "by": _who()})
         if remeasure:
-            _REMEASURED.add(key)
+            done.remeasured.add(key)
         return value
 
 
 def _consulted(key: str) -> None:
-    if key not in CONSULTED:
-        CONSULTED.append(key)
+    if key not in records().consulted:
+        records().consulted.append(key)
 
 
 def said() -> dict[str, str]:
     """For each measurement this process looked up, where its setting came from (the CLI's --json, the app's race)."""
     profile = _read()
-    return {key: _source(key, profile.get(key)) for key in CONSULTED}
+    return {key: _source(key, profile.get(key)) for key in records().consulted}
 
 
 def imprecise(key: str, why: str) -> None:
     """A stored measurement whose timings stayed noisy: it is used, and prepare's last line asks for a run at rest."""
-    IMPRECISE[key] = why
+    records().imprecise[key] = why
 
 
 def measuring() -> bool:
     """Whether this process prepares the profile (python -m specviz.prepare)."""
-    return bool(_PREPARING)
+    return bool(records().preparing)
 
 
 def missing_line() -> str:
     """One line where this process used stated defaults for missing measurements, else ''."""
-    if not DEFAULTED:
+    defaulted = records().defaulted
+    if not defaulted:
         return ""
-    what = "no machine profile here" if not _read() else "this machine's profile lacks " + ", ".join(sorted(DEFAULTED))
+    what = "no machine profile here" if not _read() else "this machine's profile lacks " + ", ".join(sorted(defaulted))
     return (f"specviz: {what}; stated defaults are used (`python -m specviz.prepare` measures this machine once, "
             "at rest)")
 
@@ -264,11 +263,11 @@ def learnt(key: str, value: object) -> None:
 
 def stored(key: str, measured: bool = True) -> object | None:
     """The stored value for `key` on this machine, or None: never measures. Where a `measured` key (one prepare
-    measures, not one learnt from runs) is missing, the caller uses its stated default: DEFAULTED notes it."""
+    measures, not one learnt from runs) is missing, the caller uses its stated default, noted as defaulted."""
     _consulted(key)
     entry = _read().get(key)
     if entry is None and measured:
-        DEFAULTED[key] = None
+        records().defaulted[key] = None
     return None if entry is None else entry.value
 
 
@@ -279,7 +278,7 @@ def source(key: str) -> str:
 
 
 def _source(key: str, entry: Choice | None) -> str:
-    if entry is None and key not in DEFAULTED:      # learnt from runs, not measured: none yet
+    if entry is None and key not in records().defaulted:      # learnt from runs, not measured: none yet
         return "nothing learnt here yet (each run of this pair teaches it)"
     if entry is None:
         return "a stated default: not in this machine's profile (python -m specviz.prepare measures it)"
@@ -295,4 +294,4 @@ def forget() -> None:
 
 
 def _who() -> str:
-    return _PREPARING[-1]
+    return records().preparing[-1]
