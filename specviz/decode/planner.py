@@ -274,7 +274,7 @@ def spell(chance: float) -> float:
     once drafted rounds beat plain steps, by speculation); one that fails is followed by plain steps. So what a probe
     opens is a run of probes, each accepted whole with chance**PROBE_GUESSES, each yielding its accepted guesses and
     its bonus token. Counting a flat HORIZON instead opened probes at a chance of 0.6 on prose, where a spell lasted
-    two or three tokens: a speculative run with seven probes took 9% longer than plain decoding (AVX2, priced)."""
+    two or three tokens: a speculative run with seven probes took 10% longer than plain decoding (AVX2, priced)."""
     whole = chance ** PROBE_GUESSES
     per_probe = 1.0 + sum(chance ** (i + 1) for i in range(PROBE_GUESSES))
     return min(float(HORIZON), per_probe / max(1.0 - whole, 1e-9))

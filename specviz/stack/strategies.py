@@ -42,8 +42,8 @@ AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
 # The prompt a draft model reads (drafters/model.py, PromptWindow): its first READ_HEAD tokens and its last ones, up to
 # READ_PER_NEW_TOKEN tokens in all per token to write. On six long tuning prompts (HumanEval, 310-400 tokens, AVX2) a
 # 128-token window for 64 new tokens cut the draft's read from 573 to 230 ms, and tokens per target forward from 4.06
-# to 3.41 (the last 128 tokens alone: 2.69); about 5% less time in all. The fewer tokens a run writes, the less of a
-# long prompt pays for its read.
+# to 3.41 (the last 128 tokens alone: 2.69): about 5% less time in all, its rounds priced by the cost curves and the
+# reads as timed. The fewer tokens a run writes, the less of a long prompt pays for its read.
 READ_HEAD, READ_PER_NEW_TOKEN = 32, 2
 
 
