@@ -11,6 +11,7 @@ from toy_ngram import ToyBigram
 
 from specviz.backends.choose import open_cache
 from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter, PromptWindow
+from specviz.decode.drafters.feed_gate import FeedGate, ngram_evidence
 from specviz.decode.engine import Decoder
 from specviz.models.precision import quantize_in_place
 from specviz.decode.tree import Tree, TreeSpec
@@ -45,6 +46,9 @@ def drafter_for(kind, family):
         return ModelDrafter(draft, backend=open_cache, lower=LookupDrafter(64))
     if kind == "staged-ngram":
         return ModelDrafter(draft, backend=open_cache, lower=NgramDrafter(ToyBigram.fit(64, seed=3)))
+    if kind == "staged-gated":     # feeds the guesses whose learnt chance pays on a steep draft curve
+        return ModelDrafter(draft, backend=open_cache, lower=NgramDrafter(ToyBigram.fit(64, seed=3)),
+                            gate=FeedGate((0.0, 0.006, 0.008, 0.011, 0.015)))
     if kind == "cascade":          # three stages: draft model, a smaller draft model, lookup
         lower = ModelDrafter(model(family, noise=0.6, noise_seed=2), backend=open_cache, name="small",
                              lower=LookupDrafter(64))
@@ -56,8 +60,8 @@ def greedy(model, prompt, n, **kw):
     return Decoder(model, TOK, prompt, backend=open_cache, max_new_tokens=n, **kw).generate().tokens
 
 
-KINDS = ["model", "model-subset", "model-window", "lookup", "ngram", "staged-lookup", "staged-ngram", "staged-window",
-         "cascade"]
+KINDS = ["model", "model-subset", "model-window", "lookup", "ngram", "staged-lookup", "staged-ngram", "staged-gated",
+         "staged-window", "cascade"]
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", INT4])
@@ -150,12 +154,14 @@ def test_the_ngram_stage_copies_a_run_where_the_text_repeats_and_else_guesses_on
     bigram = ToyBigram.fit(64, seed=3)
     stage = NgramDrafter(bigram)
     own = bigram.top([9], 1)[0][0]
-    assert stage.guess([5, 9, 7, 1, 5, 9], 3) == [7, 1, 5]      # after the earlier 5 9 (the latest, the longest match)
-    assert stage.guess_run == 2 and stage.guess([5, 9, 7, 1, 5, 9], stage.guess_run) == [7, 1]
-    assert stage.guess([5, 9, 7, 1, 2, 5, 9], 2) == [7, 1]
-    assert stage.guess([3, 4, 5, 6, 7, 8, 9], 3) == [own]        # no pair repeats: the model's token alone
+    # after the earlier 5 9 (the latest, the longest match), vouched for as a copy
+    assert stage.guess([5, 9, 7, 1, 5, 9], 3) == ([7, 1, 5], ("copy", "copy, later", "copy, later"))
+    assert stage.guess_run == 2 and stage.guess([5, 9, 7, 1, 5, 9], stage.guess_run).tokens == [7, 1]
+    assert stage.guess([5, 9, 7, 1, 2, 5, 9], 2).tokens == [7, 1]
+    # no pair repeats: the model's token alone, vouched for by its probability
+    assert stage.guess([3, 4, 5, 6, 7, 8, 9], 3) == ([own], (ngram_evidence(bigram.top([9], 1)[0][1]),))
     stage.copies = False
-    assert stage.guess([5, 9, 7, 1, 5, 9], 3) == [own]
+    assert stage.guess([5, 9, 7, 1, 5, 9], 3).tokens == [own]
 
 
 def test_copied_guesses_build_the_same_tree_with_fewer_draft_forwards():

@@ -14,6 +14,8 @@ from tiny import TinyTokenizer, tiny_model, tiny_stack
 from specviz.backends.choose import open_cache
 from specviz.decode.calibration import BIN_MEANS, KEEP, STORED_CAP, Calibration
 from specviz.decode.drafters import Drafter, LookupDrafter, ModelDrafter
+from specviz.decode.drafters.base import Guess
+from specviz.decode.drafters.feed_gate import FeedGate
 from specviz.decode.engine import Decoder
 from specviz.decode.planner import PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
 from specviz.decode.sampling import Sampling
@@ -225,7 +227,7 @@ class Switching(Drafter):
         self.written = len(context) + len(path) - self.start_len
 
     def guess(self, sequence, n):
-        return []
+        return Guess([])
 
     def kv_models(self):
         return [self.active().kv, (self.useless if self.active() is self.oracle else self.oracle).kv]
@@ -307,7 +309,8 @@ def test_planned_rounds_write_baselines_tokens(prompt, strategy, one, slope, lev
     calibration = Calibration()
     missed(calibration, misses)
     lower = LookupDrafter(64) if strategy == "staged" else None
-    drafter = ModelDrafter(tiny_model("llama", noise=0.3), lower=lower, backend=open_cache)
+    gate = FeedGate(tuple(level * one * (1 + slope * (k - 1)) for k in range(17))) if lower is not None else None
+    drafter = ModelDrafter(tiny_model("llama", noise=0.3), lower=lower, backend=open_cache, gate=gate)
     spec = TREE if strategy == "staged" else CHAIN
     plan = RoundPlanner(Costs.of(TreePlan(curve, {1: level * one, DRAFT_FEED: level * one}), 1), calibration)
     run = Decoder(target, TOK, prompt, backend=open_cache, drafter=drafter, strategy=strategy, tree=spec, planner=plan,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..backends.interface import ModelCache
-from ..decode.drafters.base import Drafter
+from ..decode.drafters.base import Drafter, Guess
 from ..decode.trace import Phase
 from ..decode.tree import Tree
 
@@ -191,8 +191,8 @@ class ReplayDrafter(Drafter):
             self.fed[name] = 0
         self.round += 1
 
-    def guess(self, sequence: list[int], n: int) -> list[int]:
-        return []
+    def guess(self, sequence: list[int], n: int) -> Guess:
+        return Guess([])
 
     def kv_models(self) -> list[ModelCache]:
         return list(self.drafts.values())

@@ -23,7 +23,7 @@ drafted, so a round's shape is fixed before its tokens are drawn (sampling stays
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .calibration import BIN_MEANS, PRIOR_WEIGHT, Calibration, score_bin
 from .trace import PlanRecord
@@ -36,6 +36,7 @@ PROBE_MOST = 12         # ...doubled after each probe that failed, up to this: a
 PROBE_GUESSES = 2       # a probe's chain
 FADE = 0.7              # the weight the past keeps at each drafted round in the running rate
 SHARE_FADE = 0.9        # ...and in the running share of draft levels that needed a forward
+LEVEL_FADE = 0.7        # ...and at each draft forward of a level, in what a level costs as this run feeds it
 PRIOR_TOKENS = 1.6      # before any round: what a drafted round is taken to make (one guess accepted 60% of the time)
 HORIZON = 16            # tokens a probe's gain is counted over at most: the text's predictability changes within a
                         # sentence
@@ -48,7 +49,8 @@ LOOKAHEAD = 8           # guesses below a node an expansion is priced for at mos
 @dataclass(frozen=True)
 class Costs:
     """Seconds: target[n] a target forward of n tokens, draft[n] a draft forward of n tokens (n >= 1), `level` one
-    draft level as this strategy feeds it."""
+    draft level as this strategy feeds it (the planner learns it from the run's forwards: how many of a lower stage's
+    guesses a level feeds is the feed gate's choice, drafters/feed_gate.py)."""
     target: tuple[float, ...]
     draft: tuple[float, ...]
     level: float
@@ -236,6 +238,9 @@ class RoundPlanner:
         if draft_feeds and not self.read_prompt:
             draft_feeds, self.read_prompt = draft_feeds[1:], True
         if drafted:
+            for fed in draft_feeds[1:]:     # the first read the tokens the draft missed, the root last; the rest are levels
+                self.costs = replace(self.costs, level=LEVEL_FADE * self.costs.level
+                                     + (1 - LEVEL_FADE) * self.costs.drafting(fed))
             seconds = self.costs.verify(len(tree)) + sum(self.costs.drafting(n) for n in draft_feeds)
             self.tokens = FADE * self.tokens + (1 - FADE) * len(path)
             self.seconds = FADE * self.seconds + (1 - FADE) * seconds

@@ -17,6 +17,7 @@ import torch
 from ..backends.choose import open_cache
 from ..cpu.machine import give_back_freed_memory
 from ..decode.drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter, PromptWindow
+from ..decode.drafters.feed_gate import FeedGate
 from .draft_vocabulary import DraftVocabulary
 from ..decode.engine import Decoder, Prefill, prefill
 from ..models.locations import DEFAULT_TARGET
@@ -108,7 +109,7 @@ class Stack:
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
     def _drafter(self, spec: str, stage: int, lower: Drafter | None, prompt: list[int],
-                 window: PromptWindow | None = None) -> Drafter:
+                 window: PromptWindow | None = None, gate: FeedGate | None = None) -> Drafter:
         if spec == "lookup":
             return LookupDrafter(self.target.model.get_output_embeddings().out_features)
         item = self.loaded[spec]
@@ -119,17 +120,21 @@ class Stack:
             return ModelDrafter(item.model, name=name, lower=lower,
                                 output_vocab=self.vocabulary.for_draft(item, prompt),
                                 compiled=self.compiled.drafts.get(spec), backend=self.prompt_reads.backend(spec),
-                                window=window if stage == 1 else None)
+                                window=window if stage == 1 else None, gate=gate if stage == 1 else None)
         return NgramDrafter(item, name=name)
 
-    def drafter_for(self, strategy: str, prompt: list[int] = (), max_new_tokens: int | None = None) -> Drafter | None:
+    def drafter_for(self, strategy: str, prompt: list[int] = (), max_new_tokens: int | None = None,
+                    draft_cost: tuple[float, ...] | None = None) -> Drafter | None:
         """baseline: none; speculative and tree: the top stage alone; staged: the whole cascade. max_new_tokens: the
-        run's, which sets how much of the prompt the top draft model reads (None: all of it)."""
+        run's, which sets how much of the prompt the top draft model reads (None: all of it). draft_cost: the top
+        draft's cost curve (seconds by tokens fed), by which it feeds only the lower stage's guesses worth their cost
+        (None: all of them)."""
         specs = drafter_specs(strategy, self.drafts)
         window = None if max_new_tokens is None else draft_window(max_new_tokens)
+        gate = FeedGate(draft_cost) if draft_cost is not None and len(specs) > 1 else None
         drafter = None
         for stage in range(len(specs), 0, -1):
-            drafter = self._drafter(specs[stage - 1], stage, drafter, list(prompt), window)
+            drafter = self._drafter(specs[stage - 1], stage, drafter, list(prompt), window, gate)
         return drafter
 
     def prefill(self, prompt_ids: list[int]) -> Prefill:
@@ -141,9 +146,11 @@ class Stack:
                 sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True,
                 prefilled: Prefill | None = None) -> Decoder:
         tree = self.plans.planned(default_tree(strategy) if tree is None else tree)
+        planner = self.plans.round_planner(strategy, tree, sampling)
+        draft_cost = planner.costs.draft if planner is not None else None
         return Decoder(self.target.model, self.tokenizer, prompt_ids, backend=open_cache,
-                       drafter=self.drafter_for(strategy, prompt_ids, max_new_tokens),
+                       drafter=self.drafter_for(strategy, prompt_ids, max_new_tokens, draft_cost),
                        strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
                        target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled.target,
                        static_len=self.compiled.static_len, prefilled=prefilled,
-                       planner=self.plans.round_planner(strategy, tree, sampling))
+                       planner=planner)

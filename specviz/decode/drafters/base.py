@@ -8,12 +8,20 @@ of another only has to `guess` a short greedy continuation of a token sequence.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import NamedTuple
 
 import torch
 
 from ...backends.interface import ForwardLog, ModelCache
 from ..timing import PhaseTimer
 from ..tree import Tree
+
+
+class Guess(NamedTuple):
+    """A lower stage's guessed continuation, and for each of its tokens what vouches for it: the evidence its chance of
+    being the draft's own next token is learnt under (feed_gate.py)."""
+    tokens: list[int]
+    evidence: tuple[str, ...] = ()
 
 
 class Drafter(ABC):
@@ -66,7 +74,7 @@ class Drafter(ABC):
         """The target accepted `path`; `context` is the committed sequence before this round."""
 
     @abstractmethod
-    def guess(self, sequence: list[int], n: int) -> list[int]:
+    def guess(self, sequence: list[int], n: int) -> Guess:
         """Up to n tokens this drafter would greedily continue `sequence` with."""
 
     def kv_models(self) -> list[ModelCache]:

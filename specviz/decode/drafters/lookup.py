@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from ..trace import Phase
-from .base import Drafter
+from .base import Drafter, Guess
+from .feed_gate import copy_evidence
 
 # A lower stage's copied guess: the tokens after the latest earlier occurrence of the text's last 3 tokens, else its
 # last 2. Teacher-forced on HumanEval/26-55 (the 0.5B drafting for the 1.5B), a level of the draft's chain cost 9.0 ms
@@ -58,4 +59,5 @@ class LookupDrafter(Drafter):
 
     def guess(self, sequence, n):
         with self.timer.phase(Phase.draft(self.stage)):
-            return self.continuation(sequence, n)
+            copied = self.continuation(sequence, n)
+        return Guess(copied, copy_evidence(len(copied)))

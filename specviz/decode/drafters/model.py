@@ -17,7 +17,8 @@ from ...backends.interface import Backend
 from ..trace import Phase
 from ..tree import Tree
 from ..verify import verify_greedy
-from .base import Drafter
+from .base import Drafter, Guess
+from .feed_gate import FeedGate
 from .lookup import COPIED_RUN
 
 # Tokens the lower stage guesses after each node the draft expands: its guess_run (base.py). A guess saves a draft
@@ -94,11 +95,12 @@ class ModelDrafter(Drafter):
 
     def __init__(self, model: torch.nn.Module, name: str = "draft", lower: Drafter | None = None,
                  lookahead: int | None = None, output_vocab: torch.Tensor | None = None, compiled=None, *,
-                 backend: Backend, window: PromptWindow | None = None):
+                 backend: Backend, window: PromptWindow | None = None, gate: FeedGate | None = None):
         """compiled: a compiled copy of the model (of its body, with output_vocab) for bucket-sized feeds
         (`models.compile_model`): used once `fit_static` gives this drafter a static cache.
         backend: makes the model's cache (e.g. cache.open_cache, given a draft's prompt reader).
-        window: the prompt's tokens the draft reads (None: all of it); a top stage only."""
+        window: the prompt's tokens the draft reads (None: all of it); a top stage only.
+        gate: which of the lower stage's guesses are worth feeding (None: all of them)."""
         super().__init__()
         self.backend = backend
         self.kv = backend(model, name, output_vocab)
@@ -111,6 +113,7 @@ class ModelDrafter(Drafter):
         self.known: list[int] = []      # the committed sequence, as far as this drafter was told
         self.reads = RoundReads()
         self.window = window
+        self.gate = gate
         self.head = 0                   # the prompt's first tokens the draft reads...
         self.skip = 0                   # ...then the tokens after them it leaves unread: its positions run on past them
 
@@ -166,21 +169,37 @@ class ModelDrafter(Drafter):
         keys = [tuple(tree.path_tokens(n)[1:]) for n in nodes]
         missing = [k for k in keys if k not in self.reads.fed]
         if missing:
+            guesses = [self._guess_after(context + list(key)) for key in missing]
+            taken = (self.gate.choose(guesses, len(missing)) if self.gate is not None
+                     else [len(guess.tokens) for guess in guesses])
             chains = []
-            for key in missing:
-                parent, token = key[:-1], key[-1]
-                guess = self._guess_after(context + list(key))
-                chains.append((parent, [token] + guess))
-                self.reads.guessed.update(key + tuple(guess[:i + 1]) for i in range(len(guess)))
+            for key, guess, n in zip(missing, guesses, taken):
+                chains.append((key[:-1], [key[-1]] + guess.tokens[:n]))
+                self.reads.guessed.update(key + tuple(guess.tokens[:i + 1]) for i in range(n))
             self._feed(chains, len(context) - 1 - self.skip)
+            if self.gate is not None:
+                self._learn(missing, guesses)
         return [self.reads.fed[k][1] for k in keys]
+
+    def _learn(self, keys: list[tuple[int, ...]], guesses: list[Guess]) -> None:
+        """Teach the gate whether each guessed token was the draft's own next token, fed or not: the draft's scores
+        after the node tell for the first token, and after each fed one that was right for the next."""
+        for key, guess in zip(keys, guesses):
+            for token, evidence in zip(guess.tokens, guess.evidence):
+                if key not in self.reads.fed:
+                    break
+                hit = int(self.reads.fed[key][1].argmax()) == token
+                self.gate.learn(evidence, hit)
+                if not hit:
+                    break
+                key = key + (token,)
 
     def support(self):
         return self._support
 
-    def _guess_after(self, sequence: list[int]) -> list[int]:
+    def _guess_after(self, sequence: list[int]) -> Guess:
         if self.lower is None or self.lookahead <= 0:
-            return []
+            return Guess([])
         return self.lower.guess(sequence, self.lookahead)
 
     def has_scores(self, tree, node):
@@ -215,7 +234,7 @@ class ModelDrafter(Drafter):
         out: list[int] = []
         with self.timer.phase(Phase.draft(self.stage)):
             while len(out) < n:
-                proposal = self._guess_after(sequence + out)[: n - len(out)]
+                proposal = self._guess_after(sequence + out).tokens[: n - len(out)]
                 fed = (sequence + out)[self.kv.committed:]
                 start = self.kv.committed
                 count = len(fed) + len(proposal)
@@ -226,7 +245,7 @@ class ModelDrafter(Drafter):
                     safe += 1
                 self.kv.commit(list(range(min(safe, len(fed) - 1))))   # the last token is re-fed next time
                 out += accepted_chain(fed[-1], proposal, logits)[: n - len(out)]
-        return out
+        return Guess(out, ("model",) * len(out))
 
     def kv_models(self):
         return [self.kv] + (self.lower.kv_models() if self.lower is not None else [])

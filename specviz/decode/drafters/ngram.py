@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..trace import Phase
-from .base import Drafter
+from .base import Drafter, Guess
+from .feed_gate import copy_evidence, ngram_evidence
 from .lookup import COPIED_RUN, copied_run
 
 
@@ -28,6 +29,6 @@ class NgramDrafter(Drafter):
         with self.timer.phase(Phase.draft(self.stage)):
             copied = copied_run(sequence, n) if self.copies else []
             if copied or n < 1:
-                return copied
+                return Guess(copied, copy_evidence(len(copied)))
             best = self.model.top(sequence, 1)
-            return [best[0][0]] if best else []
+            return Guess([best[0][0]], (ngram_evidence(best[0][1]),)) if best else Guess([])
