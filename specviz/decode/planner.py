@@ -238,7 +238,7 @@ class RoundPlanner:
         if draft_feeds and not self.read_prompt:
             draft_feeds, self.read_prompt = draft_feeds[1:], True
         if drafted:
-            for fed in draft_feeds[1:]:     # the first read the tokens the draft missed, the root last; the rest are levels
+            for fed in draft_feeds[1:]:     # the first read what the draft missed, the root last; the rest are levels
                 self.costs = replace(self.costs, level=LEVEL_FADE * self.costs.level
                                      + (1 - LEVEL_FADE) * self.costs.drafting(fed))
             seconds = self.costs.verify(len(tree)) + sum(self.costs.drafting(n) for n in draft_feeds)
