@@ -308,6 +308,15 @@ def test_no_class_has_more_than_15_methods():
     assert too_many_methods(classes(sources())) == []
 
 
+def test_a_drafter_fills_six_methods():
+    """The anchors' drafters have 2 to 5 (llama.cpp's common_speculative, vLLM's proposers): what a drafter knows
+    of a path is one question (`seen`), and the stages below it are a chain of `lower` (`cascade`)."""
+    tree = ast.parse((SPECVIZ / THE_ROUND / "drafters" / "base.py").read_text())
+    drafter = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Drafter")
+    public = sorted(f.name for f in drafter.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_"))
+    assert public == ["commit", "expand", "guess", "kv_models", "seen", "start"]
+
+
 def test_the_core_checks_can_fail():
     assert "specviz.cpu.machine" in beside_the_round(loaded_by(("specviz.decode.tree", "specviz.cpu.machine")))
     assert beside_the_round({"specviz", "specviz.profile.store", "specviz.backends", "specviz.backends.interface",

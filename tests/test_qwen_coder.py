@@ -10,6 +10,7 @@ from specviz.models.chunked import CHUNKED, available
 from specviz.cpu.file_model import requantizable
 from specviz.models.load import load_model
 from specviz.stack.presets import load_preset
+from specviz.decode.drafters import cascade
 from specviz.bench.prompts import load_prompts
 from specviz.stack.strategies import STRATEGIES
 
@@ -26,7 +27,7 @@ def stack():
 
 def test_the_pair_shares_a_vocabulary_and_staged_has_a_cascade(stack):
     assert stack.dtype == "gguf" and stack.drafts[0] == "qwen2.5-coder-0.5b"
-    assert [d.kind for d in stack.drafter_for("staged").stages()] == ["model", "ngram"]
+    assert [d.kind for d in cascade(stack.drafter_for("staged"))] == ["model", "ngram"]
     assert draft_texts(stack.drafts) == [draft_text_path("qwen2.5-coder-0.5b")]   # its trigram knows the 0.5B's text
     draft = stack.loaded["qwen2.5-coder-0.5b"].model
     assert stack.target.model.get_output_embeddings().out_features == draft.get_output_embeddings().weight.shape[0]

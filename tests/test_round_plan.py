@@ -201,15 +201,11 @@ class Switching(Drafter):
         self.useless, self.oracle, self.at, self.name = useless, oracle, at, "switching"
         self.written, self.start_len = 0, 0
 
-    def attach(self, stage, timer):
-        super().attach(stage, timer)
-        self.useless.attach(stage, timer)
-        self.oracle.attach(stage, timer)
-
-    def start(self, tokens, prefilled=None):
+    def start(self, tokens, prefilled=None, **placed):
+        super().start(tokens, **placed)
         self.start_len = len(tokens) + 1
-        self.useless.start(tokens)
-        self.oracle.start(tokens)
+        self.useless.start(tokens, **placed)
+        self.oracle.start(tokens, **placed)
 
     def active(self):
         return self.oracle if self.written >= self.at else self.useless
@@ -218,8 +214,8 @@ class Switching(Drafter):
         self.written = len(context) - self.start_len
         return self.active().expand(tree, nodes, context)
 
-    def has_scores(self, tree, node):
-        return self.active().has_scores(tree, node)
+    def seen(self, path):
+        return self.active().seen(path)
 
     def commit(self, tree, path, context):
         self.useless.commit(tree, path, context)

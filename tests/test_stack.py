@@ -4,7 +4,7 @@ import torch
 from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model, tiny_stack
 from toy_ngram import ToyBigram
 
-from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter
+from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter, cascade
 from specviz.models.load import LoadedModel
 from specviz.models.precision import precision_name
 from specviz.stack.stack import Stack
@@ -23,7 +23,7 @@ def test_strategies_pick_stages_from_the_stack():
     assert isinstance(single, ModelDrafter) and single.lower is None
     staged = s.drafter_for("staged")
     assert isinstance(staged.lower, NgramDrafter)
-    assert [d.kind for d in staged.stages()] == ["model", "ngram"]
+    assert [d.kind for d in cascade(staged)] == ["model", "ngram"]
     run = s.decoder([1, 2, 3], "staged", max_new_tokens=8).generate()
     assert [st.name for st in run.steps[0].stages] == ["tiny-target", "small", "big", "context lookup"]
 
@@ -31,7 +31,7 @@ def test_strategies_pick_stages_from_the_stack():
 def test_a_drafter_is_named_after_its_file_less_the_file_type_only():
     s = stack(["qwen2.5-coder-0.5b", "dir/table.npz"], {"qwen2.5-coder-0.5b": LoadedModel(
         "qwen2.5-coder-0.5b", tiny_model("llama", noise=0.2), TinyTokenizer()), "dir/table.npz": ToyBigram.fit(64)})
-    assert [d.name for d in s.drafter_for("staged").stages()] == ["qwen2.5-coder-0.5b", "table"]
+    assert [d.name for d in cascade(s.drafter_for("staged"))] == ["qwen2.5-coder-0.5b", "table"]
 
 
 def test_drafter_only_and_invalid_cascades():

@@ -142,9 +142,10 @@ class ReplayDrafter(Drafter):
         self.round = 0
         self.fed: dict[str, int] = {}
 
-    def start(self, tokens: list[int], prefilled=None) -> None:
+    def start(self, tokens: list[int], prefilled=None, **placed) -> None:
         """Empty caches: a draft model reads the prompt in its first round, and the recording's first forward holds
         that read."""
+        super().start(tokens, **placed)
         self.round, self.fed = 0, {name: 0 for name in self.drafts}
         for kv in self.drafts.values():
             kv.reset()

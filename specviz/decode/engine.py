@@ -14,7 +14,7 @@ import torch
 
 from . import end_tokens
 from ..backends.interface import BUCKETS, Backend, ModelCache
-from .drafters.base import Drafter
+from .drafters.base import Drafter, cascade
 from .drafters.model import LONGEST_GUESS
 from .tree import TreeSpec
 from .tree_builder import build_tree
@@ -95,8 +95,7 @@ class Decoder:
         self.planner = planner if drafter is not None else None
         self.stages = [StageInfo(target_name, "target")]
         if drafter is not None:
-            drafter.attach(1, self.timer)
-            self.stages += [StageInfo(d.name, d.kind) for d in drafter.stages()]
+            self.stages += [StageInfo(d.name, d.kind) for d in cascade(drafter)]
             if tree.lookup:
                 self.stages.append(StageInfo("context lookup", "lookup"))
         self.generator = torch.Generator().manual_seed(sampling.seed)
@@ -113,9 +112,7 @@ class Decoder:
             else:
                 self.target.read_prompt(self.prompt)
             if drafter is not None:
-                if static_len is not None:
-                    drafter.fit_static(static_len)
-                drafter.start(self.prompt[:-1], prefilled)
+                drafter.start(self.prompt[:-1], prefilled, timer=self.timer, static_len=static_len)
         self.target.log.clear()
         self.timer.take()
 

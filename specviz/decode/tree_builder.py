@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from .drafters.base import Drafter
+from .drafters.base import Drafter, cascade
 from .drafters.lookup import context_continuation
 from .planner import LookupChoice, RoundPlan
 from .sampling import Sampling, draw_without_replacement, logits_to_probs, top_tokens
@@ -59,9 +59,14 @@ def on_host(rows: list[torch.Tensor]) -> list[torch.Tensor]:
     return list(torch.stack(rows).cpu())
 
 
+def path_of(tree: Tree, node: int) -> tuple[int, ...]:
+    """The tokens from under the root down to `node`: what a drafter knows a path by."""
+    return tuple(tree.path_tokens(node)[1:])
+
+
 def lookup_stage(drafter: Drafter | None) -> int:
     """The stage index context-lookup nodes are credited to: the one after the drafter's stages."""
-    return 1 + (len(drafter.stages()) if drafter is not None else 0)
+    return 1 + (len(cascade(drafter)) if drafter is not None else 0)
 
 
 class Drafted(NamedTuple):
@@ -127,7 +132,7 @@ def _lookup_worth(tree: Tree, follow: list[int], plan: RoundPlan) -> LookupChoic
 
 def _kind_of(drafter: Drafter):
     """A drafted token's stage kind, by stage index (lookup's stage after the drafter's)."""
-    kinds = ["target"] + [d.kind for d in drafter.stages()] + ["lookup"]
+    kinds = ["target"] + [d.kind for d in cascade(drafter)] + ["lookup"]
     return lambda stage: kinds[stage]
 
 
@@ -137,7 +142,7 @@ def _grow(tree: Tree, dists: dict[int, Proposal], chances: dict[int, float], con
     """The drafter's tree, level by level, grown by the spec's or the plan's policy (`growth_for`); fills dists (each
     expanded node's Proposal) and, with a plan, chances."""
     growth = growth_for(spec, plan, drafter, tree)
-    support = drafter.support()
+    support = drafter.support
     frontier, scores = [0], {0: 1.0}
     while frontier and len(tree) - 1 < spec.budget:
         wants = growth.wants(frontier, scores)
@@ -158,7 +163,7 @@ def _grow(tree: Tree, dists: dict[int, Proposal], chances: dict[int, float], con
             tokens = ranked[node][:count] if sampling.greedy else dists[node].draw(count, generator)
             for token in tokens:
                 prob = dists[node].prob(token)
-                stage = drafter.proposer_stage(tree, node, token)
+                stage = drafter.seen(path_of(tree, node) + (token,)).stage
                 child = tree.add(node, token, stage, prob)
                 scores[child] = scores[node] * prob
                 if plan is not None:
@@ -176,7 +181,7 @@ class Judge:
     def value(self, node: int, token: int, score: float) -> float:
         if self.plan is None:
             return score
-        stage = self.drafter.proposer_stage(self.tree, node, token)
+        stage = self.drafter.seen(path_of(self.tree, node) + (token,)).stage
         return self.plan.value(self.kind(stage), self.tree.depths[node] + 1, score)
 
     def need(self, drafted: int) -> float:
@@ -185,8 +190,8 @@ class Judge:
     def expands(self, node: int, score: float, drafted: int) -> bool:
         if self.plan is None:
             return True
-        return self.plan.expands(self.tree.depths[node], score, drafted, self.drafter.has_scores(self.tree, node),
-                                 self.tree.draft_probs[node])
+        scored = self.drafter.seen(path_of(self.tree, node)).scored
+        return self.plan.expands(self.tree.depths[node], score, drafted, scored, self.tree.draft_probs[node])
 
 
 class StaticShape:

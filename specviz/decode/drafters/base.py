@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...backends.interface import ForwardLog, ModelCache
+from ...backends.interface import ModelCache
 from ..timing import PhaseTimer
 from ..tree import Tree
 
@@ -24,31 +24,36 @@ class Guess(NamedTuple):
     evidence: tuple[str, ...] = ()
 
 
+class Seen(NamedTuple):
+    """What a drafter knows of a path under the root: the stage that proposed its last token, and whether the path's
+    scores came with a forward already (a lower stage's guess, fed beside the node above it)."""
+    stage: int
+    scored: bool = False
+
+
 class Drafter(ABC):
     kind = "drafter"          # "model", "ngram" or "lookup": how the app colours its nodes
     name = "drafter"
     guess_run = 1             # as a lower stage: how many tokens a model above asks it to guess after each node it
                               # feeds (a model pays a forward per token guessed; a table or the context costs nothing)
+    lower: "Drafter | None" = None      # the stage below, which guesses for this one
+    support: torch.Tensor | None = None     # the tokens expand's rows can score above -inf (ascending), where that is
+                                            # a known part of the vocabulary (a draft model's output vocabulary)
 
     def __init__(self) -> None:
         self.stage = 1
         self.timer = PhaseTimer()
 
-    def attach(self, stage: int, timer: PhaseTimer) -> None:
-        """Place this drafter at `stage` of a cascade (1 = right under the target)."""
-        self.stage, self.timer = stage, timer
-
-    def stages(self) -> list["Drafter"]:
-        """This drafter and the ones below it, top first."""
-        return [self]
-
-    def fit_static(self, static_len: int) -> None:
-        """The target runs over a static KV cache of this many entries (a compiled target): a drafter
-        with a compiled model keeps a static cache of the same length, so its shapes stay fixed too."""
-
-    def start(self, tokens: list[int], prefilled=None) -> None:
-        """A new sequence begins with these committed tokens; prefilled: an engine.Prefill of them,
-        whose caches a drafter may copy instead of reading the tokens."""
+    def start(self, tokens: list[int], prefilled=None, *, stage: int = 1, timer: PhaseTimer | None = None,
+              static_len: int | None = None) -> None:
+        """A new sequence begins with these committed tokens, this drafter at `stage` of its cascade (1 = right under
+        the target, the stages below it numbered on), its work timed by `timer`. prefilled: an engine.Prefill of the
+        tokens, whose caches a drafter may copy instead of reading them; static_len: the target runs over a static
+        KV cache of this many entries (a compiled target), so a drafter with a compiled model keeps one too."""
+        self.stage = stage
+        self.timer = timer if timer is not None else self.timer
+        if self.lower is not None:
+            self.lower.start(tokens, prefilled, stage=stage + 1, timer=self.timer, static_len=static_len)
 
     @abstractmethod
     def expand(self, tree: Tree, nodes: list[int], context: list[int]) -> list[torch.Tensor | None]:
@@ -57,35 +62,29 @@ class Drafter(ABC):
         `context` is the committed sequence, ending with the tree's root token.
         """
 
-    def support(self) -> torch.Tensor | None:
-        """The tokens expand's rows can score above -inf (ascending), where that is known to be a part of the
-        vocabulary (a draft model's output vocabulary); None: any token."""
-        return None
-
-    def has_scores(self, tree: Tree, node: int) -> bool:
-        """Whether expanding `node` needs no forward of its own: its scores came with an earlier feed."""
-        return False
-
-    def proposer_stage(self, tree: Tree, parent: int, token: int) -> int:
-        """The stage to credit for proposing `token` under `parent` (for display)."""
-        return self.stage
+    def seen(self, path: tuple[int, ...]) -> Seen:
+        """What this drafter knows of a path of tokens under the root (for display, calibration and pricing)."""
+        return Seen(self.stage)
 
     def commit(self, tree: Tree, path: list[int], context: list[int]) -> None:
         """The target accepted `path`; `context` is the committed sequence before this round."""
+        if self.lower is not None:
+            self.lower.commit(tree, path, context)
 
     @abstractmethod
     def guess(self, sequence: list[int], n: int) -> Guess:
         """Up to n tokens this drafter would greedily continue `sequence` with."""
 
     def kv_models(self) -> list[ModelCache]:
-        """The caches of the models inside this drafter, top stage first (none for n-gram tables and lookup)."""
-        return []
+        """The caches of the models inside this drafter and the stages below it, top stage first (none for n-gram
+        tables and lookup)."""
+        return self.lower.kv_models() if self.lower is not None else []
 
-    def forward_logs(self) -> dict[str, ForwardLog]:
-        """Forward passes of the models inside this drafter since the last clear, by model name."""
-        return {kv.name: kv.log for kv in self.kv_models()}
 
-    def model_costs(self) -> dict[str, tuple[int, int, int]]:
-        """costs() of the caches of the models inside this drafter: (weight bytes read per forward, KV bytes
-        per cached token, weight bytes per token fed)."""
-        return {kv.name: kv.costs() for kv in self.kv_models()}
+def cascade(drafter: Drafter) -> list[Drafter]:
+    """A drafter and the stages below it, top first."""
+    stages = [drafter]
+    while stages[-1].lower is not None:
+        stages.append(stages[-1].lower)
+    return stages
+

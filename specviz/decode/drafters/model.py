@@ -17,7 +17,7 @@ from ...backends.interface import Backend
 from ..trace import Phase
 from ..tree import Tree
 from ..verify import verify_greedy
-from .base import Drafter, Guess
+from .base import Drafter, Guess, Seen
 from .feed_gate import FeedGate
 from .lookup import COPIED_RUN
 
@@ -97,7 +97,7 @@ class ModelDrafter(Drafter):
                  lookahead: int | None = None, output_vocab: torch.Tensor | None = None, compiled=None, *,
                  backend: Backend, window: PromptWindow | None = None, gate: FeedGate | None = None):
         """compiled: a compiled copy of the model (of its body, with output_vocab) for bucket-sized feeds
-        (`models.compile_model`): used once `fit_static` gives this drafter a static cache.
+        (`models.compile_model`): used once `start` is given a static cache length.
         backend: makes the model's cache (e.g. cache.open_cache, given a draft's prompt reader).
         window: the prompt's tokens the draft reads (None: all of it); a top stage only.
         gate: which of the lower stage's guesses are worth feeding (None: all of them)."""
@@ -105,7 +105,7 @@ class ModelDrafter(Drafter):
         self.backend = backend
         self.kv = backend(model, name, output_vocab)
         vocab = None if output_vocab is None else output_vocab.cpu()
-        self._support = vocab if vocab is not None and bool((vocab[1:] > vocab[:-1]).all()) else None
+        self.support = vocab if vocab is not None and bool((vocab[1:] > vocab[:-1]).all()) else None
         self.compiled = compiled
         self.name = name
         self.lower = lower
@@ -117,22 +117,10 @@ class ModelDrafter(Drafter):
         self.head = 0                   # the prompt's first tokens the draft reads...
         self.skip = 0                   # ...then the tokens after them it leaves unread: its positions run on past them
 
-    def attach(self, stage, timer):
-        super().attach(stage, timer)
-        if self.lower is not None:
-            self.lower.attach(stage + 1, timer)
-
-    def stages(self):
-        return [self] + (self.lower.stages() if self.lower is not None else [])
-
-    def fit_static(self, static_len):
-        if self.compiled is not None:
+    def start(self, tokens, prefilled=None, *, stage=1, timer=None, static_len=None):
+        if static_len is not None and self.compiled is not None and self.kv.static_len != static_len:
             self.kv = self.backend(self.kv.model, self.name, self.kv.output_vocab, static_len=static_len,
                                    compiled=self.compiled)
-        if self.lower is not None:
-            self.lower.fit_static(static_len)
-
-    def start(self, tokens, prefilled=None):
         self.kv.reset()
         read = prefilled.cache_of(self.kv.model) if prefilled is not None else None
         self.head = self.skip = 0
@@ -142,8 +130,7 @@ class ModelDrafter(Drafter):
             self.head, self.skip = self.window.head, len(tokens) + 1 - self.window.head - self.window.tail
         self.known = list(tokens)
         self.reads = RoundReads()
-        if self.lower is not None:
-            self.lower.start(tokens, prefilled)
+        super().start(tokens, prefilled, stage=stage, timer=timer, static_len=static_len)
 
     # -- feeding ------------------------------------------------------------------------------
     def _catch_up(self, context: list[int]) -> None:
@@ -194,20 +181,14 @@ class ModelDrafter(Drafter):
                     break
                 key = key + (token,)
 
-    def support(self):
-        return self._support
-
     def _guess_after(self, sequence: list[int]) -> Guess:
         if self.lower is None or self.lookahead <= 0:
             return Guess([])
         return self.lower.guess(sequence, self.lookahead)
 
-    def has_scores(self, tree, node):
-        return () in self.reads.fed and tuple(tree.path_tokens(node)[1:]) in self.reads.fed
-
-    def proposer_stage(self, tree, parent, token):
-        key = tuple(tree.path_tokens(parent)[1:]) + (token,)
-        return self.stage + 1 if key in self.reads.guessed else self.stage
+    def seen(self, path):
+        return Seen(self.stage + 1 if path in self.reads.guessed else self.stage,
+                    () in self.reads.fed and path in self.reads.fed)
 
     def commit(self, tree, path, context):
         # The accepted nodes the draft has read form a prefix of the path; keep exactly those.
@@ -221,8 +202,7 @@ class ModelDrafter(Drafter):
             self.kv.commit(slots)
         self.known = context + tree.path_tokens(path[-1])[1:]
         self.reads = RoundReads()
-        if self.lower is not None:
-            self.lower.commit(tree, path, context)
+        super().commit(tree, path, context)
 
     def guess(self, sequence, n):
         """Greedy continuation, itself sped up by the lower stage (greedy chain speculation).
@@ -248,4 +228,4 @@ class ModelDrafter(Drafter):
         return Guess(out, ("model",) * len(out))
 
     def kv_models(self):
-        return [self.kv] + (self.lower.kv_models() if self.lower is not None else [])
+        return [self.kv] + super().kv_models()
