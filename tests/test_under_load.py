@@ -1,14 +1,19 @@
 """Several `specviz generate` processes started at once on a busy machine write exactly the text each writes alone
 (issue 40: under load, `auto`'s probe once picked another precision and another default stack, and the text read
 as nonsense). Each process runs the real models, with `auto` and with explicit precisions; each must name the
-same stack and precision as when run alone, and read `auto`'s choice from the machine's store, not a new probe."""
+same stack and precision as when run alone, and read `auto`'s choice from the machine's store, not a new probe. The
+processes keep a copy of the machine's profile (SPECVIZ_PROFILE), so the user's is never written, and what they measured
+under load is seen in the copy."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from specviz.profile.store import PROFILE_FILE, path
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -47,16 +52,27 @@ def outcome(process: subprocess.Popen) -> list[dict]:
     return [fields(line) for line in out.strip().splitlines() if line.startswith("{")]
 
 
-def start(argv: list[str]) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "SPECVIZ_PRESET"}
+def start(argv: list[str], profile: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "SPECVIZ_PRESET"} | {PROFILE_FILE: str(profile)}
     return subprocess.Popen(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def test_processes_started_together_on_a_busy_machine_write_what_each_writes_alone():
-    in_turn = outcome(start([sys.executable, "-c", IN_TURN, json.dumps([command(*run)[3:] for run in ALONE])]))
+def measurements(profile: Path) -> dict:
+    """The profile's measurements: what a run learnt of its drafts' calibration left out (a run may store that)."""
+    machines = json.loads(profile.read_text())["machines"]
+    return {machine: {key: entry for key, entry in entries.items() if not key.startswith("calibration of")}
+            for machine, entries in machines.items()}
+
+
+def test_processes_started_together_on_a_busy_machine_write_what_each_writes_alone(tmp_path):
+    profile = tmp_path / "auto.json"
+    shutil.copyfile(path(), profile)
+    measured = measurements(profile)
+    in_turn = outcome(start([sys.executable, "-c", IN_TURN, json.dumps([command(*run)[3:] for run in ALONE])],
+                            profile))
     assert len(in_turn) == len(ALONE)
     alone = dict(zip(ALONE, in_turn))
-    together = {run: start(command(*run)) for run in TOGETHER}   # each busy with the others while it loads and probes
+    together = {run: start(command(*run), profile) for run in TOGETHER}  # each busy with the others as it loads
     loaded = {run: outcome(process)[-1] for run, process in together.items()}
     for run in TOGETHER:          # baseline's text alone, the same stack and precision, auto's choice from the store
         got, expected = dict(loaded[run]), dict(alone[(run[0], "baseline", run[2])])
@@ -65,3 +81,4 @@ def test_processes_started_together_on_a_busy_machine_write_what_each_writes_alo
     for run in ALONE:             # auto read the machine's stored choice (or ran a GGUF file's own blocks, which needs
         reason = alone[run]["precision_reason"]       # no measurement); an explicit precision needs none
         assert ("measured" in reason or "own blocks" in reason) == (run[2] == "auto"), run
+    assert measurements(profile) == measured        # nothing was measured again, under load or alone

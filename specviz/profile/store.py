@@ -40,6 +40,7 @@ FILE = "auto.json"
 VERSION = 2                          # the record's layout: a file of another layout is no profile (prepare rewrites it)
 TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
 REMEASURE = "SPECVIZ_REMEASURE"      # "1": as `prepare --remeasure` (specviz/prepare.py reads it)
+PROFILE_FILE = "SPECVIZ_PROFILE"     # a profile file of its own (a test's processes), beside the model cache
 SETTLE_TRIES = 3                     # measurements of one key on a busy machine before prepare gives it up
 SETTLE_WAIT_S = 5.0                  # the pause between them, for the other work to end
 
@@ -58,7 +59,8 @@ class Choice:
 
 
 def path() -> Path:
-    return current().file or cache_dir() / FILE
+    """The profile's file: a test's own (isolated), else SPECVIZ_PROFILE's, else the user cache's."""
+    return current().file or Path(os.environ.get(PROFILE_FILE) or cache_dir() / FILE)
 
 
 def machine() -> str:
