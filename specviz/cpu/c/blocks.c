@@ -29,6 +29,7 @@
  * a one-token prompt is noise there (`def` -> `00000000`); here it is the file's model's. */
 #include "simd.h"
 #include "specviz_cpu.h"
+#include "blocks.h"
 #include "rounding.h"
 #include <float.h>
 #include <math.h>
@@ -133,20 +134,11 @@ static int quantize_q8_0(const float *x, int K, int8_t *q, float *d, int32_t *su
 }
 
 static inline int k_quant(int type) { return type == GGUF_Q4_K || type == GGUF_Q6_K; }
+/* a K-quant block's bytes (bytes_of's) as one expression: GCC weighs a call to bytes_of before it folds the type, and
+ * inlines the tile paths otherwise */
+#define K_BYTES(type) ((type) == GGUF_Q4_K ? (int)sizeof(block_q4_K) : (int)sizeof(block_q6_K))
 
 int block_weights(int type) { return k_quant(type) ? QK_K : QK_LEGACY; }
-
-static inline int bytes_of(int type) {
-    switch (type) {
-    case GGUF_Q4_0: return 18;
-    case GGUF_Q4_1: return 20;
-    case GGUF_Q5_0: return 22;
-    case GGUF_Q8_0: return 34;
-    case GGUF_Q4_K: return 144;
-    case GGUF_Q6_K: return 210;
-    default: return 0;
-    }
-}
 
 int block_bytes(int type) { return bytes_of(type); }
 
@@ -230,7 +222,7 @@ typedef struct {
 } KScales;
 
 ALWAYS void k_scales(const int type, const uint8_t *const w[TILE], int b, KScales *k) {
-    const int bytes = type == GGUF_Q4_K ? 144 : 210;
+    const int bytes = K_BYTES(type);
     for (int o = 0; o < TILE; o++) k->blk[o] = w[o] + (size_t)b * bytes;
     if (type == GGUF_Q4_K) {
         uint8_t scales[TILE][8];
@@ -238,21 +230,22 @@ ALWAYS void k_scales(const int type, const uint8_t *const w[TILE], int b, KScale
         for (int o = 0; o < TILE; o++) k->table[o][0] = t_load((const int8_t *)scales[o]);
     } else {
         for (int o = 0; o < TILE; o++) {
-            const int8_t *sc = (const int8_t *)(k->blk[o] + 192);
+            const int8_t *sc = (const int8_t *)(k->blk[o] + offsetof(block_q6_K, scales));
             k->table[o][0] = t_load(sc);
             k->table[o][1] = t_load(sc + 8);
             k->extra[o] = v_neg16(v_widen16(sc, 5));
         }
-        k->d = f4_halves(read16(k->blk[0] + 208), read16(k->blk[1] + 208), read16(k->blk[2] + 208), read16(k->blk[3] + 208));
+        const size_t at = offsetof(block_q6_K, d);
+        k->d = f4_halves(read16(k->blk[0] + at), read16(k->blk[1] + at), read16(k->blk[2] + at), read16(k->blk[3] + at));
     }
 }
 
 /* Weights 64p .. 64p + 63 of a block (sub-blocks 2p and 2p + 1) as bytes */
 ALWAYS W k_weights(const int type, const uint8_t *blk, int p) {
-    if (type == GGUF_Q4_K) return w_nibbles32(blk + 16 + 32 * p);   /* qs byte 32p + l: weight 64p + l (low nibble), 64p + 32 + l (high) */
+    if (type == GGUF_Q4_K) return w_nibbles32(blk + offsetof(block_q4_K, qs) + 32 * p);   /* qs byte 32p + l: weight 64p + l (low nibble), 64p + 32 + l (high) */
     const int h = p >> 1, half = 2 * (p & 1);  /* weight 128h + 32k + l: 4 bits of ql[64h + 32 (k & 1) + l], 2 of qh[32h + l] */
-    const W ql = w_load(blk + 64 * h);
-    return w_or(half ? w_high_nibbles(ql) : w_low_nibbles(ql), w_two_bits(blk + 128 + 32 * h, 2 * half));
+    const W ql = w_load(blk + offsetof(block_q6_K, ql) + 64 * h);
+    return w_or(half ? w_high_nibbles(ql) : w_low_nibbles(ql), w_two_bits(blk + offsetof(block_q6_K, qh) + 32 * h, 2 * half));
 }
 
 /* Weights 64p .. 64p + 63 of output o's block, and their scales per lane */
@@ -353,13 +346,13 @@ ALWAYS void unpack_legacy(const int type, const uint8_t *const w[TILE], int b, L
     uint16_t d[TILE], m[TILE];
     for (int o = 0; o < TILE; o++) {
         const uint8_t *blk = w[o] + (size_t)b * bytes;
-        d[o] = read16(blk);
-        m[o] = type == GGUF_Q4_1 ? read16(blk + 2) : 0;
+        d[o] = read16(blk);                                       /* every legacy block starts with d */
+        m[o] = type == GGUF_Q4_1 ? read16(blk + offsetof(block_q4_1, m)) : 0;
         switch (type) {
-        case GGUF_Q4_0: u->w[o] = v_nibbles16(blk + 2); break;
-        case GGUF_Q4_1: u->w[o] = v_nibbles16(blk + 4); break;
-        case GGUF_Q5_0: u->w[o] = v_or(v_nibbles16(blk + 6), v_bits16(blk + 2)); break;
-        default: u->w[o] = v_load(blk + 2); break;                /* Q8_0: signed */
+        case GGUF_Q4_0: u->w[o] = v_nibbles16(blk + offsetof(block_q4_0, qs)); break;
+        case GGUF_Q4_1: u->w[o] = v_nibbles16(blk + offsetof(block_q4_1, qs)); break;
+        case GGUF_Q5_0: u->w[o] = v_or(v_nibbles16(blk + offsetof(block_q5_0, qs)), v_bits16(blk + offsetof(block_q5_0, qh))); break;
+        default: u->w[o] = v_load(blk + offsetof(block_q8_0, qs)); break;                /* Q8_0: signed */
         }
     }
     u->d = f4_halves(d[0], d[1], d[2], d[3]);
@@ -542,7 +535,7 @@ static void pack_block(const int type, const Rows *x, int n, int g, int b, XBloc
 
 /* Block b of outputs o0 .. o0 + 3 (of w[0..15]) into digit planes, and their scales */
 ALWAYS void unpack_planes(const int type, const uint8_t *const w[AMX_OUT], int b, int o0, WBlock *u) {
-    const int bytes = type == GGUF_Q4_K ? 144 : 210;
+    const int bytes = K_BYTES(type);
     const uint8_t *blk[4];
     for (int o = 0; o < 4; o++) blk[o] = w[o0 + o] + (size_t)b * bytes;
     uint8_t scales[4][8];
@@ -553,9 +546,10 @@ ALWAYS void unpack_planes(const int type, const uint8_t *const w[AMX_OUT], int b
         i4_transpose(mins, pairs);
         for (int o = 0; o < 4; o++) i4_store(u->pairs[o0 + o], pairs[o]);
     } else {
-        d = f4_halves(read16(blk[0] + 208), read16(blk[1] + 208), read16(blk[2] + 208), read16(blk[3] + 208));
+        const size_t at = offsetof(block_q6_K, d);
+        d = f4_halves(read16(blk[0] + at), read16(blk[1] + at), read16(blk[2] + at), read16(blk[3] + at));
         for (int o = 0; o < 4; o++) {
-            const V extra = v_neg16(v_widen16((const int8_t *)blk[o] + 192, 5));
+            const V extra = v_neg16(v_widen16((const int8_t *)blk[o] + offsetof(block_q6_K, scales), 5));
             memcpy(u->pairs[o0 + o], &extra, 32);
         }
     }
@@ -571,7 +565,7 @@ ALWAYS void unpack_planes(const int type, const uint8_t *const w[AMX_OUT], int b
                 w_store(&plane[1][o0 + o][64 * p], w_times(q, w_pick_bytes(hi, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1)));
             }
         } else {                                           /* scale = d0 + 4 d1 + 16 d2 + 64 d3; sub-blocks 4p .. 4p + 3 in pair p's quarters */
-            const W sc = w_bcast16(blk[o] + 192);
+            const W sc = w_bcast16(blk[o] + offsetof(block_q6_K, scales));
             const W digit[4] = {w_bits(sc, 0, 3), w_bits(sc, 2, 3), w_bits(sc, 4, 3), w_bits(w_offset(sc), 6, 3)}; /* the last: d3 + 2 */
             UNROLL for (int p = 0; p < 4; p++) {
                 const W q = k_weights(type, blk[o], p);

@@ -48,8 +48,8 @@ static size_t packed_bytes(int type, int K, int N) {
 static void pack_q4_k(const uint8_t *const blk[PACKED_OUTPUTS], uint8_t *rec) {
     static const int paired[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
     for (int o = 0; o < PACKED_OUTPUTS; o++) {
-        for (int line = 0; line < 32; line++) memcpy(rec + 64 * line + 4 * o, blk[o] + 16 + 4 * line, 4);
-        const uint8_t *q = blk[o] + 4;                               /* 12 bytes: 6-bit scales and mins (ggml's order) */
+        for (int line = 0; line < 32; line++) memcpy(rec + 64 * line + 4 * o, blk[o] + offsetof(block_q4_K, qs) + 4 * line, 4);
+        const uint8_t *q = blk[o] + offsetof(block_q4_K, scales);  /* 12 bytes: 6-bit scales and mins (ggml's order) */
         uint8_t scale[8], min[8];
         for (int j = 0; j < 8; j++) {
             scale[j] = j < 4 ? q[j] & 63 : (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
@@ -58,8 +58,8 @@ static void pack_q4_k(const uint8_t *const blk[PACKED_OUTPUTS], uint8_t *rec) {
         for (int j = 0; j < 8; j++) rec[Q4_K_SCALES + 16 * j + o] = scale[j];
         for (int k = 0; k < 4; k++)
             for (int i = 0; i < 2; i++) rec[Q4_K_MINS + 32 * k + 2 * o + i] = min[paired[k][i]];
-        memcpy(rec + Q4_K_D + 2 * o, blk[o], 2);
-        memcpy(rec + Q4_K_DMIN + 2 * o, blk[o] + 2, 2);
+        memcpy(rec + Q4_K_D + 2 * o, blk[o] + offsetof(block_q4_K, d), 2);
+        memcpy(rec + Q4_K_DMIN + 2 * o, blk[o] + offsetof(block_q4_K, dmin), 2);
     }
 }
 
@@ -67,8 +67,8 @@ static void pack_q6_k(const uint8_t *const blk[PACKED_OUTPUTS], uint8_t *rec) {
     memset(rec, 0, Q6_K_RECORD);
     for (int o = 0; o < PACKED_OUTPUTS; o++) {
         for (int line = 0; line < 48; line++) memcpy(rec + 64 * line + 4 * o, blk[o] + 4 * line, 4);   /* ql, then qh */
-        for (int k = 0; k < 8; k++) memcpy(rec + Q6_K_SCALES + 32 * k + 2 * o, blk[o] + 192 + 2 * k, 2);
-        memcpy(rec + Q6_K_D + 2 * o, blk[o] + 208, 2);
+        for (int k = 0; k < 8; k++) memcpy(rec + Q6_K_SCALES + 32 * k + 2 * o, blk[o] + offsetof(block_q6_K, scales) + 2 * k, 2);
+        memcpy(rec + Q6_K_D + 2 * o, blk[o] + offsetof(block_q6_K, d), 2);
     }
 }
 

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* GGUF block formats (ggml's type ids) and their sizes */
+/* GGUF block formats (ggml's type ids) and their weights per block (their fields and bytes: blocks.h) */
 #define GGUF_Q4_0 2
 #define GGUF_Q4_1 3
 #define GGUF_Q5_0 6
