@@ -36,7 +36,7 @@ C = Path(__file__).with_name("c")                     # every C source and heade
 PORTABLE_SOURCES = ("blocks.c", "row_attention.c", "layer_loop.c")
 X86_SOURCES = ("rows_kernel.c", *PORTABLE_SOURCES)
 # in the library's name too: a change rebuilds it
-HEADERS = ("simd.h", "simd_neon.h", "specviz_cpu.h", "blocks.h", "columns.h", "rounding.h")
+HEADERS = ("simd.h", "simd_neon.h", "specviz_cpu.h", "blocks.h", "columns.h", "rounding.h", "tuning.h")
 # -ffp-contract=off: a product and a sum written apart stay apart (layer_loop.c rotates as transformers does)
 COMMON = ("-O3", "-Wall", "-shared", "-fPIC", "-ffp-contract=off", f"-I{C}")
 X86 = ("-mavx2", "-mfma", "-mf16c", "-DSPECVIZ_ROWS_KERNEL")

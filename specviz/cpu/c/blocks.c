@@ -22,12 +22,14 @@
  * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group.
  * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K and Q6_K blocks take columns.h's path instead, on a copy of
  * the blocks packed at load (block_pack): 8 outputs at a time, the same integers and float formula; on AVX-512 with
- * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one).
+ * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one). These counts, and why each is what it
+ * is: tuning.h.
  *
  * One rule departs from llama.cpp's arithmetic, decided by each row alone (rounding.h): a row that int8 rounding
  * crushes, as the first position's attention sink does, is rounded twice (round_again). llama.cpp's next token after
  * a one-token prompt is noise there (`def` -> `00000000`); here it is the file's model's. */
 #include "simd.h"
+#include "tuning.h"
 #include "specviz_cpu.h"
 #include "blocks.h"
 #include "rounding.h"
@@ -43,11 +45,6 @@
 #endif
 
 #define TILE 4                      /* outputs per tile: one I4 / F4 of results */
-/* While a tile reads block b of each of its rows, it asks for the block PREFETCH_AHEAD further along (past the row's
- * end, in the rows of the tiles after): every block is asked for once, well before it is read. The hardware's
- * prefetcher alone, on TILE short streams at once, leaves a one-row product far short of the memory's speed. */
-#define PREFETCH_AHEAD 24
-#define ROWS_AT_ONCE 32             /* rows whose results a tile keeps (more: the blocks are unpacked again) */
 
 /* ---------------------------------------------------------------- rows rounded to int8 */
 
@@ -499,9 +496,6 @@ PRODUCT_OF(GGUF_Q6_K, product_q6_k)
  * their digits' places add up to exactly the VNNI path's sumi: so the same float formula gives the same bits. */
 #define AMX_OUT 16                  /* outputs per tile of weights (A's rows) */
 #define AMX_GROUP 16                /* rows of x per tile (B's and C's columns) */
-#define AMX_CHUNK 128               /* rows whose results a 16-output tile keeps (more: its blocks are unpacked again) */
-/* fewer rows stay on the VNNI path (measured on the 1.5B model: Q6_K's four planes pay later than Q4_K's two) */
-#define AMX_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 5 : 10)
 
 /* A block of 256 values of a group of 16 rows, packed for the tiles (rows past n: zeros) */
 typedef struct {

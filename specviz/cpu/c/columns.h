@@ -101,7 +101,6 @@ static void pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int thr
 
 /* Every line of the record PACKED_AHEAD records further along the thread's stream asked for (past its group's end: the
  * next group's, which the same thread takes next) */
-#define PACKED_AHEAD 4
 ALWAYS void prefetch_record(const int type, const uint8_t *rec) {
     const uint8_t *ahead = rec + PACKED_AHEAD * record_bytes(type);
     for (int line = 0; line < record_bytes(type); line += 64) prefetch(ahead + line);
@@ -125,14 +124,6 @@ ALWAYS void prefetch_record(const int type, const uint8_t *rec) {
 #if !defined(__AVX512VNNI__)
 #define COLUMNS_PATH
 #define COLUMNS 8                   /* outputs at a time: the 8 int32 lanes, half of a packed record */
-#define COLUMN_ROWS 4               /* rows per pass over a block: their accumulators stay in registers */
-/* Fewer rows take the tile path; up to COLUMN_REGISTER_ROWS a block is unpacked in registers for each group of rows
- * (COLUMN_ROWS), more unpack it once into a buffer. As measured with the weights coming from memory (FLUSH=1
- * scripts/blocks_ab.py, Zen 4 held to AVX2): Q4_K's registers took 10-26% less time than the tiles at one
- * row, 3-12% at 2, and 0-9% less than the buffer at 3-8; Q6_K, whose unpacking costs more, 12-13% less at 4 rows only
- * (slower than the tiles at 2-3, than the buffer at 5-8, where a record would be unpacked twice) */
-#define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 4)
-#define COLUMN_REGISTER_ROWS(type) ((type) == GGUF_Q4_K ? 2 * COLUMN_ROWS : COLUMN_ROWS)
 
 /* A block's per-output numbers for the float work, half `half` of a record: what multiplies the rows' sums (Q4_K: the
  * mins as q4_k_scales pairs them; Q6_K: -32 times the scales, in pairs); d; Q4_K's dmin */
@@ -277,10 +268,6 @@ static void columns_product(const int type, const uint8_t *packed, const Rows *x
  * int32 by one dot-product instruction per quad (vpdpbusd: 4 products and their sum a lane), its scale then applied by
  * an int32 multiply. The integers are the tile path's, and the float work per block the same formula lane by lane. */
 #define COLUMNS16 16
-#define COLUMN16_ROWS 8
-/* fewer rows take the tiles, as measured with the weights coming from memory (FLUSH=1 scripts/blocks_ab.py, Zen 4):
- * none of Q4_K (one row 1.5x sooner here); Q6_K below 5 (its packed copy is 30% more bytes to read) */
-#define COLUMN16_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 5)
 
 typedef struct {
     __m512i sums[8];                /* as Finish8's, 16 lanes */

@@ -9,6 +9,7 @@
  * and read each weight row from memory once per tile of rows (later tiles find it in cache). */
 #include <immintrin.h>
 #include "simd.h"
+#include "tuning.h"
 #include "specviz_cpu.h"
 #include "rounding.h"
 #include <stddef.h>
@@ -90,9 +91,6 @@ PRODUCT(1, rows_matmul_q8)
 #include <stdint.h>
 
 #define TILE Q4_TILE
-/* Weights are asked for this many bytes ahead of their use: with the hardware prefetcher alone one token's products
- * through the Qwen2.5-Coder-1.5B's layers took 28-33 ms on 2 cores, with this 24 ms (and 15% less at 4 and 8 rows). */
-#define PREFETCH 2048
 
 static inline __m256 bf16x8(const uint16_t *h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
@@ -322,8 +320,6 @@ void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const u
  * one madd gives its 8 outputs' integer sums, and a fused multiply-add by the 8 outputs' scales adds them. Its bits
  * depend on nothing but the row, yet differ from rows_matmul_q4's: only a draft's prompt read takes it
  * (specviz/cpu/prompt_reader.py), where numerics move acceptance only. */
-#define READ_ROWS_AT_ONCE 4
-#define READ_ROWS_KEPT 256          /* rows whose results a pass over the weights keeps (more: unpacked again) */
 
 /* Per block of a chunk, the 8 outputs' scales (or zeros) as floats: bf16 values [tile][chunk][row][per_chunk] of the
  * chunk's two tiles t0, t1 -> v[b] lane o */
@@ -408,7 +404,6 @@ static void columns8_q4(const int8_t *xq, const float *e, const float *es, const
 /* With AVX-512's VNNI, 16 outputs (four tiles) at a time: a block's 8 quads of a row summed in int32 by one vpdpbusd
  * each (4 products and their sum a lane), then the same two fused multiply-adds, 16 lanes wide: the 0.5B draft read a
  * 128-token prompt in 320 ms against 436 with the 8 outputs (its products about 175 G multiply-adds/s). */
-#define READ16_ROWS_AT_ONCE 8
 
 ALWAYS void columns16_block_q4(const __m512i q[8], const int at[8], const int8_t *xq, const float *e, const float *es,
                                int K, int Bp, int b, int first_row, int r0, const int R, __m512 d, __m512 m, __m512 *acc) {
