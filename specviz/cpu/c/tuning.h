@@ -1,7 +1,7 @@
 /* The numbers specviz's kernels are tuned by, each instruction set's together, and why each is what it is. Each moves
  * speed only: whichever rows go together and whichever path they take, a row's results are the same bits (the kernels'
  * headers say why). What a layout or an instruction fixes is not here but where it is used: the formats Python shares
- * (specviz_cpu.h), a file's blocks (blocks.h), columns.h's packed records, an F4's 4 outputs (blocks.c's TILE),
+ * (specviz_cpu.h), a file's blocks (blocks.h), columns.h's packed records, an F4's 4 outputs (blocks.c's BLOCK_TILE),
  * an AMX tile's 16 x 16 (AMX_OUT, AMX_GROUP).
  * After simd.h, which picks the instruction set. */
 #ifndef SPECVIZ_TUNING_H
@@ -13,7 +13,7 @@
 /* ---------------------------------------------------------------- every instruction set: blocks.c's tiles */
 /* While a tile reads block b of each of its rows, it asks for the block PREFETCH_AHEAD further along (past the row's
  * end, in the rows of the tiles after): every block is asked for once, well before it is read. The hardware's
- * prefetcher alone, on TILE short streams at once, leaves a one-row product far short of the memory's speed. */
+ * prefetcher alone, on BLOCK_TILE short streams at once, leaves a one-row product far short of the memory's speed. */
 #define PREFETCH_AHEAD 24
 #define ROWS_AT_ONCE 32             /* rows whose results a tile keeps (more: the blocks are unpacked again) */
 
@@ -59,7 +59,7 @@
 /* rows_kernel.c's 4-bit products. Weights are asked for this many bytes ahead of their use: with the hardware
  * prefetcher alone one token's products through the Qwen2.5-Coder-1.5B's layers took 28-33 ms on 2 cores, with this
  * 24 ms (and 15% less at 4 and 8 rows). */
-#define PREFETCH 2048
+#define Q4_PREFETCH_BYTES 2048
 /* a draft's prompt read (rows_matmul_q4_columns) */
 #define READ_ROWS_AT_ONCE 4         /* rows per pass over a block: their sums stay in registers */
 #define READ_ROWS_KEPT 256          /* rows whose results a pass over the weights keeps (more: unpacked again) */
