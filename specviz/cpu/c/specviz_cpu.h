@@ -1,5 +1,5 @@
 /* specviz's CPU kernels: their layout constants and entry points, in one place (Python reads the constants from
- * here: specviz/cpu/kernels.py's CONSTANTS). */
+ * here and from blocks.h: specviz/cpu/build.py's CONSTANTS). */
 #ifndef SPECVIZ_CPU_H
 #define SPECVIZ_CPU_H
 #include <stddef.h>
