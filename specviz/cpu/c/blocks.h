@@ -2,8 +2,9 @@
  * their bytes. The kernels read blocks where the file's mapping puts them, through byte pointers, so a struct here is
  * never loaded whole: its sizeof is a block's bytes and its offsetof a field's place. Each is packed (no padding, any
  * address) and must come out at the size the file format fixes, BLOCK_BYTES_*, which Python reads too
- * (specviz/cpu/build.py's CONSTANTS; tests/test_block_map.py checks them against the gguf package's sizes). Halves are
- * IEEE binary16 bits, little-endian, as the file stores them. */
+ * (specviz/cpu/build.py's CONSTANTS; tests/test_block_map.py checks them against the gguf package's sizes, and the
+ * structs' fields against specviz/cpu/reference.py's own map). Halves are IEEE binary16 bits, little-endian, as the
+ * file stores them. */
 #ifndef SPECVIZ_BLOCKS_H
 #define SPECVIZ_BLOCKS_H
 #include <stddef.h>
