@@ -16,10 +16,13 @@ import numpy as np
 import torch
 
 from . import build, kernels
-from . import reference
 
 GGUF = "gguf"                    # the precision's name (`--dtype gguf`)
-TYPES = reference.NAMES          # ggml type id -> name, for the formats the kernel reads
+# ggml type id -> name, for the formats the kernel reads
+TYPES = {qtype: name.removeprefix("GGUF_") for name, qtype in build.CONSTANTS.items() if name.startswith("GGUF_")}
+# their weights and bytes per block, as the C headers declare them (QK_K in a K-quant, QK_LEGACY in the others)
+BLOCK = {qtype: (build.CONSTANTS["QK_K" if name.endswith("_K") else "QK_LEGACY"],
+                 build.CONSTANTS[f"BLOCK_BYTES_{name}"]) for qtype, name in TYPES.items()}
 ERRORS = {build.CONSTANTS["BLOCKS_BAD_TYPE"]: "a block type the kernel does not read",
           build.CONSTANTS["BLOCKS_BAD_SHAPE"]: "shapes the blocks do not fit",
           build.CONSTANTS["BLOCKS_NOT_FINITE"]: "an input that is not finite (NaN or infinity)",
@@ -50,7 +53,7 @@ def simd() -> str:
 
 
 def row_bytes(qtype: int, K: int) -> int:
-    weights, size = reference.BLOCK[qtype]
+    weights, size = BLOCK[qtype]
     return K // weights * size
 
 
@@ -73,7 +76,7 @@ def product(qtype: int, blocks: torch.Tensor, rows: torch.Tensor,
     require(qtype in TYPES, f"GGUF block type {qtype} is not one the kernel reads ({', '.join(TYPES.values())})")
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
     n, K = rows.shape
-    weights = reference.BLOCK[qtype][0]
+    weights = BLOCK[qtype][0]
     require(K > 0 and K % weights == 0, f"{TYPES[qtype]} blocks hold {weights} inputs: {K} inputs is not a multiple")
     rows = rows.contiguous()
     kernels.require_tensor("rows", rows, torch.float32, (n, K))

@@ -36,7 +36,10 @@ C = Path(__file__).with_name("c")                     # every C source and heade
 PORTABLE_SOURCES = ("blocks.c", "row_attention.c", "layer_loop.c")
 X86_SOURCES = ("rows_kernel.c", *PORTABLE_SOURCES)
 # in the library's name too: a change rebuilds it
-HEADERS = ("simd.h", "simd_neon.h", "specviz_cpu.h", "columns.h", "rounding.h")
+HEADERS = ("simd.h", "simd_neon.h", "specviz_cpu.h", "blocks.h", "columns.h", "rounding.h", "tuning.h")
+# the headers whose numbers Python reads (CONSTANTS): each name there has one value on every build (tuning.h's vary by
+# instruction set, and Python needs none of them)
+SHARED = ("specviz_cpu.h", "blocks.h")
 # -ffp-contract=off: a product and a sum written apart stay apart (layer_loop.c rotates as transformers does)
 COMMON = ("-O3", "-Wall", "-shared", "-fPIC", "-ffp-contract=off", f"-I{C}")
 X86 = ("-mavx2", "-mfma", "-mf16c", "-DSPECVIZ_ROWS_KERNEL")
@@ -49,12 +52,14 @@ PREFIX = "specviz kernels"
 
 
 def _constants() -> dict[str, int]:
-    """The `#define NAME number` lines of specviz_cpu.h: the layouts and answers Python and C share."""
-    found = {}
-    for line in (C / "specviz_cpu.h").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[0] == "#define" and parts[2].lstrip("-").isdigit():
-            found[parts[1]] = int(parts[2])
+    """The `#define NAME number` lines of the SHARED headers: the layouts, sizes and answers Python and C share."""
+    found: dict[str, int] = {}
+    for header in SHARED:
+        for line in (C / header).read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "#define" and parts[2].lstrip("-").isdigit():
+                if found.setdefault(parts[1], int(parts[2])) != int(parts[2]):
+                    raise ValueError(f"{header} gives {parts[1]} a second value, {parts[2]} (first {found[parts[1]]})")
     return found
 
 

@@ -24,6 +24,9 @@ from . import build
 SWITCH = build.SWITCH
 KERNEL = build.PREFIX
 _ROW_STEP = 8                        # the kernels read 8 floats at a time: rows must be a multiple wide
+# the 4-bit weights' layout (c/specviz_cpu.h; specviz/cpu/int4.py's tiled() writes it)
+_GROUP, _WIDE_GROUP = build.CONSTANTS["Q4_GROUP"], build.CONSTANTS["Q4_WIDE_GROUP"]
+_TILE, _CHUNK = build.CONSTANTS["Q4_TILE"], build.CONSTANTS["Q4_CHUNK"]
 
 
 @functools.cache
@@ -94,13 +97,13 @@ def require_tensor(name: str, t: torch.Tensor, dtype: torch.dtype, shape: tuple)
 
 
 def q4_blocks(K: int) -> int:
-    """A row's 32-wide blocks of K inputs, padded to chunks of 8."""
-    return (K // 32 + 7) // 8 * 8
+    """A row's 32-wide blocks (Q4_GROUP) of K inputs, padded to chunks of 8 (Q4_CHUNK)."""
+    return (K // _GROUP + _CHUNK - 1) // _CHUNK * _CHUNK
 
 
-def q4_groups(K: int, group: int = 32) -> int:
+def q4_groups(K: int, group: int = _GROUP) -> int:
     """Scales (and zeros) per row of a 4-bit weight of K inputs in groups of 32 or 64: a chunk's 8 or 4."""
-    return q4_blocks(K) * 32 // group
+    return q4_blocks(K) * _GROUP // group
 
 
 def _applies(weight: torch.Tensor, rows: torch.Tensor) -> bool:
@@ -141,11 +144,12 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     rows = rows.contiguous()
     require(rows.dim() == 2, f"rows must be [n, in], got shape {tuple(rows.shape)}")
     n, K = rows.shape
-    require(K % 64 == 0 and K > 0,
-            f"the 4-bit product reads inputs in pairs of 32-wide blocks: {K} is not a multiple of 64")
-    require(out_features % 4 == 0 and out_features > 0,
-            f"the 4-bit product writes outputs in tiles of 4: {out_features} is not a multiple")
-    require(group in (32, 64), f"the 4-bit product takes groups of 32 or 64 inputs, not {group}")
+    require(K % (2 * _GROUP) == 0 and K > 0,
+            f"the 4-bit product reads inputs in pairs of {_GROUP}-wide blocks: {K} is not a multiple of {2 * _GROUP}")
+    require(out_features % _TILE == 0 and out_features > 0,
+            f"the 4-bit product writes outputs in tiles of {_TILE}: {out_features} is not a multiple")
+    require(group in (_GROUP, _WIDE_GROUP),
+            f"the 4-bit product takes groups of {_GROUP} or {_WIDE_GROUP} inputs, not {group}")
     require_tensor("rows", rows, torch.float32, (n, K))
     require_tensor("packed weights", packed, torch.uint8, (out_features, K // 2))
     for name, t in (("scales", scales), ("zeros", zeros)):
@@ -155,8 +159,8 @@ def product_q4(packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, 
     out = torch.empty(n, out_features)
     # the rows in int8, and per block two floats
     scratch = torch.empty(n * (K + 8 * q4_blocks(K)), dtype=torch.uint8)
-    require(not columns or out_features % 8 == 0,
-            f"the 4-bit columns product writes 8 outputs at a time: {out_features} is not a multiple")
+    require(not columns or out_features % (2 * _TILE) == 0,
+            f"the 4-bit columns product writes {2 * _TILE} outputs at a time: {out_features} is not a multiple")
     product = _loaded().rows_matmul_q4_columns if columns else _loaded().rows_matmul_q4
     product(rows.data_ptr(), packed.data_ptr(), scales.data_ptr(), zeros.data_ptr(), group, out.data_ptr(), n, K,
             out_features, torch.get_num_threads(), scratch.data_ptr())

@@ -4,18 +4,38 @@ against, bit for bit, on every instruction set.
 Each row of x is rounded to int8 as llama.cpp rounds activations for the weight type (Q8_K for the K-quants, Q8_0
 or Q8_1 for the 32-weight formats); a block's dot product is then an exact integer, and the float work per block,
 per output and row, is the formula in blocks.c's header, in float32, over the blocks in order. The weights' integer
-codes are unpacked from the file's bytes here independently of the C code (and checked against the `gguf`
-package's own de-quantisation in the tests).
+codes are unpacked from the file's bytes here independently of the C code, by a map of the blocks of its own (FIELDS),
+and checked against the `gguf` package's own de-quantisation in the tests.
 """
 from __future__ import annotations
 
 import numpy as np
 
 Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K = 2, 3, 6, 8, 12, 14
-BLOCK = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}
 NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
+WEIGHTS = {Q4_0: 32, Q4_1: 32, Q5_0: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256}
+# Each format's block as ggml lays it out (ggml-common.h): its fields in order, and their bytes. Written here apart
+# from the C code's map (c/blocks.h), so that a field misplaced in either shows: tests/test_block_map.py compares them.
+FIELDS = {Q4_0: {"d": 2, "qs": 16},
+          Q4_1: {"d": 2, "m": 2, "qs": 16},
+          Q5_0: {"d": 2, "qh": 4, "qs": 16},
+          Q8_0: {"d": 2, "qs": 32},
+          Q4_K: {"d": 2, "dmin": 2, "scales": 12, "qs": 128},
+          Q6_K: {"ql": 128, "qh": 64, "scales": 16, "d": 2}}
 F32 = np.float32
 ROUNDING_LOSS_LIMIT = 300           # specviz_cpu.h's: tests/test_blocks.py checks that the two agree
+
+
+def _places(fields: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Each field's first byte and end, from the fields' bytes in order."""
+    places, at = {}, 0
+    for name, size in fields.items():
+        places[name], at = (at, at + size), at + size
+    return places
+
+
+PLACES = {qtype: _places(fields) for qtype, fields in FIELDS.items()}
+BLOCK = {qtype: (WEIGHTS[qtype], sum(fields.values())) for qtype, fields in FIELDS.items()}     # weights, bytes
 
 
 def _half(raw: np.ndarray) -> np.ndarray:
@@ -28,32 +48,36 @@ def unpack(qtype: int, w: np.ndarray) -> dict:
     d, dmin / m (float32 [N, B]), sc (int [N, B, sub-blocks]) and mins (int [N, B, 8])."""
     per, size = BLOCK[qtype]
     blocks = w.reshape(w.shape[0], -1, size)
+
+    def field(name: str) -> np.ndarray:
+        start, end = PLACES[qtype][name]
+        return blocks[..., start:end]
+
     if qtype == Q4_K:
-        s = blocks[..., 4:16].astype(np.int64)
+        s = field("scales").astype(np.int64)
         sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)], -1)
         mins = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)], -1)
-        qs = blocks[..., 16:].reshape(*blocks.shape[:2], 4, 32).astype(np.int64)
+        qs = field("qs").reshape(*blocks.shape[:2], 4, 32).astype(np.int64)
         q = np.stack([qs & 15, qs >> 4], 3).reshape(*blocks.shape[:2], 256)   # chunk c: 64c + l low, 64c + 32 + l high
-        return {"q": q, "d": _half(blocks[..., 0:2]), "dmin": _half(blocks[..., 2:4]), "sc": sc, "mins": mins}
+        return {"q": q, "d": _half(field("d")), "dmin": _half(field("dmin")), "sc": sc, "mins": mins}
     if qtype == Q6_K:
-        ql = blocks[..., :128].reshape(*blocks.shape[:2], 2, 2, 32).astype(np.int64)    # [half, k & 1, l]
-        qh = blocks[..., 128:192].reshape(*blocks.shape[:2], 2, 32).astype(np.int64)
+        ql = field("ql").reshape(*blocks.shape[:2], 2, 2, 32).astype(np.int64)          # [half, k & 1, l]
+        qh = field("qh").reshape(*blocks.shape[:2], 2, 32).astype(np.int64)
         parts = [((ql[..., k & 1, :] >> (4 * (k >> 1))) & 15) | (((qh >> (2 * k)) & 3) << 4) for k in range(4)]
         q = np.stack(parts, -2).reshape(*blocks.shape[:2], 256)                  # weight 128 h + 32 k + l
-        sc = blocks[..., 192:208].view(np.int8).astype(np.int64)
-        return {"q": q, "d": _half(blocks[..., 208:210]), "sc": sc}
-    d = _half(blocks[..., 0:2])
+        sc = field("scales").view(np.int8).astype(np.int64)
+        return {"q": q, "d": _half(field("d")), "sc": sc}
+    d = _half(field("d"))
     if qtype == Q8_0:
-        return {"q": blocks[..., 2:].view(np.int8).astype(np.int64), "d": d}
-    start = {Q4_0: 2, Q4_1: 4, Q5_0: 6}[qtype]
-    qs = blocks[..., start:start + 16].astype(np.int64)
+        return {"q": field("qs").view(np.int8).astype(np.int64), "d": d}
+    qs = field("qs").astype(np.int64)
     q = np.concatenate([qs & 15, qs >> 4], -1)
     if qtype == Q5_0:
-        bits = np.ascontiguousarray(blocks[..., 2:6]).view(np.uint32)[..., 0].astype(np.int64)
+        bits = np.ascontiguousarray(field("qh")).view(np.uint32)[..., 0].astype(np.int64)
         q = q | (((bits[..., None] >> np.arange(32)) & 1) << 4)
     out = {"q": q, "d": d}
     if qtype == Q4_1:
-        out["m"] = _half(blocks[..., 2:4])
+        out["m"] = _half(field("m"))
     return out
 
 
@@ -178,7 +202,7 @@ def random_blocks(qtype: int, rows: int, K: int, rng: np.random.Generator) -> np
     """Random bytes in a file's layout, with finite, small half scales (as a real file holds)."""
     per, size = BLOCK[qtype]
     w = rng.integers(0, 256, (rows, K // per, size), dtype=np.uint8)
-    halves = {Q4_K: (0, 2), Q6_K: (208,), Q4_1: (0, 2)}.get(qtype, (0,))
+    halves = [PLACES[qtype][name][0] for name in ("d", "dmin", "m") if name in PLACES[qtype]]
     for at in halves:
         value = (rng.random((rows, K // per)) * 0.02 + 0.001).astype(np.float16)
         w[..., at:at + 2] = value[..., None].view(np.uint8)

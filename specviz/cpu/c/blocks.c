@@ -16,19 +16,22 @@
  * add them, and the float work is element-wise: so a row's outputs are the same bits whether it comes alone or with
  * other rows, and on every instruction set (simd.h). That is what lets a quantized target verify a tree exactly.
  *
- * The work is cut in tiles of TILE outputs. Up to FEW_ROWS rows at once, 64 weights at a time of a tile's block are
- * unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
+ * The work is cut in tiles of BLOCK_TILE outputs. Up to FEW_ROWS rows at once, 64 weights at a time of a tile's block
+ * are unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
  * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; but up to GROUPS_OF_FEW
  * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group.
  * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K and Q6_K blocks take columns.h's path instead, on a copy of
  * the blocks packed at load (block_pack): 8 outputs at a time, the same integers and float formula; on AVX-512 with
- * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one).
+ * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one). These counts, and why each is what it
+ * is: tuning.h.
  *
  * One rule departs from llama.cpp's arithmetic, decided by each row alone (rounding.h): a row that int8 rounding
  * crushes, as the first position's attention sink does, is rounded twice (round_again). llama.cpp's next token after
  * a one-token prompt is noise there (`def` -> `00000000`); here it is the file's model's. */
 #include "simd.h"
+#include "tuning.h"
 #include "specviz_cpu.h"
+#include "blocks.h"
 #include "rounding.h"
 #include <float.h>
 #include <math.h>
@@ -41,12 +44,7 @@
 #include <unistd.h>
 #endif
 
-#define TILE 4                      /* outputs per tile: one I4 / F4 of results */
-/* While a tile reads block b of each of its rows, it asks for the block PREFETCH_AHEAD further along (past the row's
- * end, in the rows of the tiles after): every block is asked for once, well before it is read. The hardware's
- * prefetcher alone, on TILE short streams at once, leaves a one-row product far short of the memory's speed. */
-#define PREFETCH_AHEAD 24
-#define ROWS_AT_ONCE 32             /* rows whose results a tile keeps (more: the blocks are unpacked again) */
+#define BLOCK_TILE 4                /* outputs per tile: one I4 / F4 of results */
 
 /* ---------------------------------------------------------------- rows rounded to int8 */
 
@@ -133,20 +131,11 @@ static int quantize_q8_0(const float *x, int K, int8_t *q, float *d, int32_t *su
 }
 
 static inline int k_quant(int type) { return type == GGUF_Q4_K || type == GGUF_Q6_K; }
+/* a K-quant block's bytes (bytes_of's) as one expression: GCC weighs a call to bytes_of before it folds the type, and
+ * inlines the tile paths otherwise */
+#define K_BYTES(type) ((type) == GGUF_Q4_K ? (int)sizeof(block_q4_K) : (int)sizeof(block_q6_K))
 
 int block_weights(int type) { return k_quant(type) ? QK_K : QK_LEGACY; }
-
-static inline int bytes_of(int type) {
-    switch (type) {
-    case GGUF_Q4_0: return 18;
-    case GGUF_Q4_1: return 20;
-    case GGUF_Q5_0: return 22;
-    case GGUF_Q8_0: return 34;
-    case GGUF_Q4_K: return 144;
-    case GGUF_Q6_K: return 210;
-    default: return 0;
-    }
-}
 
 int block_bytes(int type) { return bytes_of(type); }
 
@@ -199,9 +188,9 @@ static inline uint16_t read16(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); 
 /* The first 16 bytes of a tile's Q4_K blocks (d and dmin, then 12 bytes of 6-bit scales and mins) -> per block its
  * 8 scales, a byte each; the mins as int16 pairs (m0, m2), (m1, m3), (m4, m6), (m5, m7), a block per lane, for
  * i4_madd16 with the rows' sums per 32 (quantize_q8_k's order); and the d, dmin of each block. */
-ALWAYS void q4_k_scales(const uint8_t *const blk[TILE], uint8_t scales[TILE][8], I4 mins[4], F4 *d, F4 *dmin) {
+ALWAYS void q4_k_scales(const uint8_t *const blk[BLOCK_TILE], uint8_t scales[BLOCK_TILE][8], I4 mins[4], F4 *d, F4 *dmin) {
     I4 in[4], u[4], r[4];
-    for (int o = 0; o < TILE; o++) in[o] = i4_load(blk[o]);
+    for (int o = 0; o < BLOCK_TILE; o++) in[o] = i4_load(blk[o]);
     i4_transpose(in, u);                     /* u[0]: d | dmin << 16, u[1..3]: the scale bytes 0-3, 4-7, 8-11 */
     const I4 low4 = i4_dup(0x0f0f0f0f), low6 = i4_dup(0x3f3f3f3f), low2 = i4_dup(0x03030303), even = i4_dup(0x00ff00ff);
     r[0] = i4_and(u[1], low6);                                                           /* scales 0-3 */
@@ -219,40 +208,41 @@ ALWAYS void q4_k_scales(const uint8_t *const blk[TILE], uint8_t scales[TILE][8],
     *dmin = f4_high_halves(u[0]);
 }
 
-/* Block b of TILE outputs (w[o]: their rows): the per-block part of the unpacking (scales, mins, d), and pointers
+/* Block b of BLOCK_TILE outputs (w[o]: their rows): the per-block part of the unpacking (scales, mins, d), and pointers
  * to the blocks for pair() */
 typedef struct {
-    const uint8_t *blk[TILE];
-    T table[TILE][2];           /* Q4_K: its 8 scales; Q6_K: its scales 0-7, then 8-15 */
-    V extra[TILE];              /* Q6_K: -32 times the scales, int16 per 16 values */
+    const uint8_t *blk[BLOCK_TILE];
+    T table[BLOCK_TILE][2];     /* Q4_K: its 8 scales; Q6_K: its scales 0-7, then 8-15 */
+    V extra[BLOCK_TILE];        /* Q6_K: -32 times the scales, int16 per 16 values */
     I4 mins[4];                 /* Q4_K: the mins, as q4_k_scales pairs them */
     F4 d, m;                    /* d; Q4_K's dmin */
 } KScales;
 
-ALWAYS void k_scales(const int type, const uint8_t *const w[TILE], int b, KScales *k) {
-    const int bytes = type == GGUF_Q4_K ? 144 : 210;
-    for (int o = 0; o < TILE; o++) k->blk[o] = w[o] + (size_t)b * bytes;
+ALWAYS void k_scales(const int type, const uint8_t *const w[BLOCK_TILE], int b, KScales *k) {
+    const int bytes = K_BYTES(type);
+    for (int o = 0; o < BLOCK_TILE; o++) k->blk[o] = w[o] + (size_t)b * bytes;
     if (type == GGUF_Q4_K) {
-        uint8_t scales[TILE][8];
+        uint8_t scales[BLOCK_TILE][8];
         q4_k_scales(k->blk, scales, k->mins, &k->d, &k->m);
-        for (int o = 0; o < TILE; o++) k->table[o][0] = t_load((const int8_t *)scales[o]);
+        for (int o = 0; o < BLOCK_TILE; o++) k->table[o][0] = t_load((const int8_t *)scales[o]);
     } else {
-        for (int o = 0; o < TILE; o++) {
-            const int8_t *sc = (const int8_t *)(k->blk[o] + 192);
+        for (int o = 0; o < BLOCK_TILE; o++) {
+            const int8_t *sc = (const int8_t *)(k->blk[o] + offsetof(block_q6_K, scales));
             k->table[o][0] = t_load(sc);
             k->table[o][1] = t_load(sc + 8);
             k->extra[o] = v_neg16(v_widen16(sc, 5));
         }
-        k->d = f4_halves(read16(k->blk[0] + 208), read16(k->blk[1] + 208), read16(k->blk[2] + 208), read16(k->blk[3] + 208));
+        const size_t at = offsetof(block_q6_K, d);
+        k->d = f4_halves(read16(k->blk[0] + at), read16(k->blk[1] + at), read16(k->blk[2] + at), read16(k->blk[3] + at));
     }
 }
 
 /* Weights 64p .. 64p + 63 of a block (sub-blocks 2p and 2p + 1) as bytes */
 ALWAYS W k_weights(const int type, const uint8_t *blk, int p) {
-    if (type == GGUF_Q4_K) return w_nibbles32(blk + 16 + 32 * p);   /* qs byte 32p + l: weight 64p + l (low nibble), 64p + 32 + l (high) */
+    if (type == GGUF_Q4_K) return w_nibbles32(blk + offsetof(block_q4_K, qs) + 32 * p);   /* qs byte 32p + l: weight 64p + l (low nibble), 64p + 32 + l (high) */
     const int h = p >> 1, half = 2 * (p & 1);  /* weight 128h + 32k + l: 4 bits of ql[64h + 32 (k & 1) + l], 2 of qh[32h + l] */
-    const W ql = w_load(blk + 64 * h);
-    return w_or(half ? w_high_nibbles(ql) : w_low_nibbles(ql), w_two_bits(blk + 128 + 32 * h, 2 * half));
+    const W ql = w_load(blk + offsetof(block_q6_K, ql) + 64 * h);
+    return w_or(half ? w_high_nibbles(ql) : w_low_nibbles(ql), w_two_bits(blk + offsetof(block_q6_K, qh) + 32 * h, 2 * half));
 }
 
 /* Weights 64p .. 64p + 63 of output o's block, and their scales per lane */
@@ -268,23 +258,23 @@ ALWAYS void pair(const int type, const KScales *k, int o, int p, W *w, SW *s) {
 /* A block's whole unpacking, kept for every group of rows when there are more than FEW_ROWS */
 typedef struct {
     KScales k;
-    W w[TILE][4];
-    SW s[TILE][4];
+    W w[BLOCK_TILE][4];
+    SW s[BLOCK_TILE][4];
 } KBlock;
 
-ALWAYS void unpack_k_quant(const int type, const uint8_t *const w[TILE], int b, KBlock *u) {
+ALWAYS void unpack_k_quant(const int type, const uint8_t *const w[BLOCK_TILE], int b, KBlock *u) {
     k_scales(type, w, b, &u->k);
     UNROLL for (int p = 0; p < 4; p++)
-        UNROLL for (int o = 0; o < TILE; o++) pair(type, &u->k, o, p, &u->w[o][p], &u->s[o][p]);
+        UNROLL for (int o = 0; o < BLOCK_TILE; o++) pair(type, &u->k, o, p, &u->w[o][p], &u->s[o][p]);
 }
 
 /* A group's accumulators before a block: Q6_K's start at -32 times the scaled sums of the rows' 16-value groups
  * (its weights are stored + 32); Q4_K's start with the first products (dot_k_quant) */
-ALWAYS void start_k_quant(const int type, const KScales *k, const int R, A wide[TILE][R], const Rows *x, int b, int r0) {
+ALWAYS void start_k_quant(const int type, const KScales *k, const int R, A wide[BLOCK_TILE][R], const Rows *x, int b, int r0) {
     if (type == GGUF_Q6_K)
         for (int r = 0; r < R; r++) {
             const V bsum = v_load(x->bsum + (size_t)(r0 + r) * (x->K / 16) + (size_t)b * 16);
-            for (int o = 0; o < TILE; o++) wide[o][r] = a_widen(v_madd16(v_zero(), k->extra[o], bsum));
+            for (int o = 0; o < BLOCK_TILE; o++) wide[o][r] = a_widen(v_madd16(v_zero(), k->extra[o], bsum));
         }
 }
 
@@ -294,7 +284,7 @@ ALWAYS A dot_k_quant(const int type, int p, A acc, W w, W x, SW s) {
 }
 
 /* The integer sums of a block and rows r0 .. r0 + R - 1 into the float results acc[r] */
-ALWAYS void finish_k_quant(const int type, const KScales *k, const int R, A wide[TILE][R], const Rows *x, int b, int r0,
+ALWAYS void finish_k_quant(const int type, const KScales *k, const int R, A wide[BLOCK_TILE][R], const Rows *x, int b, int r0,
                            F4 *acc) {
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)(r0 + r);
@@ -319,22 +309,22 @@ ALWAYS const int8_t *x_at(const Rows *x, int row, int b, int p) { return x->q + 
 
 /* An unpacked block into rows r0 .. r0 + R - 1 */
 ALWAYS void rows_k_quant(const int type, const KBlock *u, const Rows *x, int b, int r0, const int R, F4 *acc) {
-    A wide[TILE][R];
+    A wide[BLOCK_TILE][R];
     start_k_quant(type, &u->k, R, wide, x, b, r0);
     UNROLL for (int p = 0; p < 4; p++)
-        UNROLL for (int o = 0; o < TILE; o++)
+        UNROLL for (int o = 0; o < BLOCK_TILE; o++)
             for (int r = 0; r < R; r++) wide[o][r] = dot_k_quant(type, p, wide[o][r], u->w[o][p], w_load(x_at(x, r0 + r, b, p)), u->s[o][p]);
     finish_k_quant(type, &u->k, R, wide, x, b, r0, acc);
 }
 
 /* A block into rows r0 .. r0 + R - 1 (one group), unpacked 64 weights at a time in registers: no memory in between */
-ALWAYS void block_k_quant(const int type, const uint8_t *const w[TILE], const Rows *x, int b, int r0, const int R, F4 *acc) {
+ALWAYS void block_k_quant(const int type, const uint8_t *const w[BLOCK_TILE], const Rows *x, int b, int r0, const int R, F4 *acc) {
     KScales k;
     k_scales(type, w, b, &k);
-    A wide[TILE][R];
+    A wide[BLOCK_TILE][R];
     start_k_quant(type, &k, R, wide, x, b, r0);
     UNROLL for (int p = 0; p < 4; p++)
-        UNROLL for (int o = 0; o < TILE; o++) {
+        UNROLL for (int o = 0; o < BLOCK_TILE; o++) {
             W wv;
             SW sv;
             pair(type, &k, o, p, &wv, &sv);
@@ -344,22 +334,22 @@ ALWAYS void block_k_quant(const int type, const uint8_t *const w[TILE], const Ro
 }
 
 typedef struct {
-    V w[TILE];                  /* the weights as bytes (unsigned, but Q8_0's signed) */
+    V w[BLOCK_TILE];            /* the weights as bytes (unsigned, but Q8_0's signed) */
     F4 d, m;                    /* d; Q4_1's m */
 } LBlock;
 
-ALWAYS void unpack_legacy(const int type, const uint8_t *const w[TILE], int b, LBlock *u) {
+ALWAYS void unpack_legacy(const int type, const uint8_t *const w[BLOCK_TILE], int b, LBlock *u) {
     const int bytes = bytes_of(type);
-    uint16_t d[TILE], m[TILE];
-    for (int o = 0; o < TILE; o++) {
+    uint16_t d[BLOCK_TILE], m[BLOCK_TILE];
+    for (int o = 0; o < BLOCK_TILE; o++) {
         const uint8_t *blk = w[o] + (size_t)b * bytes;
-        d[o] = read16(blk);
-        m[o] = type == GGUF_Q4_1 ? read16(blk + 2) : 0;
+        d[o] = read16(blk);                                       /* every legacy block starts with d */
+        m[o] = type == GGUF_Q4_1 ? read16(blk + offsetof(block_q4_1, m)) : 0;
         switch (type) {
-        case GGUF_Q4_0: u->w[o] = v_nibbles16(blk + 2); break;
-        case GGUF_Q4_1: u->w[o] = v_nibbles16(blk + 4); break;
-        case GGUF_Q5_0: u->w[o] = v_or(v_nibbles16(blk + 6), v_bits16(blk + 2)); break;
-        default: u->w[o] = v_load(blk + 2); break;                /* Q8_0: signed */
+        case GGUF_Q4_0: u->w[o] = v_nibbles16(blk + offsetof(block_q4_0, qs)); break;
+        case GGUF_Q4_1: u->w[o] = v_nibbles16(blk + offsetof(block_q4_1, qs)); break;
+        case GGUF_Q5_0: u->w[o] = v_or(v_nibbles16(blk + offsetof(block_q5_0, qs)), v_bits16(blk + offsetof(block_q5_0, qh))); break;
+        default: u->w[o] = v_load(blk + offsetof(block_q8_0, qs)); break;                /* Q8_0: signed */
         }
     }
     u->d = f4_halves(d[0], d[1], d[2], d[3]);
@@ -371,8 +361,8 @@ ALWAYS void rows_legacy(const int type, const LBlock *u, const Rows *x, int b, i
     for (int r = 0; r < R; r++) {
         const size_t row = (size_t)(r0 + r), at = row * x->blocks + b;
         const V xv = v_load(x->q + row * x->K + (size_t)b * QK_LEGACY);
-        V sums[TILE];
-        for (int o = 0; o < TILE; o++)
+        V sums[BLOCK_TILE];
+        for (int o = 0; o < BLOCK_TILE; o++)
             sums[o] = type == GGUF_Q8_0 ? v_dot_signed(v_zero(), u->w[o], xv) : v_dot(v_zero(), u->w[o], xv);
         I4 sumi = v_sum4(sums[0], sums[1], sums[2], sums[3]);
         if (offset) sumi = i4_sub(sumi, i4_dup(offset * x->sum[at]));
@@ -411,15 +401,15 @@ ALWAYS void prefetch_ahead(const int type, const uint8_t *const *w, const int ou
 }
 
 /* All blocks of a tile into at most one group of rows (R of them), each block unpacked in registers (block_k_quant) */
-ALWAYS void few_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, const int R, F4 *acc) {
+ALWAYS void few_rows(const int type, const uint8_t *const w[BLOCK_TILE], const Rows *x, int r0, const int R, F4 *acc) {
     for (int b = 0; b < x->blocks; b++) {
-        if (r0 == 0) prefetch_ahead(type, w, TILE, x->blocks, b);
+        if (r0 == 0) prefetch_ahead(type, w, BLOCK_TILE, x->blocks, b);
         block_k_quant(type, w, x, b, r0, R, acc);
     }
 }
 
 /* few_rows for a count known at run time (count <= FEW_ROWS): each count compiled on its own */
-ALWAYS void few_rows_of(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, int count, F4 *acc) {
+ALWAYS void few_rows_of(const int type, const uint8_t *const w[BLOCK_TILE], const Rows *x, int r0, int count, F4 *acc) {
     switch (count) {
 #if FEW_ROWS > 4
     case 8: few_rows(type, w, x, r0, 8, acc); break;
@@ -435,9 +425,9 @@ ALWAYS void few_rows_of(const int type, const uint8_t *const w[TILE], const Rows
 }
 
 /* All blocks of a tile into count rows, each block unpacked once for them all */
-ALWAYS void many_rows(const int type, const uint8_t *const w[TILE], const Rows *x, int r0, int count, F4 *acc) {
+ALWAYS void many_rows(const int type, const uint8_t *const w[BLOCK_TILE], const Rows *x, int r0, int count, F4 *acc) {
     for (int b = 0; b < x->blocks; b++) {
-        if (r0 == 0) prefetch_ahead(type, w, TILE, x->blocks, b);
+        if (r0 == 0) prefetch_ahead(type, w, BLOCK_TILE, x->blocks, b);
         if (k_quant(type)) {
             KBlock u;
             unpack_k_quant(type, w, b, &u);
@@ -450,9 +440,9 @@ ALWAYS void many_rows(const int type, const uint8_t *const w[TILE], const Rows *
     }
 }
 
-/* TILE outputs (w[o]: their rows; past the last output, the last again) for every row: each block is unpacked once
+/* BLOCK_TILE outputs (w[o]: their rows; past the last output, the last again) for every row: each block is unpacked once
  * per ROWS_AT_ONCE rows. The choice of a loop comes before the blocks, so that each is compiled on its own. */
-ALWAYS void tile(const int type, const uint8_t *const w[TILE], const Rows *x, int n, float *y, int ldy, int o0, int outputs) {
+ALWAYS void tile(const int type, const uint8_t *const w[BLOCK_TILE], const Rows *x, int n, float *y, int ldy, int o0, int outputs) {
     for (int r0 = 0; r0 < n; r0 += ROWS_AT_ONCE) {
         const int count = n - r0 < ROWS_AT_ONCE ? n - r0 : ROWS_AT_ONCE;
         F4 acc[ROWS_AT_ONCE];
@@ -462,7 +452,7 @@ ALWAYS void tile(const int type, const uint8_t *const w[TILE], const Rows *x, in
             for (int r = 0; r < count; r += FEW_ROWS) few_rows_of(type, w, x, r0 + r, count - r < FEW_ROWS ? count - r : FEW_ROWS, acc + r);
         } else many_rows(type, w, x, r0, count, acc);
         for (int r = 0; r < count; r++) {
-            float out[TILE];
+            float out[BLOCK_TILE];
             f4_store(out, acc[r]);
             for (int o = 0; o < outputs; o++) y[(size_t)(r0 + r) * ldy + o0 + o] = out[o];
         }
@@ -472,13 +462,14 @@ ALWAYS void tile(const int type, const uint8_t *const w[TILE], const Rows *x, in
 #define PRODUCT_OF(TYPE, NAME)                                                                              \
     static void NAME(const uint8_t *w, size_t row_bytes, const Rows *x, int n, float *y, int ldy, int N,      \
                      int threads) {                                                                          \
-        const int tiles = (N + TILE - 1) / TILE;                                                             \
+        const int tiles = (N + BLOCK_TILE - 1) / BLOCK_TILE;                                                 \
         _Pragma("omp parallel for schedule(static) num_threads(threads)")                                    \
         for (int t = 0; t < tiles; t++) {                                                                    \
-            const int o0 = t * TILE, outputs = N - o0 < TILE ? N - o0 : TILE;                                 \
-            const uint8_t *rows[TILE];                                                                       \
-            for (int o = 0; o < TILE; o++) rows[o] = w + (size_t)(o0 + (o < outputs ? o : outputs - 1)) * row_bytes; \
-            tile(TYPE, rows, x, n, y, ldy, o0, outputs);                                      \
+            const int o0 = t * BLOCK_TILE, outputs = N - o0 < BLOCK_TILE ? N - o0 : BLOCK_TILE;             \
+            const uint8_t *rows[BLOCK_TILE];                                                                 \
+            for (int o = 0; o < BLOCK_TILE; o++)                                                             \
+                rows[o] = w + (size_t)(o0 + (o < outputs ? o : outputs - 1)) * row_bytes;                    \
+            tile(TYPE, rows, x, n, y, ldy, o0, outputs);                                                     \
         }                                                                                                    \
     }
 PRODUCT_OF(GGUF_Q4_0, product_q4_0)
@@ -506,9 +497,6 @@ PRODUCT_OF(GGUF_Q6_K, product_q6_k)
  * their digits' places add up to exactly the VNNI path's sumi: so the same float formula gives the same bits. */
 #define AMX_OUT 16                  /* outputs per tile of weights (A's rows) */
 #define AMX_GROUP 16                /* rows of x per tile (B's and C's columns) */
-#define AMX_CHUNK 128               /* rows whose results a 16-output tile keeps (more: its blocks are unpacked again) */
-/* fewer rows stay on the VNNI path (measured on the 1.5B model: Q6_K's four planes pay later than Q4_K's two) */
-#define AMX_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 5 : 10)
 
 /* A block of 256 values of a group of 16 rows, packed for the tiles (rows past n: zeros) */
 typedef struct {
@@ -542,7 +530,7 @@ static void pack_block(const int type, const Rows *x, int n, int g, int b, XBloc
 
 /* Block b of outputs o0 .. o0 + 3 (of w[0..15]) into digit planes, and their scales */
 ALWAYS void unpack_planes(const int type, const uint8_t *const w[AMX_OUT], int b, int o0, WBlock *u) {
-    const int bytes = type == GGUF_Q4_K ? 144 : 210;
+    const int bytes = K_BYTES(type);
     const uint8_t *blk[4];
     for (int o = 0; o < 4; o++) blk[o] = w[o0 + o] + (size_t)b * bytes;
     uint8_t scales[4][8];
@@ -553,9 +541,10 @@ ALWAYS void unpack_planes(const int type, const uint8_t *const w[AMX_OUT], int b
         i4_transpose(mins, pairs);
         for (int o = 0; o < 4; o++) i4_store(u->pairs[o0 + o], pairs[o]);
     } else {
-        d = f4_halves(read16(blk[0] + 208), read16(blk[1] + 208), read16(blk[2] + 208), read16(blk[3] + 208));
+        const size_t at = offsetof(block_q6_K, d);
+        d = f4_halves(read16(blk[0] + at), read16(blk[1] + at), read16(blk[2] + at), read16(blk[3] + at));
         for (int o = 0; o < 4; o++) {
-            const V extra = v_neg16(v_widen16((const int8_t *)blk[o] + 192, 5));
+            const V extra = v_neg16(v_widen16((const int8_t *)blk[o] + offsetof(block_q6_K, scales), 5));
             memcpy(u->pairs[o0 + o], &extra, 32);
         }
     }
@@ -571,7 +560,7 @@ ALWAYS void unpack_planes(const int type, const uint8_t *const w[AMX_OUT], int b
                 w_store(&plane[1][o0 + o][64 * p], w_times(q, w_pick_bytes(hi, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1)));
             }
         } else {                                           /* scale = d0 + 4 d1 + 16 d2 + 64 d3; sub-blocks 4p .. 4p + 3 in pair p's quarters */
-            const W sc = w_bcast16(blk[o] + 192);
+            const W sc = w_bcast16(blk[o] + offsetof(block_q6_K, scales));
             const W digit[4] = {w_bits(sc, 0, 3), w_bits(sc, 2, 3), w_bits(sc, 4, 3), w_bits(w_offset(sc), 6, 3)}; /* the last: d3 + 2 */
             UNROLL for (int p = 0; p < 4; p++) {
                 const W q = k_weights(type, blk[o], p);

@@ -12,34 +12,44 @@
  * every block, again for every forward: at 16 rows a third of a Q4_K product's time, at 8 rows more than half
  * (AVX-512, Zen 4). So block_pack does it once, when a model loads: per 16 outputs (past the last output,
  * the last again) and per block, a record of 64-byte lines, each line one quad of the 16 outputs (4 bytes each); the
- * 16 outputs' scales, mins and d side by side after them. A thread then reads one stream of records, and a line is a
- * vector: the 8-output path reads each line's half. The weights stay as the file packs them, 4 bits (and Q6_K's 2 more)
- * a byte, and are unpacked in registers (a Q6_K copy of a byte per weight, 30% more to read, measured slower up to 24
- * rows on AVX2):
- *
- *   Q4_K (2368 bytes): qs line L: bytes 4L .. 4L + 3 of each output               2048   (low nibbles: sub-block 2p
- *                      scales: [sub-block j][output] bytes                         128    of line 8p + t, high: 2p + 1)
- *                      mins as q4_k_scales pairs them: [k][output][2] bytes         128
- *                      d, dmin: [output] halves each                                64
- *   Q6_K (3392 bytes): ql line L: bytes 4L .. of each output's ql                 2048
- *                      qh line M: bytes 4M .. of each output's qh                   1024
- *                      scales in pairs: [k][output][2] int8 (s_2k, s_2k+1)          256
- *                      d: [output] halves                                           32    (+ 32 unused: 64-byte records)
+ * 16 outputs' scales, mins and d side by side after them (record_q4_K, record_q6_K below). A thread then reads one
+ * stream of records, and a line is a vector: the 8-output path reads each line's half. The weights stay as the file
+ * packs them, 4 bits (and Q6_K's 2 more) a byte, and are unpacked in registers (a Q6_K copy of a byte per weight, 30%
+ * more to read, measured slower up to 24 rows on AVX2).
  *
  * Bits. The integer sums are the tile path's (exact whatever adds them), and the float work per block, output and row
  * is the same formula in the same order (blocks.c's header), lane by lane: a row gets the same bits as alone. */
-#define PACKED_OUTPUTS 16
-#define Q4_K_RECORD 2368
-#define Q6_K_RECORD 3392
-#define Q4_K_SCALES 2048
-#define Q4_K_MINS 2176
-#define Q4_K_D 2304
-#define Q4_K_DMIN 2336
-#define Q6_K_HIGH 2048
-#define Q6_K_SCALES 3072
-#define Q6_K_D 3328
+#define PACKED_OUTPUTS 16          /* a 64-byte line: 4 bytes of each */
 
-static inline int record_bytes(int type) { return type == GGUF_Q4_K ? Q4_K_RECORD : Q6_K_RECORD; }
+/* A block of 16 outputs packed: lines of quads, each line L bytes 4L .. 4L + 3 of each output's field */
+typedef struct __attribute__((packed)) {
+    uint8_t qs[QK_K / 8][PACKED_OUTPUTS][4];    /* low nibbles of line 8p + t: sub-block 2p, high ones: 2p + 1 */
+    uint8_t scales[8][PACKED_OUTPUTS];          /* [sub-block j][output] */
+    uint8_t mins[4][PACKED_OUTPUTS][2];         /* [k][output] as q4_k_scales pairs them */
+    half_bits d[PACKED_OUTPUTS], dmin[PACKED_OUTPUTS];
+} record_q4_K;
+
+typedef struct __attribute__((packed)) {
+    uint8_t ql[QK_K / 8][PACKED_OUTPUTS][4];
+    uint8_t qh[QK_K / 16][PACKED_OUTPUTS][4];
+    int8_t scales[8][PACKED_OUTPUTS][2];        /* [k][output] in pairs (s_2k, s_2k+1) */
+    half_bits d[PACKED_OUTPUTS];
+    uint8_t unused[32];                         /* records of whole lines */
+} record_q6_K;
+
+_Static_assert(sizeof(record_q4_K) == 37 * 64, "Q4_K: a record of 37 lines");
+_Static_assert(sizeof(record_q6_K) == 53 * 64, "Q6_K: a record of 53 lines");
+
+/* where the kernels below read a record (ints, as the byte arithmetic they join) */
+#define Q4_K_SCALES ((int)offsetof(record_q4_K, scales))
+#define Q4_K_MINS ((int)offsetof(record_q4_K, mins))
+#define Q4_K_D ((int)offsetof(record_q4_K, d))
+#define Q4_K_DMIN ((int)offsetof(record_q4_K, dmin))
+#define Q6_K_HIGH ((int)offsetof(record_q6_K, qh))
+#define Q6_K_SCALES ((int)offsetof(record_q6_K, scales))
+#define Q6_K_D ((int)offsetof(record_q6_K, d))
+
+static inline int record_bytes(int type) { return type == GGUF_Q4_K ? (int)sizeof(record_q4_K) : (int)sizeof(record_q6_K); }
 
 static size_t packed_bytes(int type, int K, int N) {
     return (size_t)((N + PACKED_OUTPUTS - 1) / PACKED_OUTPUTS) * (size_t)(K / QK_K) * (size_t)record_bytes(type);
@@ -48,8 +58,8 @@ static size_t packed_bytes(int type, int K, int N) {
 static void pack_q4_k(const uint8_t *const blk[PACKED_OUTPUTS], uint8_t *rec) {
     static const int paired[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
     for (int o = 0; o < PACKED_OUTPUTS; o++) {
-        for (int line = 0; line < 32; line++) memcpy(rec + 64 * line + 4 * o, blk[o] + 16 + 4 * line, 4);
-        const uint8_t *q = blk[o] + 4;                               /* 12 bytes: 6-bit scales and mins (ggml's order) */
+        for (int line = 0; line < Q4_K_SCALES / 64; line++) memcpy(rec + 64 * line + 4 * o, blk[o] + offsetof(block_q4_K, qs) + 4 * line, 4);
+        const uint8_t *q = blk[o] + offsetof(block_q4_K, scales);  /* 12 bytes: 6-bit scales and mins (ggml's order) */
         uint8_t scale[8], min[8];
         for (int j = 0; j < 8; j++) {
             scale[j] = j < 4 ? q[j] & 63 : (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
@@ -58,17 +68,17 @@ static void pack_q4_k(const uint8_t *const blk[PACKED_OUTPUTS], uint8_t *rec) {
         for (int j = 0; j < 8; j++) rec[Q4_K_SCALES + 16 * j + o] = scale[j];
         for (int k = 0; k < 4; k++)
             for (int i = 0; i < 2; i++) rec[Q4_K_MINS + 32 * k + 2 * o + i] = min[paired[k][i]];
-        memcpy(rec + Q4_K_D + 2 * o, blk[o], 2);
-        memcpy(rec + Q4_K_DMIN + 2 * o, blk[o] + 2, 2);
+        memcpy(rec + Q4_K_D + 2 * o, blk[o] + offsetof(block_q4_K, d), 2);
+        memcpy(rec + Q4_K_DMIN + 2 * o, blk[o] + offsetof(block_q4_K, dmin), 2);
     }
 }
 
 static void pack_q6_k(const uint8_t *const blk[PACKED_OUTPUTS], uint8_t *rec) {
-    memset(rec, 0, Q6_K_RECORD);
+    memset(rec, 0, sizeof(record_q6_K));
     for (int o = 0; o < PACKED_OUTPUTS; o++) {
-        for (int line = 0; line < 48; line++) memcpy(rec + 64 * line + 4 * o, blk[o] + 4 * line, 4);   /* ql, then qh */
-        for (int k = 0; k < 8; k++) memcpy(rec + Q6_K_SCALES + 32 * k + 2 * o, blk[o] + 192 + 2 * k, 2);
-        memcpy(rec + Q6_K_D + 2 * o, blk[o] + 208, 2);
+        for (int line = 0; line < Q6_K_SCALES / 64; line++) memcpy(rec + 64 * line + 4 * o, blk[o] + 4 * line, 4);   /* ql, then qh: all before the scales, in both */
+        for (int k = 0; k < 8; k++) memcpy(rec + Q6_K_SCALES + 32 * k + 2 * o, blk[o] + offsetof(block_q6_K, scales) + 2 * k, 2);
+        memcpy(rec + Q6_K_D + 2 * o, blk[o] + offsetof(block_q6_K, d), 2);
     }
 }
 
@@ -91,7 +101,6 @@ static void pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int thr
 
 /* Every line of the record PACKED_AHEAD records further along the thread's stream asked for (past its group's end: the
  * next group's, which the same thread takes next) */
-#define PACKED_AHEAD 4
 ALWAYS void prefetch_record(const int type, const uint8_t *rec) {
     const uint8_t *ahead = rec + PACKED_AHEAD * record_bytes(type);
     for (int line = 0; line < record_bytes(type); line += 64) prefetch(ahead + line);
@@ -115,14 +124,6 @@ ALWAYS void prefetch_record(const int type, const uint8_t *rec) {
 #if !defined(__AVX512VNNI__)
 #define COLUMNS_PATH
 #define COLUMNS 8                   /* outputs at a time: the 8 int32 lanes, half of a packed record */
-#define COLUMN_ROWS 4               /* rows per pass over a block: their accumulators stay in registers */
-/* Fewer rows take the tile path; up to COLUMN_REGISTER_ROWS a block is unpacked in registers for each group of rows
- * (COLUMN_ROWS), more unpack it once into a buffer. As measured with the weights coming from memory (FLUSH=1
- * scripts/blocks_ab.py, Zen 4 held to AVX2): Q4_K's registers took 10-26% less time than the tiles at one
- * row, 3-12% at 2, and 0-9% less than the buffer at 3-8; Q6_K, whose unpacking costs more, 12-13% less at 4 rows only
- * (slower than the tiles at 2-3, than the buffer at 5-8, where a record would be unpacked twice) */
-#define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 4)
-#define COLUMN_REGISTER_ROWS(type) ((type) == GGUF_Q4_K ? 2 * COLUMN_ROWS : COLUMN_ROWS)
 
 /* A block's per-output numbers for the float work, half `half` of a record: what multiplies the rows' sums (Q4_K: the
  * mins as q4_k_scales pairs them; Q6_K: -32 times the scales, in pairs); d; Q4_K's dmin */
@@ -267,10 +268,6 @@ static void columns_product(const int type, const uint8_t *packed, const Rows *x
  * int32 by one dot-product instruction per quad (vpdpbusd: 4 products and their sum a lane), its scale then applied by
  * an int32 multiply. The integers are the tile path's, and the float work per block the same formula lane by lane. */
 #define COLUMNS16 16
-#define COLUMN16_ROWS 8
-/* fewer rows take the tiles, as measured with the weights coming from memory (FLUSH=1 scripts/blocks_ab.py, Zen 4):
- * none of Q4_K (one row 1.5x sooner here); Q6_K below 5 (its packed copy is 30% more bytes to read) */
-#define COLUMN16_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 5)
 
 typedef struct {
     __m512i sums[8];                /* as Finish8's, 16 lanes */

@@ -9,6 +9,7 @@
  * and read each weight row from memory once per tile of rows (later tiles find it in cache). */
 #include <immintrin.h>
 #include "simd.h"
+#include "tuning.h"
 #include "specviz_cpu.h"
 #include "rounding.h"
 #include <stddef.h>
@@ -89,11 +90,6 @@ PRODUCT(1, rows_matmul_q8)
  * whatever rows come with it: a row's result is the same bits fed alone or with others. */
 #include <stdint.h>
 
-#define TILE Q4_TILE
-/* Weights are asked for this many bytes ahead of their use: with the hardware prefetcher alone one token's products
- * through the Qwen2.5-Coder-1.5B's layers took 28-33 ms on 2 cores, with this 24 ms (and 15% less at 4 and 8 rows). */
-#define PREFETCH 2048
-
 static inline __m256 bf16x8(const uint16_t *h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
 }
@@ -167,17 +163,17 @@ static void quantize_row(const float *x, int K, int Bp, int8_t *q, float *e, flo
  * each output's sums run in the same order either way. */
 static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restrict__ xq, const float *__restrict__ xe,
         const uint8_t *__restrict__ w, const uint16_t *__restrict__ d, int K, int Bp, int r0, int b8,
-        const int count, const int R, const int per_chunk, __m256 acc[TILE][MAX_R]) {
-    __m256 dv[TILE], part[TILE][MAX_R];
-    for (int o = 0; o < TILE; o++) {
-        dv[o] = block_scales(d + (size_t)(b8 / 8 * TILE + o) * per_chunk, per_chunk);
+        const int count, const int R, const int per_chunk, __m256 acc[Q4_TILE][MAX_R]) {
+    __m256 dv[Q4_TILE], part[Q4_TILE][MAX_R];
+    for (int o = 0; o < Q4_TILE; o++) {
+        dv[o] = block_scales(d + (size_t)(b8 / 8 * Q4_TILE + o) * per_chunk, per_chunk);
         for (int r = 0; r < R; r++) part[o][r] = _mm256_setzero_ps();
     }
     for (int j = 0; j < count; j += 2) {
         const __m256i pair_lanes = _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1);
-        for (int o = 0; o < TILE; o++) {
-            const uint8_t *at = w + ((size_t)(b8 + j) / 2 * TILE + o) * 32;
-            if (o & 1) _mm_prefetch((const char *)at + PREFETCH, _MM_HINT_T0);
+        for (int o = 0; o < Q4_TILE; o++) {
+            const uint8_t *at = w + ((size_t)(b8 + j) / 2 * Q4_TILE + o) * 32;
+            if (o & 1) _mm_prefetch((const char *)at + Q4_PREFETCH_BYTES, _MM_HINT_T0);
             const __m256i both = _mm256_loadu_si256((const __m256i *)at);
             const __m256i low = _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
             const __m256i high = _mm256_and_si256(_mm256_srli_epi16(both, 4), _mm256_set1_epi8(0x0f));
@@ -191,7 +187,7 @@ static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restr
     }
     for (int r = 0; r < R; r++) {
         const __m256 e = _mm256_broadcast_ss(xe + (size_t)(r0 + r) * Bp + b8);
-        for (int o = 0; o < TILE; o++) acc[o][r] = _mm256_fmadd_ps(part[o][r], e, acc[o][r]);
+        for (int o = 0; o < Q4_TILE; o++) acc[o][r] = _mm256_fmadd_ps(part[o][r], e, acc[o][r]);
     }
 }
 
@@ -200,8 +196,8 @@ static inline __attribute__((always_inline)) void tile_q4(const int8_t *__restri
         const float *__restrict__ xes, const uint8_t *__restrict__ w, const uint16_t *__restrict__ d,
         const uint16_t *__restrict__ z, float *__restrict__ y, int K, int N, int r0, int o0, const int R, const int per_chunk) {
     const int B = K / 32, Bp = (B + 7) / 8 * 8;
-    __m256 acc[TILE][MAX_R], offset[TILE][MAX_R];
-    for (int o = 0; o < TILE; o++)
+    __m256 acc[Q4_TILE][MAX_R], offset[Q4_TILE][MAX_R];
+    for (int o = 0; o < Q4_TILE; o++)
         for (int r = 0; r < R; r++) acc[o][r] = offset[o][r] = _mm256_setzero_ps();
     int b8 = 0;
     for (; b8 + 8 <= B; b8 += 8) chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 8, R, per_chunk, acc);
@@ -212,12 +208,12 @@ static inline __attribute__((always_inline)) void tile_q4(const int8_t *__restri
     }
     /* sum_b (z_b - 8 d_b) e_b S_b, eight blocks at a time (padding adds zeros) */
     for (int c = 0; c < Bp; c += 8)
-        for (int o = 0; o < TILE; o++) {
-            const size_t at = (size_t)(c / 8 * TILE + o) * per_chunk;
+        for (int o = 0; o < Q4_TILE; o++) {
+            const size_t at = (size_t)(c / 8 * Q4_TILE + o) * per_chunk;
             const __m256 m = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), block_scales(d + at, per_chunk), block_scales(z + at, per_chunk));
             for (int r = 0; r < R; r++) offset[o][r] = _mm256_fmadd_ps(m, _mm256_loadu_ps(xes + (size_t)(r0 + r) * Bp + c), offset[o][r]);
         }
-    for (int o = 0; o < TILE; o++)
+    for (int o = 0; o < Q4_TILE; o++)
         for (int r = 0; r < R; r++) y[(size_t)(r0 + r) * N + o0 + o] = f8_sum(acc[o][r]) + f8_sum(offset[o][r]);
 }
 
@@ -243,9 +239,9 @@ static void tiles_q4(const int8_t *xq, const float *xe, const float *xes, const 
                      const uint16_t *z, int per_chunk, float *y, int n, int K, int N, int threads) {
     const int Bp = (K / 32 + 7) / 8 * 8, Sp = Bp / 8 * per_chunk;
     _Pragma("omp parallel for schedule(static) num_threads(threads)")
-    for (int t = 0; t < N / TILE; t++)
-        outputs_q4(xq, xe, xes, w + (size_t)t * TILE * (K / 2), d + (size_t)t * TILE * Sp, z + (size_t)t * TILE * Sp, y, n, K, N,
-                   t * TILE, per_chunk);
+    for (int t = 0; t < N / Q4_TILE; t++)
+        outputs_q4(xq, xe, xes, w + (size_t)t * Q4_TILE * (K / 2), d + (size_t)t * Q4_TILE * Sp, z + (size_t)t * Q4_TILE * Sp,
+                   y, n, K, N, t * Q4_TILE, per_chunk);
 }
 
 typedef void Q4Product(const int8_t *xq, const float *xe, const float *xes, const uint8_t *w, const uint16_t *d,
@@ -308,7 +304,7 @@ static void product_q4(Q4Product *product, const float *x, const uint8_t *w, con
     free(again);
 }
 
-/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of 4 (TILE); group 32 or 64. scratch: n * (K + 8 * Bp) bytes. */
+/* x: [n, K] float32, y: [n, N]; K a multiple of 64, N of Q4_TILE; group 32 or 64. scratch: n * (K + 8 * Bp) bytes. */
 void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const uint16_t *z, int group, float *y,
                     int n, int K, int N, int threads, void *scratch) {
     product_q4(tiles_q4, x, w, d, z, group, y, n, K, N, threads, scratch);
@@ -322,8 +318,6 @@ void rows_matmul_q4(const float *x, const uint8_t *w, const uint16_t *d, const u
  * one madd gives its 8 outputs' integer sums, and a fused multiply-add by the 8 outputs' scales adds them. Its bits
  * depend on nothing but the row, yet differ from rows_matmul_q4's: only a draft's prompt read takes it
  * (specviz/cpu/prompt_reader.py), where numerics move acceptance only. */
-#define READ_ROWS_AT_ONCE 4
-#define READ_ROWS_KEPT 256          /* rows whose results a pass over the weights keeps (more: unpacked again) */
 
 /* Per block of a chunk, the 8 outputs' scales (or zeros) as floats: bf16 values [tile][chunk][row][per_chunk] of the
  * chunk's two tiles t0, t1 -> v[b] lane o */
@@ -371,17 +365,17 @@ static void columns8_q4(const int8_t *xq, const float *e, const float *es, const
         const int t = task / passes, r0 = task % passes * READ_ROWS_KEPT, rows = n - r0 < READ_ROWS_KEPT ? n - r0 : READ_ROWS_KEPT;
         __m256 acc[READ_ROWS_KEPT];
         for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
-        const uint8_t *w0 = w + (size_t)(2 * t) * TILE * (K / 2), *w1 = w0 + (size_t)TILE * (K / 2);
-        const uint16_t *d0 = d + (size_t)(2 * t) * TILE * Sp, *z0 = z + (size_t)(2 * t) * TILE * Sp;
+        const uint8_t *w0 = w + (size_t)(2 * t) * Q4_TILE * (K / 2), *w1 = w0 + (size_t)Q4_TILE * (K / 2);
+        const uint16_t *d0 = d + (size_t)(2 * t) * Q4_TILE * Sp, *z0 = z + (size_t)(2 * t) * Q4_TILE * Sp;
         for (int c = 0; c < Bp; c += 8) {
             __m256 dc[8], zc[8];
-            const size_t at = (size_t)c / 8 * TILE * per_chunk, next = (size_t)TILE * Sp;
+            const size_t at = (size_t)c / 8 * Q4_TILE * per_chunk, next = (size_t)Q4_TILE * Sp;
             chunk_lanes(d0 + at, d0 + next + at, per_chunk, dc);
             chunk_lanes(z0 + at, z0 + next + at, per_chunk, zc);
             for (int b = c; b < c + 8 && b < B; b += 2) {
                 __m256i v[8], low[8], high[8];
                 for (int o = 0; o < 8; o++)
-                    v[o] = _mm256_loadu_si256((const __m256i *)((o < 4 ? w0 : w1) + ((size_t)(b / 2) * TILE + (o & 3)) * 32));
+                    v[o] = _mm256_loadu_si256((const __m256i *)((o < 4 ? w0 : w1) + ((size_t)(b / 2) * Q4_TILE + (o & 3)) * 32));
                 transpose8(v);
                 for (int k = 0; k < 8; k++) {
                     low[k] = _mm256_and_si256(v[k], _mm256_set1_epi8(0x0f));
@@ -408,7 +402,6 @@ static void columns8_q4(const int8_t *xq, const float *e, const float *es, const
 /* With AVX-512's VNNI, 16 outputs (four tiles) at a time: a block's 8 quads of a row summed in int32 by one vpdpbusd
  * each (4 products and their sum a lane), then the same two fused multiply-adds, 16 lanes wide: the 0.5B draft read a
  * 128-token prompt in 320 ms against 436 with the 8 outputs (its products about 175 G multiply-adds/s). */
-#define READ16_ROWS_AT_ONCE 8
 
 ALWAYS void columns16_block_q4(const __m512i q[8], const int at[8], const int8_t *xq, const float *e, const float *es,
                                int K, int Bp, int b, int first_row, int r0, const int R, __m512 d, __m512 m, __m512 *acc) {
@@ -437,12 +430,12 @@ static void columns16_q4(const int8_t *xq, const float *e, const float *es, cons
         const int t = task / passes, r0 = task % passes * READ_ROWS_KEPT, rows = n - r0 < READ_ROWS_KEPT ? n - r0 : READ_ROWS_KEPT;
         __m512 acc[READ_ROWS_KEPT];
         for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
-        const uint8_t *wt = w + (size_t)(4 * t) * TILE * (K / 2);           /* its four tiles, one after the other */
-        const uint16_t *dt = d + (size_t)(4 * t) * TILE * Sp, *zt = z + (size_t)(4 * t) * TILE * Sp;
-        const size_t tile_bytes = (size_t)TILE * (K / 2), tile_groups = (size_t)TILE * Sp;
+        const uint8_t *wt = w + (size_t)(4 * t) * Q4_TILE * (K / 2);           /* its four tiles, one after the other */
+        const uint16_t *dt = d + (size_t)(4 * t) * Q4_TILE * Sp, *zt = z + (size_t)(4 * t) * Q4_TILE * Sp;
+        const size_t tile_bytes = (size_t)Q4_TILE * (K / 2), tile_groups = (size_t)Q4_TILE * Sp;
         for (int c = 0; c < Bp; c += 8) {
             __m256 dc[2][8], zc[2][8];
-            const size_t at = (size_t)c / 8 * TILE * per_chunk;
+            const size_t at = (size_t)c / 8 * Q4_TILE * per_chunk;
             for (int h = 0; h < 2; h++) {
                 chunk_lanes(dt + 2 * h * tile_groups + at, dt + (2 * h + 1) * tile_groups + at, per_chunk, dc[h]);
                 chunk_lanes(zt + 2 * h * tile_groups + at, zt + (2 * h + 1) * tile_groups + at, per_chunk, zc[h]);
@@ -452,7 +445,7 @@ static void columns16_q4(const int8_t *xq, const float *e, const float *es, cons
                 for (int h = 0; h < 2; h++) {
                     __m256i v[8];
                     for (int o = 0; o < 8; o++)
-                        v[o] = _mm256_loadu_si256((const __m256i *)(wt + (2 * h + o / 4) * tile_bytes + ((size_t)(b / 2) * TILE + (o & 3)) * 32));
+                        v[o] = _mm256_loadu_si256((const __m256i *)(wt + (2 * h + o / 4) * tile_bytes + ((size_t)(b / 2) * Q4_TILE + (o & 3)) * 32));
                     transpose8(v);
                     for (int k = 0; k < 8; k++) {
                         const __m256i lo = _mm256_and_si256(v[k], _mm256_set1_epi8(0x0f));

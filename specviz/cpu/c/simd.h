@@ -34,6 +34,7 @@
 #if defined(__AVX2__) && defined(__FMA__) && !defined(SPECVIZ_PORTABLE)
 /* ---------------------------------------------------------------- x86: AVX2, VNNI where built with it */
 #include <immintrin.h>
+#define SIMD_X86 1
 #define SIMD_NAME_BASE "AVX2"
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define SIMD_VNNI " + AVX512-VNNI"
@@ -53,20 +54,6 @@
 #define SIMD_NAME SIMD_NAME_BASE SIMD_VNNI SIMD_AMX_NAME
 typedef __m256i V;
 typedef __m128i I4;
-/* rows at a time over an unpacked block (blocks.c's KBlock), as measured: AVX-512's accumulators are twice as wide.
- * FEW_ROWS: the most rows multiplied straight from the registers a block is unpacked into; GROUPS_OF_FEW: how many
- * such groups, each unpacking the block again, before a KBlock pays. Measured on a Qwen2-1.5B layer's products (one
- * process, the builds' calls interleaved): on AVX2, 5-8 rows took 10-22% less time with 8 than with 4
- * and a KBlock, 12-16 rows in two groups of 8 within 3% of a KBlock, 24-32 rows 5-8% more; with AVX-512, 8 rows beat 4
- * by 2-5%, but groups lost 20% at 12-16 rows. */
-#define FEW_ROWS 8
-#if defined(__AVX512VL__)
-#define ROW_GROUP 2
-#define GROUPS_OF_FEW 1
-#else
-#define ROW_GROUP 4
-#define GROUPS_OF_FEW 2
-#endif
 typedef __m128 F4;
 
 ALWAYS V v_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -380,12 +367,6 @@ ALWAYS float f8_sum(F8 v) {
     const float s0 = v.f[0] + v.f[4], s1 = v.f[1] + v.f[5], s2 = v.f[2] + v.f[6], s3 = v.f[3] + v.f[7];
     return (s0 + s2) + (s1 + s3);
 }
-#define ROW_GROUP 2
-/* one row straight from the unpacked block, more through many_rows: with 4 (each count compiled on its own) blocks.c
- * took 58 s to compile here against 15 s with 1, and its products were nowhere faster, up to 58% slower
- * (scripts/blocks_ab.py, portable, 1-8 rows) */
-#define FEW_ROWS 1
-#define GROUPS_OF_FEW 1
 typedef union { int8_t b[32]; uint8_t u[32]; int16_t h[16]; int32_t i[8]; } V;
 typedef struct { int32_t i[4]; } I4;
 typedef struct { float f[4]; } F4;

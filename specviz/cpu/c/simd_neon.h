@@ -4,14 +4,12 @@
  * every integer and every float operation is the one the other instruction sets compute. Included by simd.h. */
 #include <arm_neon.h>
 
+#define SIMD_NEON 1
 #if defined(__ARM_FEATURE_DOTPROD)
 #define SIMD_NAME "NEON + dot product"
 #else
 #define SIMD_NAME "NEON"
 #endif
-#define ROW_GROUP 2                     /* 32 registers, each V and each accumulator two of them */
-#define FEW_ROWS 4
-#define GROUPS_OF_FEW 1
 typedef struct { int8x16_t lo, hi; } V;
 typedef int32x4_t I4;
 typedef float32x4_t F4;

@@ -1,11 +1,11 @@
 /* specviz's CPU kernels: their layout constants and entry points, in one place (Python reads the constants from
- * here: specviz/cpu/kernels.py's CONSTANTS). */
+ * here and from blocks.h: specviz/cpu/build.py's CONSTANTS). */
 #ifndef SPECVIZ_CPU_H
 #define SPECVIZ_CPU_H
 #include <stddef.h>
 #include <stdint.h>
 
-/* GGUF block formats (ggml's type ids) and their sizes */
+/* GGUF block formats (ggml's type ids) and their weights per block (their fields and bytes: blocks.h) */
 #define GGUF_Q4_0 2
 #define GGUF_Q4_1 3
 #define GGUF_Q5_0 6
