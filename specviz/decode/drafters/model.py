@@ -1,8 +1,9 @@
 """A neural draft model as a drafter, optionally sped up by a lower stage (staged speculation).
 
 During a round the draft model is fed only the tree nodes it must expand (internal nodes), a level
-at a time in one batch each. With a lower stage, every node fed also brings a short chain that the
-lower stage guesses will follow it; those guesses are fed in the same batch, so when the tree
+at a time in one batch each. With a lower stage, a node fed may also bring a short chain that the
+lower stage guesses will follow it, where the feed gate finds it worth what it adds to the forward
+(feed_gate.py); those guesses are fed in the same batch, so when the tree
 builder later picks a guessed token as a child its scores are already there and no new forward is
 needed. Guessing never changes which tree is built, only how many draft forwards it costs, so the
 staged tree is exactly the tree the draft model alone would build.
@@ -23,11 +24,11 @@ from .lookup import COPIED_RUN
 
 # Tokens the lower stage guesses after each node the draft expands: its guess_run (base.py). A guess saves a draft
 # forward only when it covers every node of the next level, which a branching tree rarely allows, while every guessed
-# token is fed. With the trigram's own guesses 0-2 came out within noise of each other on held-out prompts, and 4
-# lost; so an n-gram stage guesses one token of its own, or a run of up to COPIED_RUN copied from the text where it
-# repeats, which is right far more often.
+# token fed costs its share of the forward. With the trigram's own guesses 0-2 came out within noise of each other on
+# held-out prompts, and 4 lost; so an n-gram stage guesses one token of its own, or a run of up to COPIED_RUN copied
+# from the text where it repeats, which is right far more often.
 LONGEST_GUESS = max(Drafter.guess_run, COPIED_RUN)
-LEVEL_FEED = 2      # a staged level's usual draft feed: its node and one guessed token
+LEVEL_FEED = 2      # a staged level's draft feed before the run shows its own: its node and one guessed token
 
 
 @dataclass(frozen=True)
