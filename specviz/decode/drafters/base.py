@@ -87,4 +87,3 @@ def cascade(drafter: Drafter) -> list[Drafter]:
     while stages[-1].lower is not None:
         stages.append(stages[-1].lower)
     return stages
-
