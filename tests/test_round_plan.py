@@ -17,7 +17,7 @@ from specviz.decode.drafters import Drafter, LookupDrafter, ModelDrafter
 from specviz.decode.drafters.base import Guess
 from specviz.decode.drafters.feed_gate import FeedGate
 from specviz.decode.engine import Decoder
-from specviz.decode.planner import PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
+from specviz.decode.planner import LEVEL_FADE, PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
 from specviz.decode.sampling import Sampling
 from specviz.stack.plans import keep_learnt
 from specviz.stack.strategies import default_tree
@@ -129,6 +129,18 @@ def test_a_probe_accepted_whole_is_followed_by_another():
     assert p.tokens / p.seconds < 1 / 0.030 and plan.kind == "probe"     # not yet worth it, but probed again
     p.observe(plan, _chain_tree(PROBE_GUESSES), [0], ["target", "model"], [1, 3])
     assert p.plan().kind == "plain"
+
+
+def test_a_level_costs_what_the_run_fed_it_from_the_first_round_on():
+    """The planner learns a draft level's cost from every forward after a round's first (which reads what the draft
+    missed: at first the prompt), in the first round too."""
+    p = planner(feed=DRAFT_FEED)
+    prior, plan = p.costs.level, p.plan()
+    assert plan.kind == "speculate"
+    p.observe(plan, _chain_tree(2), [0, 1, 2], ["target", "model"], [128, 3])       # the prompt's read, then a level
+    assert p.costs.level == pytest.approx(LEVEL_FADE * prior + (1 - LEVEL_FADE) * p.costs.drafting(3))
+    p.observe(p.plan(), _chain_tree(2), [0, 1, 2], ["target", "model"], [1, 1])    # the root, then a level of one
+    assert p.costs.level < p.costs.drafting(3)
 
 
 def _chain_tree(length):

@@ -235,10 +235,11 @@ class RoundPlanner:
         drafted = plan.drafts and bool(draft_feeds)       # it paid for a draft forward
         self.plain_run = 0 if drafted else self.plain_run + 1
         self.behind = 0 if drafted else self.behind + len(path)
+        levels = draft_feeds[1:]        # the first read what the draft missed (the prompt, at first), the root last
         if draft_feeds and not self.read_prompt:
             draft_feeds, self.read_prompt = draft_feeds[1:], True
         if drafted:
-            for fed in draft_feeds[1:]:     # the first read what the draft missed, the root last; the rest are levels
+            for fed in levels:
                 self.costs = replace(self.costs, level=LEVEL_FADE * self.costs.level
                                      + (1 - LEVEL_FADE) * self.costs.drafting(fed))
             seconds = self.costs.verify(len(tree)) + sum(self.costs.drafting(n) for n in draft_feeds)
