@@ -147,18 +147,36 @@ def fake_rounds(target_one: list[float], noise: float = 0.0, seed: int = 0):
 
 def test_a_swing_of_the_machines_speed_takes_nothing_from_the_curves_shape():
     """Each round scaled by its own total: rounds at 0.7x to 1.3x the speed give the exact shape, at the median speed,
-    with no spread; noise within a round shows as spread, and one wild timing does not move a median."""
+    and leave the plan's scores certain; one wild timing moves neither a median nor a score's error much."""
     swings = [0.7, 1.0, 1.3, 0.9, 1.1]
-    samples = [{1: [0.010 * k for k in swings], 4: [0.016 * k for k in swings]}, {1: [0.004 * k for k in swings]}]
-    (target, draft), spread = tree_plan_store.summarise(samples)
-    assert spread == 0.0
-    assert target == pytest.approx({1: 0.010, 4: 0.016}) and draft == pytest.approx({1: 0.004})
+    samples = [{1: [0.010 * k for k in swings], 4: [0.016 * k for k in swings]},
+               {n: [0.003 * n * k for k in swings] for n in (1, tree_plan.DRAFT_FEED)}]
+    target, draft = tree_plan_store.summarise(samples)
+    assert target == pytest.approx({1: 0.010, 4: 0.016})
+    assert draft == pytest.approx({n: 0.003 * n for n in (1, tree_plan.DRAFT_FEED)})
+    assert tree_plan_store.score_error(samples) == pytest.approx(0.0, abs=1e-12)
     samples[0][4][2] *= 20                                  # one forward timed 20x slower (the 267 ms of a busy VM)
-    (target, _), spread = tree_plan_store.summarise(samples)
-    assert 0.0 < spread < 0.05
+    target, _ = tree_plan_store.summarise(samples)
     assert target[4] / target[1] == pytest.approx(1.6, rel=0.05)
-    samples[0][4] = [t * f for t, f in zip(samples[0][4], (1.0, 1.5, 1.0, 0.6, 1.4))]   # the size swings on its own
-    assert tree_plan_store.summarise(samples)[1] > tree_plan_store.PRECISION
+    assert tree_plan_store.score_error(samples) < tree_plan_store.SCORE_PRECISION
+
+
+def test_a_plan_settles_on_the_scores_it_uses_not_on_every_size():
+    """A size the plan never reaches may swing on its own (its scores stay certain); the same swing at a size whose
+    price decides a score leaves that score uncertain."""
+    target = {1: 0.010, 2: 0.011, 3: 0.012, 4: 0.013, 6: 0.031, 8: 0.049, 12: 0.085, 16: 0.121}
+    swing = (1.0, 1.5, 1.0, 0.6, 1.4, 0.7, 1.3, 1.0, 0.8, 1.2, 1.0, 1.5, 0.6)
+    rounds = len(swing)
+
+    def samples(swinging: int) -> list[dict[int, list[float]]]:
+        curve = {n: [t * (swing[r] if n == swinging else 1.0) for r in range(rounds)] for n, t in target.items()}
+        return [curve, {n: [0.002] * rounds for n in target}]
+    plan = tree_plan.TreePlan(*tree_plan_store.summarise(samples(16)))
+    assert plan.min_scores() == pytest.approx((0.3, 0.3, 0.3))      # the fourth guess would need 1.1: the plan ends
+    assert tree_plan_store.score_error(samples(16)) == pytest.approx(0.0, abs=1e-12)
+    assert tree_plan_store.score_error(samples(12)) == pytest.approx(0.0, abs=1e-12)
+    assert tree_plan_store.score_error(samples(2)) > tree_plan_store.SCORE_PRECISION
+    assert tree_plan_store.score_error(samples(6)) > tree_plan_store.SCORE_PRECISION   # it decides where the plan ends
 
 
 def test_a_quiet_machine_settles_at_once_and_prepare_says_the_profile_holds_it(preparing, monkeypatch):

@@ -55,12 +55,17 @@ class TreePlan:
         """The target's seconds for `fed` tokens."""
         return interpolate(self.target, fed)
 
+    def needs(self) -> list[float]:
+        """Per node drafted so far, the path score at which the next guess pays for itself, by the curves alone."""
+        one = self.target[1]
+        return [(self.cost(drafted + 2) - self.cost(drafted + 1) + self.draft[DRAFT_FEED]) / one
+                for drafted in range(MAX_NODES)]
+
     def min_scores(self) -> tuple[float, ...]:
         """Per node drafted so far, the least path score the next guess needs (never decreasing); they stop where
         even a certain guess would not pay, or at MAX_NODES."""
-        one, scores = self.target[1], []
-        for drafted in range(MAX_NODES):
-            need = (self.cost(drafted + 2) - self.cost(drafted + 1) + self.draft[DRAFT_FEED]) / one
+        scores = []
+        for need in self.needs():
             need = max(need, scores[-1] if scores else 0.0)
             if need > 1.0:
                 break

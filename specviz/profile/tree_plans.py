@@ -5,11 +5,19 @@
 These VMs' speed swings by tens of percent from one second to the next, and alike for every size and model timed in
 the same second. A plan depends only on the curves' ratios to each other (a guess's price is the tokens a second a
 round makes times the seconds it adds), so each round of timings is scaled by its own total, which takes the swing out,
-and each size's curve is the median over the rounds of those shares, times the median round's total. Rounds are added
-until every size's median is known to within PRECISION (its standard error, from the rounds' own spread), or up to
-MOST_ROUNDS. Curves that never got that precise, or that were timed while other work kept the cores busy, are stored
-all the same, marked unsettled: the planner runs from what was measured rather than from a fixed rule, prepare's last
-line names them, and the next prepare measures them again.
+and each size's curve is the median over the rounds of those shares, times the median round's total.
+
+What must be precise is what the planner takes from the curves: the score at which each guess pays (TreePlan.needs),
+not every size's time. Each round's timings make a plan of their own, and the spread of those plans' scores gives the
+standard error of the stored plan's. Rounds are added until every score the plan uses, and the one that ends it, is
+known to within SCORE_PRECISION, or up to MOST_ROUNDS. Even at rest these VMs' relative costs drift: four back-to-back
+measurements on a quiet Zen 5 held to AVX2 gave first scores of 0.29 to 0.54, each precise to 0.04 on its own rounds.
+So a plan is never taken from fewer than FIRST_ROUNDS, spread over several seconds, and asking more precision of it
+would measure the moment rather than the machine; the planner learns a draft level's price as it runs (planner.py).
+
+Curves that never got that precise, or that were timed while other work kept the cores busy, are stored all the same,
+marked unsettled: the planner runs from what was measured rather than from a fixed rule, prepare's last line names
+them, and the next prepare measures them again.
 """
 from __future__ import annotations
 
@@ -19,56 +27,61 @@ import torch
 
 from . import store as auto_choice
 from .cost_curve import CostSampler
-from ..decode.costs import CONTEXT, SIZES, TreePlan
+from ..decode.costs import CONTEXT, MAX_NODES, SIZES, TreePlan
 
 WARMUP_ROUNDS = 1       # the first forwards of each size allocate their buffers: never kept
-FIRST_ROUNDS = 5        # rounds before the spread is first looked at
+FIRST_ROUNDS = 13       # rounds before the spread is first looked at (5-9 s on 2 Zen 5 cores)
 MORE_ROUNDS = 4         # ...then added at a time
-MOST_ROUNDS = 25        # ...up to this many (about 40 s for the qwen-coder pair on a slow 2-core AVX2 machine)
-PRECISION = 0.04        # the standard error a stored median may keep at any size, relative to it
+MOST_ROUNDS = 41        # ...up to this many (about 55 s for the qwen-coder pair on a slow 2-core AVX2 machine)
+# The standard error a stored plan's scores may keep: staged's speed is flat near its best scores (the held-out bench
+# measured a fixed 0.5 within noise of plans of 0.51-0.66, specviz/decode/costs.py), and over a run the scores drift by
+# more than this (above).
+SCORE_PRECISION = 0.05
 MAD_TO_SE = 1.4826 * 1.2533     # a median absolute deviation to a median's standard error (times 1/sqrt(rounds))
 
-
-def summarise(samples: list[dict[int, list[float]]]) -> tuple[list[dict[int, float]], float]:
-    """Per model, the curve; and the largest relative standard error of any size's median. samples: per model, per
-    size, one timing a round (every list as long)."""
+def summarise(samples: list[dict[int, list[float]]]) -> list[dict[int, float]]:
+    """Per model, the curve. samples: per model, per size, one timing a round (every list as long)."""
     rounds = len(next(iter(samples[0].values())))
     totals = [sum(times[r] for curve in samples for times in curve.values()) for r in range(rounds)]
     scale = median(totals)
-    curves, worst = [], 0.0
-    for curve in samples:
-        out = {}
-        for n, times in curve.items():
-            shares = [t / total for t, total in zip(times, totals)]
-            middle = median(shares)
-            deviation = median(abs(s - middle) for s in shares)
-            worst = max(worst, MAD_TO_SE * deviation / middle / rounds ** 0.5)
-            out[n] = middle * scale
-        curves.append(out)
-    return curves, worst
+    return [{n: median(t / total for t, total in zip(times, totals)) * scale for n, times in curve.items()}
+            for curve in samples]
 
+
+def score_error(samples: list[dict[int, list[float]]]) -> float:
+    """The largest standard error of a score the plan from these samples uses (its minimum scores, and the need that
+    ends them), from the spread of the plans each round's timings make on their own."""
+    rounds = len(next(iter(samples[0].values())))
+    alone = [TreePlan(*({n: times[r] for n, times in curve.items()} for curve in samples)).needs()
+             for r in range(rounds)]
+    used = min(len(TreePlan(*summarise(samples)).min_scores()) + 1, MAX_NODES)
+    worst = 0.0
+    for guess in range(used):
+        needs = [plan[guess] for plan in alone]
+        middle = median(needs)
+        worst = max(worst, MAD_TO_SE * median(abs(need - middle) for need in needs) / rounds ** 0.5)
+    return worst
 
 def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None) -> dict:
-    """Both curves, the draft over the vocabulary it predicts in staged, with how precise they got ("spread": the
-    largest relative standard error of a size's median); where that is over PRECISION, marked unsettled, with why."""
+    """Both curves, the draft over the vocabulary it predicts in staged, with how precise the plan from them got
+    ("score_error", see score_error); where that is over SCORE_PRECISION, marked unsettled, with why."""
     sampler = CostSampler([target, draft], SIZES, CONTEXT, [None, draft_vocab])
     sampler.rounds(WARMUP_ROUNDS)
     samples = sampler.rounds(FIRST_ROUNDS)
     while True:
-        curves, spread = summarise(samples)
-        rounds = len(samples[0][SIZES[0]])
-        if spread <= PRECISION or rounds >= MOST_ROUNDS:
+        error, rounds = score_error(samples), len(samples[0][SIZES[0]])
+        if error <= SCORE_PRECISION or rounds >= MOST_ROUNDS:
             break
         for kept, more in zip(samples, sampler.rounds(MORE_ROUNDS)):
             for n in kept:
                 kept[n] += more[n]
-    data = {"target": {str(n): s for n, s in curves[0].items()}, "draft": {str(n): s for n, s in curves[1].items()},
-            "rounds": rounds, "spread": round(spread, 4)}
-    if spread > PRECISION:
-        data.update(settled=False, why=f"the cost curves' medians stayed {spread:.0%} uncertain over {rounds} rounds "
-                                       "of timings (a busy machine?)")
+    target_curve, draft_curve = summarise(samples)
+    data = {"target": {str(n): s for n, s in target_curve.items()},
+            "draft": {str(n): s for n, s in draft_curve.items()}, "rounds": rounds, "score_error": round(error, 4)}
+    if error > SCORE_PRECISION:
+        data.update(settled=False, why=f"the plan's scores stayed uncertain by {error:.2f} (a standard error) over "
+                                       f"{rounds} rounds of timings (a busy machine?)")
     return data
-
 
 def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
                 draft_vocab: torch.Tensor | None = None) -> TreePlan | None:
