@@ -39,10 +39,15 @@ MOST_ROUNDS = 41        # ...up to this many (about 55 s for the qwen-coder pair
 SCORE_PRECISION = 0.05
 MAD_TO_SE = 1.4826 * 1.2533     # a median absolute deviation to a median's standard error (times 1/sqrt(rounds))
 
+
+def rounds_in(samples: list[dict[int, list[float]]]) -> int:
+    """How many rounds of timings the samples hold (every list is as long)."""
+    return len(next(iter(samples[0].values())))
+
+
 def summarise(samples: list[dict[int, list[float]]]) -> list[dict[int, float]]:
     """Per model, the curve. samples: per model, per size, one timing a round (every list as long)."""
-    rounds = len(next(iter(samples[0].values())))
-    totals = [sum(times[r] for curve in samples for times in curve.values()) for r in range(rounds)]
+    totals = [sum(times[r] for curve in samples for times in curve.values()) for r in range(rounds_in(samples))]
     scale = median(totals)
     return [{n: median(t / total for t, total in zip(times, totals)) * scale for n, times in curve.items()}
             for curve in samples]
@@ -51,7 +56,7 @@ def summarise(samples: list[dict[int, list[float]]]) -> list[dict[int, float]]:
 def score_error(samples: list[dict[int, list[float]]]) -> float:
     """The largest standard error of a score the plan from these samples uses (its minimum scores, and the need that
     ends them), from the spread of the plans each round's timings make on their own."""
-    rounds = len(next(iter(samples[0].values())))
+    rounds = rounds_in(samples)
     alone = [TreePlan(*({n: times[r] for n, times in curve.items()} for curve in samples)).needs()
              for r in range(rounds)]
     used = min(len(TreePlan(*summarise(samples)).min_scores()) + 1, MAX_NODES)
@@ -62,6 +67,7 @@ def score_error(samples: list[dict[int, list[float]]]) -> float:
         worst = max(worst, MAD_TO_SE * median(abs(need - middle) for need in needs) / rounds ** 0.5)
     return worst
 
+
 def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.Tensor | None = None) -> dict:
     """Both curves, the draft over the vocabulary it predicts in staged, with how precise the plan from them got
     ("score_error", see score_error); where that is over SCORE_PRECISION, marked unsettled, with why."""
@@ -69,7 +75,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.
     sampler.rounds(WARMUP_ROUNDS)
     samples = sampler.rounds(FIRST_ROUNDS)
     while True:
-        error, rounds = score_error(samples), len(samples[0][SIZES[0]])
+        error, rounds = score_error(samples), rounds_in(samples)
         if error <= SCORE_PRECISION or rounds >= MOST_ROUNDS:
             break
         for kept, more in zip(samples, sampler.rounds(MORE_ROUNDS)):
@@ -82,6 +88,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.
         data.update(settled=False, why=f"the plan's scores stayed uncertain by {error:.2f} (a standard error) over "
                                        f"{rounds} rounds of timings (a busy machine?)")
     return data
+
 
 def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
                 draft_vocab: torch.Tensor | None = None) -> TreePlan | None:
