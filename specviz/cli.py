@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 
-from .profile import store as auto_choice
+from .profile import store as machine_profile
 from .peers import reference
 from .cpu import prompt_reader
 from .bench.report import ratio
@@ -115,7 +115,7 @@ def generate(args) -> int:
     speed = run.stats["new_tokens"] / (perf_counter() - started)       # the prompt's read included, as the reference's
     keep_learnt(decoder)
     ref = None if args.no_reference else reference.measure(stack, prompt_ids, sampling, args.max_new_tokens)
-    lacking = auto_choice.missing_line()
+    lacking = machine_profile.missing_line()
     if lacking:
         print(lacking, file=sys.stderr)
     if args.json:
@@ -123,7 +123,7 @@ def generate(args) -> int:
                           "prompt_format": prompt_format,
                           "preset": preset, "target": stack.target.name, "drafts": stack.drafts,
                           "precision_reason": stack.precision_reason,
-                          "preset_reason": preset_reason, "profile": auto_choice.said(),
+                          "preset_reason": preset_reason, "profile": machine_profile.said(),
                           "reference": ref, "speedup_vs_reference": ref and ratio(speed, ref["tokens_per_s"])}))
     else:
         print(run.text)

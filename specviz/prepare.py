@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from .profile import store as auto_choice
+from .profile import store as machine_profile
 from .models import chunked
 from .cpu import kernels
 from .cpu.file_model import FileModelError, read_metadata
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:    # --remeasure: each key measured again, replaced only where it settles (a busy run keeps the profile)
-        with auto_choice.preparing(remeasure=args.remeasure or os.environ.get(auto_choice.REMEASURE) == "1"):
+        with machine_profile.preparing(remeasure=args.remeasure or os.environ.get(machine_profile.REMEASURE) == "1"):
             measure_profile()
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -102,10 +102,11 @@ def closing_line() -> str:
     """prepare's last line: every measurement settled, or which did not, and what stands for each (what the profile
     held before, under --remeasure, else the stated default), and which were stored from noisy timings."""
     def stands(key: str) -> str:
-        return "the profile's earlier value stands" if auto_choice.stored(key, measured=False) is not None \
+        return "the profile's earlier value stands" if machine_profile.stored(key, measured=False) is not None \
             else "the stated default stands"
-    said = [f"{key} ({why}: {stands(key)})" for key, why in auto_choice.records().unsettled.items()]
-    said += [f"{key} ({why}: stored all the same, and used)" for key, why in auto_choice.records().imprecise.items()]
+    done = machine_profile.records()
+    said = [f"{key} ({why}: {stands(key)})" for key, why in done.unsettled.items()]
+    said += [f"{key} ({why}: stored all the same, and used)" for key, why in done.imprecise.items()]
     return (f"could not settle: {'; '.join(said)}; run `python -m specviz.prepare` again on a machine at rest"
             if said else "this machine's profile holds every measurement")
 
@@ -114,7 +115,8 @@ def measure_profile() -> None:
     """Everything that depends on this machine, measured where its profile lacks it (specviz/profile/store.py)."""
     auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE))
     timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)", predicted_token_seconds)
-    say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} (stored in {auto_choice.path()})")
+    say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} "
+        f"(stored in {machine_profile.path()})")
     for name in offline_presets():
         stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
                       lambda: load_preset(name, AUTO_DTYPE))

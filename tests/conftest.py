@@ -66,22 +66,22 @@ def smollm2():
 
 
 @pytest.fixture
-def auto_choices(tmp_path):
+def own_profile(tmp_path):
     """An empty profile of this machine (specviz/profile/store.py) for this test, with records of its own, as a new
     process has; the machine's real profile stays as setup left it. Nothing is measured outside
-    `auto_choice.preparing`. Tests run beside another worker: what they measure is stored whatever the load
-    (test_auto_choice tests the guard)."""
-    import specviz.profile.store as auto_choice
-    with auto_choice.isolated(tmp_path / auto_choice.FILE, busy_share=1.0):
-        yield tmp_path / auto_choice.FILE
+    `machine_profile.preparing`. Tests run beside another worker: what they measure is stored whatever the load
+    (test_profile_store tests the guard)."""
+    import specviz.profile.store as machine_profile
+    with machine_profile.isolated(tmp_path / machine_profile.FILE, busy_share=1.0):
+        yield tmp_path / machine_profile.FILE
 
 
 @pytest.fixture
-def preparing(auto_choices):
+def preparing(own_profile):
     """An empty profile that this test measures into, as `python -m specviz.prepare` does."""
-    import specviz.profile.store as auto_choice
-    with auto_choice.preparing("the tests"):
-        yield auto_choices
+    import specviz.profile.store as machine_profile
+    with machine_profile.preparing("the tests"):
+        yield own_profile
 
 
 FAILURES = Path(__file__).resolve().parents[1] / "out" / "failures"

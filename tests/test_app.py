@@ -520,19 +520,19 @@ def test_an_unknown_preset_named_by_the_operator_stops_the_app_with_one_line():
 
 
 def test_the_page_says_in_its_status_where_the_profile_lacks_a_measurement_and_the_race_names_each_source(
-        tiny_default, auto_choices, monkeypatch):
+        tiny_default, own_profile, monkeypatch):
     """A live decoder started where this machine's profile lacks a measurement says so in the status line; the race's
     "How this was measured" groups the settings by where they came from."""
-    from specviz.profile import store as auto_choice
+    from specviz.profile import store as machine_profile
     tiny_default()
     settings = app_settings.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 4})
     note = Session().decoder_for(settings)[1]                      # staged's plan: not in the empty profile
     assert note.startswith("No machine profile here; stated defaults are used") and note.endswith(".")
     said = {"draft d": "a stated default: x", "tree plan: p": "a stated default: x", "calibration c": "learnt y"}
-    text = words.profile_note(said, auto_choice.missing_line())
+    text = words.profile_note(said, machine_profile.missing_line())
     assert text.startswith("**Where the settings came from.** draft d, tree plan: p: a stated default: x. "
                            "calibration c: learnt y. No machine profile here") and "\n" not in text
-    auto_choice.records().defaulted = {}
+    machine_profile.records().defaulted = {}
     assert Session().decoder_for(app_settings.parse_settings(**{**SETTINGS, "strategy": "baseline"}))[1] == ""
 
 

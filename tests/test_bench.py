@@ -361,7 +361,7 @@ def test_cost_curve_flag_writes_json(tmp_path, capsys):
     from specviz.profile.cost_curve import SIZES
     save_with_word_tokenizer(tiny_model("llama", 0), tmp_path / "model")
     # float32 named: `auto` would time the probe layer in every precision first (this worker's one thread is a
-    # machine of its own to auto_choice), which is not what this test is about
+    # machine of its own to the profile), which is not what this test is about
     assert bench.main(["--cost-curve", "--target", str(tmp_path / "model"), "--dtype", "float32",
                        "--out", str(tmp_path / "c.json")]) == 0
     report = json.loads((tmp_path / "c.json").read_text())

@@ -73,7 +73,7 @@ def test_after_a_one_token_prompt_the_files_blocks_write_what_its_float_model_wr
             assert found == [], prompt                      # the same greedy text, near ties and all
 
 
-def test_every_strategy_writes_baselines_tokens_with_the_files_blocks(auto_choices):
+def test_every_strategy_writes_baselines_tokens_with_the_files_blocks(own_profile):
     stack = Stack.load("smollm2-135m", None, dtype="gguf")         # the shipped draft and trigram
     assert stack.dtype == "gguf"
     prompt = stack.encode(load_prompts(limit=5)[4].text)

@@ -59,9 +59,9 @@ def test_auto_dtype_follows_the_probe(monkeypatch, preparing):
 
 def clear_probe(models) -> None:
     """As a new process on a new machine: nothing measured, nothing stored."""
-    import specviz.profile.store as auto_choice
-    auto_choice.restart()
-    auto_choice.forget()
+    import specviz.profile.store as machine_profile
+    machine_profile.restart()
+    machine_profile.forget()
 
 
 @pytest.mark.slow

@@ -133,8 +133,8 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
 
 
 def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks_read_the_stored_choice(
-        auto_choices, monkeypatch):
-    from specviz.profile import store as auto_choice
+        own_profile, monkeypatch):
+    from specviz.profile import store as machine_profile
 
     def quantized_stack():
         return quantized_draft_stack()[0]
@@ -142,23 +142,23 @@ def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks
     monkeypatch.setattr(prompt_reader, "chooser", lambda model: lambda: measured.append(1) or
                         {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.5, "float32": 1.2}})
     first = quantized_stack()
-    assert first.prompt_reads.read(first.draft_models()) == {} and not auto_choices.exists()  # generating never times
+    assert first.prompt_reads.read(first.draft_models()) == {} and not own_profile.exists()  # generating never times
     assert first.prompt_reads.products.get("draft") is None and first.drafter_for("staged").kv.reader is None
-    with auto_choice.preparing("the tests"):       # measured as prepare measures
+    with machine_profile.preparing("the tests"):       # measured as prepare measures
         assert first.prompt_reads.read(first.draft_models())["draft"]["choice"] == "bfloat16"
     assert measured == [1]
-    assert "prompt read: draft" in auto_choices.read_text()
+    assert "prompt read: draft" in own_profile.read_text()
     second = quantized_stack()
     assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16" and measured == [1]
     assert second.drafter_for("staged").kv.reader is not None        # the stack's drafters get the reader
     assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.bfloat16
-    with auto_choice.preparing("the tests"):
+    with machine_profile.preparing("the tests"):
         assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16"
         assert measured == [1]
         # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
         monkeypatch.setattr(prompt_reader, "chooser", lambda model: lambda: measured.append(2) or
                             {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
-        with auto_choice.preparing("the tests", remeasure=True):
+        with machine_profile.preparing("the tests", remeasure=True):
             assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "float32"
     assert measured == [1, 2]
     assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.float32
@@ -190,17 +190,18 @@ def test_the_regime_panel_says_how_the_draft_reads_prompts():
 
 
 def test_a_prompt_read_timed_again_on_a_busy_machine_times_the_same_copies(monkeypatch, preparing):
-    """Where other work spoils a timing, prepare times the candidates again (auto_choice.SETTLE_TRIES in all): the
+    """Where other work spoils a timing, prepare times the candidates again (machine_profile.SETTLE_TRIES in all): the
     float copies made for the first try, not the draft de-quantised anew for each."""
-    from specviz.profile import store as auto_choice
+    from specviz.profile import store as machine_profile
 
     model, _ = quantized_with_float_copy()
     made, own_reads = [], []
     copies = prompt_reader.copies
     monkeypatch.setattr(prompt_reader, "copies", lambda m, name: made.append(name) or copies(m, name))
     monkeypatch.setattr(prompt_reader, "time_read", lambda m, products=None: own_reads.append(products is None) or 1.0)
-    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
-    auto_choice.current().busy_share = 0.25
-    monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
-    assert auto_choice.decided("prompt read: a busy test", prompt_reader.chooser(model))["choice"] == prompt_reader.OWN
-    assert own_reads.count(True) == auto_choice.SETTLE_TRIES and sorted(made) == sorted(prompt_reader.CANDIDATES)
+    monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
+    machine_profile.current().busy_share = 0.25
+    monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
+    chosen = machine_profile.decided("prompt read: a busy test", prompt_reader.chooser(model))
+    assert chosen["choice"] == prompt_reader.OWN
+    assert own_reads.count(True) == machine_profile.SETTLE_TRIES and sorted(made) == sorted(prompt_reader.CANDIDATES)

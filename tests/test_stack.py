@@ -104,9 +104,9 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
 
 
 def test_a_draft_timed_again_on_a_busy_machine_is_loaded_once_in_each_precision(tmp_path, monkeypatch, target_probe):
-    """Where other work spoils a timing, prepare times the candidates again (auto_choice.SETTLE_TRIES in all): the
+    """Where other work spoils a timing, prepare times the candidates again (machine_profile.SETTLE_TRIES in all): the
     same models, not each loaded anew (a 0.5B in three precisions takes 10-30 s on 2 cores)."""
-    import specviz.profile.store as auto_choice
+    import specviz.profile.store as machine_profile
     import specviz.stack.draft_precision as draft_precision
     import specviz.stack.stack as stack_module
     loads, timings = [], []
@@ -118,14 +118,14 @@ def test_a_draft_timed_again_on_a_busy_machine_is_loaded_once_in_each_precision(
     monkeypatch.setattr(draft_precision, "load_model", counted_load)
     monkeypatch.setattr(draft_precision, "draft_probe_seconds",
                         lambda models, lower: timings.append(len(models)) or [1.0] * len(models))
-    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
-    auto_choice.current().busy_share = 0.25
-    monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
+    monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
+    machine_profile.current().busy_share = 0.25
+    monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
     monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
     _save_target_and_draft(tmp_path)
     Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
     candidates = draft_precision.draft_precisions(str(tmp_path / "draft"), "float32")
-    assert timings == [len(candidates)] * auto_choice.SETTLE_TRIES and sorted(loads) == sorted(candidates)
+    assert timings == [len(candidates)] * machine_profile.SETTLE_TRIES and sorted(loads) == sorted(candidates)
 
 
 @pytest.mark.parametrize("fastest", ["bfloat16", "int4", "int8"])
@@ -150,6 +150,6 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
     monkeypatch.setattr(draft_precision, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto").precision() == \
         f"float32 target, {precision_name(fastest)} draft"          # ...but the choice stored on this machine stands
-    draft_precision.auto_choice.forget()
+    draft_precision.machine_profile.forget()
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto").precision() == "float32"
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="float32").precision() == "float32"

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tiny import tiny_model, tiny_stack
 
-from specviz.profile import store as auto_choice, tree_plans as tree_plan_store
+from specviz.profile import store as machine_profile, tree_plans as tree_plan_store
 from specviz import prepare
 from specviz.decode import costs as tree_plan
 from specviz.backends.choose import open_cache
@@ -101,23 +101,23 @@ def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
     assert len(tree) - 1 == 6
 
 
-def test_a_stack_measures_its_plan_only_in_prepare_stores_it_and_every_later_stack_reads_it(auto_choices,
+def test_a_stack_measures_its_plan_only_in_prepare_stores_it_and_every_later_stack_reads_it(own_profile,
                                                                                             monkeypatch):
-    from specviz.profile import store as auto_choice
+    from specviz.profile import store as machine_profile
     # The tiny models' curves are timed for real (beside the suite's other worker: how precise they get is the tests
     # below's business)
     first = tiny_stack(("draft", "lookup"), plan=None)
     unplanned = first.plans.planned(default_tree("staged"))        # a process that only generates never times anything
-    assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not auto_choices.exists()
-    assert first.plans.tree_plan() is None and not auto_choices.exists()
-    with auto_choice.preparing("the tests"):        # measured as prepare measures
+    assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not own_profile.exists()
+    assert first.plans.tree_plan() is None and not own_profile.exists()
+    with machine_profile.preparing("the tests"):        # measured as prepare measures
         measured = first.plans.tree_plan()
     planned = first.plans.planned(default_tree("staged"))
     assert planned.min_scores == measured.min_scores()[:MAX_NODES] and planned.planned
-    assert "tree plan: tiny-target" in auto_choices.read_text()
+    assert "tree plan: tiny-target" in own_profile.read_text()
     monkeypatch.setattr(tree_plan_store, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
     second = tiny_stack(("draft", "lookup"), plan=None)
-    with auto_choice.preparing("the tests"):
+    with machine_profile.preparing("the tests"):
         stored = second.plans.tree_plan()
     assert stored == TreePlan(measured.target, measured.draft, second.plans.tree_plan().source)
     run = second.decoder([1, 2, 3], "staged", max_new_tokens=6).generate()
@@ -184,8 +184,8 @@ def test_a_quiet_machine_settles_at_once_and_prepare_says_the_profile_holds_it(p
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.007, 0.013, 0.010, 0.012], noise=0.01))
     stack = tiny_stack(("draft", "lookup"), plan=None)
     plan = stack.plans.tree_plan()
-    stored = auto_choice.stored(stack.plans.name())
-    assert auto_choice.settled(stored) and stored["rounds"] == tree_plan_store.FIRST_ROUNDS
+    stored = machine_profile.stored(stack.plans.name())
+    assert machine_profile.settled(stored) and stored["rounds"] == tree_plan_store.FIRST_ROUNDS
     assert plan.target[4] / plan.target[1] == pytest.approx(1.6, rel=0.03)
     assert prepare.closing_line() == "this machine's profile holds every measurement"
 
@@ -197,24 +197,24 @@ def test_curves_that_stay_noisy_are_stored_and_planned_from_and_prepare_names_th
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.6))
     stack = tiny_stack(("draft", "lookup"), plan=None)
     noisy = stack.plans.tree_plan()
-    stored = auto_choice.stored(stack.plans.name())
-    assert not auto_choice.settled(stored) and stored["rounds"] >= tree_plan_store.MOST_ROUNDS
+    stored = machine_profile.stored(stack.plans.name())
+    assert not machine_profile.settled(stored) and stored["rounds"] >= tree_plan_store.MOST_ROUNDS
     assert noisy is not None and stack.plans.planned(default_tree("staged")).min_scores == noisy.min_scores()
     assert "stored all the same, and used" in prepare.closing_line() and "uncertain" in prepare.closing_line()
     later = tiny_stack(("draft", "lookup"), plan=None)       # in the same prepare: not measured again
     assert later.plans.tree_plan().target == noisy.target
-    auto_choice.records().measured = []           # the next prepare measures it again: still noisy
+    machine_profile.records().measured = []           # the next prepare measures it again: still noisy
     again = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
-    assert again.target != noisy.target and not auto_choice.settled(auto_choice.stored(stack.plans.name()))
+    assert again.target != noisy.target and not machine_profile.settled(machine_profile.stored(stack.plans.name()))
     noisy = again
 
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))     # at rest: --remeasure refines
-    auto_choice.records().measured = []
+    machine_profile.records().measured = []
     precise = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
-    assert auto_choice.settled(auto_choice.stored(stack.plans.name())) and precise.target != noisy.target
-    auto_choice.records().remeasured = set()
+    assert machine_profile.settled(machine_profile.stored(stack.plans.name())) and precise.target != noisy.target
+    machine_profile.records().remeasured = set()
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.6))     # busy again: the precise stand
-    with auto_choice.preparing("the tests", remeasure=True):
+    with machine_profile.preparing("the tests", remeasure=True):
         assert tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan().target == precise.target
     assert "the profile's earlier value stands" in prepare.closing_line()
 
@@ -223,20 +223,20 @@ def test_curves_timed_while_other_work_kept_the_cores_busy_are_stored_unsettled_
                                                                                                    monkeypatch):
     from specviz.profile.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))
-    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.9)
-    auto_choice.current().busy_share = 0.25
-    monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
+    monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 0.9)
+    machine_profile.current().busy_share = 0.25
+    monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
     stack = tiny_stack(("draft", "lookup"), plan=None)
     busy = stack.plans.tree_plan()
-    stored = auto_choice.stored(stack.plans.name())
-    assert busy is not None and not auto_choice.settled(stored) and "other work used 90%" in stored["why"]
-    assert auto_choice.records().measured.count(stack.plans.name()) == auto_choice.SETTLE_TRIES
+    stored = machine_profile.stored(stack.plans.name())
+    assert busy is not None and not machine_profile.settled(stored) and "other work used 90%" in stored["why"]
+    assert machine_profile.records().measured.count(stack.plans.name()) == machine_profile.SETTLE_TRIES
     assert "stored all the same, and used" in prepare.closing_line()
-    auto_choice.records().imprecise = {}          # the next prepare, on a machine at rest
-    auto_choice.records().measured = []
-    monkeypatch.setattr(auto_choice.OthersWatch, "share", lambda self: 0.0)
+    machine_profile.records().imprecise = {}          # the next prepare, on a machine at rest
+    machine_profile.records().measured = []
+    monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 0.0)
     tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
-    assert auto_choice.settled(auto_choice.stored(stack.plans.name()))
+    assert machine_profile.settled(machine_profile.stored(stack.plans.name()))
     assert prepare.closing_line() == "this machine's profile holds every measurement"
 
 

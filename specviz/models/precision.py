@@ -7,7 +7,7 @@ import threading
 
 import torch
 
-from ..profile import store as auto_choice
+from ..profile import store as machine_profile
 from ..profile.cost_curve import cost_curve
 from ..cpu import file_model
 from ..cpu.blocks import GGUF
@@ -90,7 +90,7 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     is the reference's regime: on our 2-core CPUs verifying many tokens costs several times one (the cost curves),
     so the fastest lossless run is one whose single-token forward is fastest, with few, cheap guesses on top. Decided
     once per process and profile."""
-    return auto_choice.remembered(("resolve_dtype", dtype, device), lambda: _resolve_dtype(dtype, device))
+    return machine_profile.remembered(("resolve_dtype", dtype, device), lambda: _resolve_dtype(dtype, device))
 
 
 def _resolve_dtype(dtype: str, device: str) -> str:
@@ -130,7 +130,7 @@ def auto_reason(device: str = "cpu", spec: str | None = None) -> str:
                 "(python -m specviz.prepare measures them)")
     timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(probe.items(), key=lambda x: x[1]))
     return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer read one token "
-            f"in {timings} ({auto_choice.source(_probe_key(resolve_dtype(AUTO_DTYPE)))})")
+            f"in {timings} ({machine_profile.source(_probe_key(resolve_dtype(AUTO_DTYPE)))})")
 
 
 PROBE_FEEDS = (1, 2, 4, 8, 16)    # tokens fed: decoding one, verifying a few
@@ -140,14 +140,14 @@ def probe_seconds(dtype: str) -> dict[int, float] | None:
     """The probe layer's seconds fed 1, 2, 4, 8 and 16 tokens in `dtype` on this CPU, as this machine's profile holds
     them (specviz/profile/store.py; None where it does not): its cost curve, which the app's regime panel draws next to
     llama.cpp's. Read once per process and profile."""
-    return auto_choice.remembered(("probe_seconds", dtype), lambda: _probe_seconds(dtype))
+    return machine_profile.remembered(("probe_seconds", dtype), lambda: _probe_seconds(dtype))
 
 
 def _probe_seconds(dtype: str) -> dict[int, float] | None:
     def measure() -> dict[str, float]:
         with _PROBE_LOCK:    # one probe at a time: threads would slow each other's timings
             return {str(n): seconds for n, seconds in _probe_layer(dtype).items()}
-    curve = auto_choice.decided(_probe_key(dtype), measure)
+    curve = machine_profile.decided(_probe_key(dtype), measure)
     return None if curve is None else {int(n): seconds for n, seconds in curve.items()}
 
 

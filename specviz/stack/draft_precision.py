@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..profile import store as auto_choice
+from ..profile import store as machine_profile
 from ..profile.cost_curve import cost_curves
 from ..decode.drafters.model import LEVEL_FEED
 from ..models.load import LoadedModel, load_model
@@ -44,5 +44,5 @@ def fastest_draft(spec: str, target_dtype: str, device: str, under_lower_stage: 
         seconds[0] *= 0.9
         return list(loaded)[seconds.index(min(seconds))]
     stated = STATED_DRAFT if STATED_DRAFT in candidates else candidates[0]
-    dtype = auto_choice.decided(draft_choice_key(spec, under_lower_stage, target_dtype), fastest, stated)
+    dtype = machine_profile.decided(draft_choice_key(spec, under_lower_stage, target_dtype), fastest, stated)
     return loaded.get(dtype) or load_model(spec, dtype, device, draft=True)

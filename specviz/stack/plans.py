@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..profile import store as auto_choice
+from ..profile import store as machine_profile
 from ..decode.calibration import Calibration
 from ..decode.planner import Costs, RoundPlanner
 from ..decode.sampling import Sampling
@@ -75,8 +75,8 @@ class StackPlans:
             return None
         key = self.name().replace("tree plan", f"calibration of {strategy}, "
                                   f"{'greedy' if sampling.greedy else 'sampled'}", 1)
-        stored = auto_choice.stored(key, measured=False)
-        learn_as = key if auto_choice.stored(self.name()) is not None else None
+        stored = machine_profile.stored(key, measured=False)
+        learn_as = key if machine_profile.stored(self.name()) is not None else None
         costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1)
         return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), learn_as=learn_as)
 
@@ -86,5 +86,5 @@ def keep_learnt(decoder) -> None:
     (the CLI, the bench, the app), after its clock stopped."""
     planner = decoder.planner
     if decoder.finished and planner is not None and planner.learn_as is not None:
-        auto_choice.learnt(planner.learn_as, planner.calibration.to_store())
+        machine_profile.learnt(planner.learn_as, planner.calibration.to_store())
         planner.learn_as = None

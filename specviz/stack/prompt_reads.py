@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..profile import store as auto_choice
+from ..profile import store as machine_profile
 from ..backends.interface import Backend
 from ..backends.choose import open_cache
 from ..cpu import prompt_reader
@@ -27,7 +27,7 @@ class PromptReads:
             if not runs_own_forward(draft.model):
                 continue
             name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
-            choice = auto_choice.decided(name, prompt_reader.chooser(draft.model))
+            choice = machine_profile.decided(name, prompt_reader.chooser(draft.model))
             if not choice or choice == self.choices.get(spec):      # nothing stored, or in use already
                 continue
             self.choices[spec] = choice

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-import specviz.profile.store as auto_choice
+import specviz.profile.store as machine_profile
 import specviz.models.precision as precision
 import specviz.stack.presets as presets
 
@@ -22,14 +22,14 @@ BUSY = {"float32": 0.016, "bfloat16": 0.034, "int4": 0.019, "int8": 0.012, "gguf
 
 def new_process(monkeypatch, timings: dict) -> None:
     """What a process starting now sees: no probe measured in it yet, and the probe timing `timings`."""
-    auto_choice.restart()
+    machine_profile.restart()
     monkeypatch.setattr(precision, "_probe_layer", lambda dtype: {1: timings[dtype], 2: 2 * timings[dtype]})
 
 
 @pytest.fixture
-def store(auto_choices):
-    with auto_choice.preparing("the tests"):        # as `python -m specviz.prepare` measures
-        yield auto_choices
+def store(own_profile):
+    with machine_profile.preparing("the tests"):        # as `python -m specviz.prepare` measures
+        yield own_profile
 
 
 def test_a_busy_machine_keeps_the_stored_precision_and_stack(store, monkeypatch):
@@ -49,11 +49,11 @@ def test_remeasuring_is_asked_for(store, monkeypatch):
     new_process(monkeypatch, IDLE)
     assert precision.resolve_dtype("auto") == "int4"
     new_process(monkeypatch, BUSY)
-    with auto_choice.preparing("the tests", remeasure=True):
+    with machine_profile.preparing("the tests", remeasure=True):
         assert precision.resolve_dtype("auto") == "int8"                           # measured again, and stored
     new_process(monkeypatch, IDLE)
     assert precision.resolve_dtype("auto") == "int8"
-    auto_choice.forget()
+    machine_profile.forget()
     new_process(monkeypatch, IDLE)
     assert precision.resolve_dtype("auto") == "int4"
 
@@ -61,12 +61,12 @@ def test_remeasuring_is_asked_for(store, monkeypatch):
 def test_another_machine_measures_anew(store, monkeypatch):
     new_process(monkeypatch, IDLE)
     assert precision.resolve_dtype("auto") == "int4"
-    here = auto_choice.machine()
-    monkeypatch.setattr(auto_choice, "machine", lambda: "another CPU")
+    here = machine_profile.machine()
+    monkeypatch.setattr(machine_profile, "machine", lambda: "another CPU")
     new_process(monkeypatch, BUSY)
     assert precision.resolve_dtype("auto") == "int8"
     assert set(json.loads(store.read_text())["machines"]) == {here, "another CPU"}     # each keeps its own
-    monkeypatch.setattr(auto_choice, "machine", lambda: here)
+    monkeypatch.setattr(machine_profile, "machine", lambda: here)
     new_process(monkeypatch, BUSY)
     assert precision.resolve_dtype("auto") == "int4"
 
@@ -78,13 +78,13 @@ def test_a_changed_kernel_is_another_machine(monkeypatch):
     loaded, chosen, status = build.library()
     if loaded is None:
         pytest.fail(f"specviz's kernels did not build here: {status}")
-    here = auto_choice.machine()
+    here = machine_profile.machine()
     assert kernels.version() in here and kernels.version().startswith("specviz-")
 
     class Rebuilt:
         _name = "/cache/kernels/specviz-0123456789ab.so"
     monkeypatch.setattr(build, "library", lambda: (Rebuilt(), chosen, status))
-    assert auto_choice.machine() != here and auto_choice.machine().endswith("specviz-0123456789ab")
+    assert machine_profile.machine() != here and machine_profile.machine().endswith("specviz-0123456789ab")
 
 
 def test_concurrent_first_uses_measure_once(store):
@@ -93,7 +93,8 @@ def test_concurrent_first_uses_measure_once(store):
     def measure():
         calls.append(1)
         return len(calls)
-    threads = [threading.Thread(target=lambda: results.append(auto_choice.decided("key", measure))) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: results.append(machine_profile.decided("key", measure)))
+               for _ in range(4)]
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert calls == [1] and results == [1, 1, 1, 1]
@@ -101,8 +102,8 @@ def test_concurrent_first_uses_measure_once(store):
 
 def test_a_damaged_store_is_measured_again(store):
     store.write_text("{not json")
-    assert auto_choice.decided("key", lambda: 7) == 7
-    assert auto_choice.decided("key", lambda: 8) == 7
+    assert machine_profile.decided("key", lambda: 7) == 7
+    assert machine_profile.decided("key", lambda: 8) == 7
 
 
 def spin(seconds: float) -> int:
@@ -116,10 +117,10 @@ def recorded_clocks(monkeypatch, readings: list[tuple[tuple[float, float], float
     """The machine's clocks replaced by recorded readings, one per call of OthersWatch: (the cores' busy and all
     seconds since boot, this process's own CPU seconds). Read at the start and at the end of each measurement."""
     machine, own = iter([r[0] for r in readings]), iter([r[1] for r in readings])
-    monkeypatch.setattr(auto_choice, "cpu_seconds", lambda: next(machine))
+    monkeypatch.setattr(machine_profile, "cpu_seconds", lambda: next(machine))
     clock = types.SimpleNamespace(**{name: getattr(time, name) for name in ("strftime", "gmtime", "sleep")})
     clock.process_time = lambda: next(own)
-    monkeypatch.setattr(auto_choice, "time", clock)
+    monkeypatch.setattr(machine_profile, "time", clock)
 
 
 def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_stored(store, monkeypatch):
@@ -127,8 +128,8 @@ def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_sto
     measures again, SETTLE_TRIES times in all, then stores nothing and names the key (its last line says it). On two
     cores, 0.5 s of wall time is 1 core-second: the process's own 0.5 s of busy time leaves others none; 1 s busy is
     others' 50%."""
-    auto_choice.current().busy_share = 0.25
-    monkeypatch.setattr(auto_choice, "SETTLE_WAIT_S", 0.0)
+    machine_profile.current().busy_share = 0.25
+    monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
     recorded_clocks(monkeypatch, [((100.0, 400.0), 5.0), ((100.5, 401.0), 5.5),      # own work: others 0%
                                   ((110.0, 410.0), 6.0), ((111.0, 411.0), 6.5),      # others 50%
                                   ((112.0, 412.0), 7.0), ((113.0, 413.0), 7.5),      # again
@@ -142,21 +143,21 @@ def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_sto
     def measure():
         tries.append(1)
         return f"try {len(tries)}"
-    assert auto_choice.decided("own work", lambda: "stored") == "stored"
-    assert auto_choice.decided("busy", measure) == "try 3" and auto_choice.SETTLE_TRIES == 3
-    assert auto_choice.records().unsettled == {"busy": "other work used 50% of the cores"}
-    assert auto_choice.decided("a quarter", lambda: "stored too") == "stored too"
-    stored = json.loads(store.read_text())["machines"][auto_choice.machine()]
+    assert machine_profile.decided("own work", lambda: "stored") == "stored"
+    assert machine_profile.decided("busy", measure) == "try 3" and machine_profile.SETTLE_TRIES == 3
+    assert machine_profile.records().unsettled == {"busy": "other work used 50% of the cores"}
+    assert machine_profile.decided("a quarter", lambda: "stored too") == "stored too"
+    stored = json.loads(store.read_text())["machines"][machine_profile.machine()]
     assert "own work" in stored and "a quarter" in stored and "busy" not in stored
-    assert auto_choice.decided("settles", measure) == "try 5"               # its second try is stored
-    assert json.loads(store.read_text())["machines"][auto_choice.machine()]["settles"]["value"] == "try 5"
-    assert auto_choice.decided("busy", lambda: "again") == "try 3"    # not timed again by this prepare: what it got
-    auto_choice.records().unsettled = {}                   # the next prepare
-    assert auto_choice.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
-    assert auto_choice.decided("busy", lambda: "again") == "at rest"
+    assert machine_profile.decided("settles", measure) == "try 5"               # its second try is stored
+    assert json.loads(store.read_text())["machines"][machine_profile.machine()]["settles"]["value"] == "try 5"
+    assert machine_profile.decided("busy", lambda: "again") == "try 3"    # not timed again by this prepare: what it got
+    machine_profile.records().unsettled = {}                   # the next prepare
+    assert machine_profile.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
+    assert machine_profile.decided("busy", lambda: "again") == "at rest"
 
 
-@pytest.mark.skipif(auto_choice.cpu_seconds() is None, reason="no /proc/stat to tell who used the cores")
+@pytest.mark.skipif(machine_profile.cpu_seconds() is None, reason="no /proc/stat to tell who used the cores")
 def test_the_watch_sees_another_process_spin():
     """The real clocks: one other process spinning while this one spins shows as at least half a core's share (this
     process's own work is left out: the recorded clocks above). One spinner, not one per core: the other test worker
@@ -165,7 +166,7 @@ def test_the_watch_sees_another_process_spin():
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)                         # it is running
-        watch = auto_choice.OthersWatch()
+        watch = machine_profile.OthersWatch()
         spin(0.6)
         assert watch.share() > 0.5 / cores
     finally:
