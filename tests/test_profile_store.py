@@ -106,6 +106,21 @@ def test_a_damaged_store_is_measured_again(store):
     assert machine_profile.decided("key", lambda: 8) == 7
 
 
+def test_the_profile_is_parsed_once_and_again_when_another_process_replaces_it(store, monkeypatch):
+    machine_profile.decided("key", lambda: 7)
+    parses = []
+    real_loads = json.loads
+    monkeypatch.setattr(machine_profile.json, "loads", lambda text: parses.append(1) or real_loads(text))
+    assert [machine_profile.stored("key", measured=False) for _ in range(5)] == [7] * 5
+    assert len(parses) == 1
+    other = real_loads(store.read_text())                 # another process stores a new value, as prepare would
+    other["machines"][machine_profile.machine()]["key"]["value"] = 8
+    replaced = store.with_name("other")
+    replaced.write_text(json.dumps(other))
+    os.replace(replaced, store)
+    assert machine_profile.stored("key", measured=False) == 8 and len(parses) == 2
+
+
 def spin(seconds: float) -> int:
     end, turns = time.perf_counter() + seconds, 0
     while time.perf_counter() < end:

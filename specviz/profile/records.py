@@ -33,6 +33,7 @@ class Profile:
     file: Path | None = None
     busy_share: float = BUSY_SHARE
     records: Records = field(default_factory=Records)
+    loaded: tuple | None = None     # (the file's identity as read, this machine's entries in it): read again on change
 
 
 _PROFILES = [Profile()]             # the one in use last: a test's own (isolated) above the process's

@@ -91,10 +91,20 @@ def _read_all() -> dict:
 
 
 def _read() -> dict[str, Choice]:
-    """This machine's profile."""
-    mine = _read_all().get(machine())
-    entries = {key: Choice.read(entry) for key, entry in mine.items()} if isinstance(mine, dict) else {}
-    return {key: choice for key, choice in entries.items() if choice is not None}
+    """This machine's profile, parsed once while its file stays as it was (the app and the CLI look values up often;
+    a file another process replaced is read again)."""
+    file = path()
+    try:
+        seen = file.stat()
+        version = (str(file), seen.st_ino, seen.st_mtime_ns, seen.st_size, machine())
+    except OSError:
+        version = (str(file), None, None, None, machine())
+    profile = current()
+    if profile.loaded is None or profile.loaded[0] != version:
+        mine = _read_all().get(machine())
+        entries = {key: Choice.read(entry) for key, entry in mine.items()} if isinstance(mine, dict) else {}
+        profile.loaded = (version, {key: choice for key, choice in entries.items() if choice is not None})
+    return profile.loaded[1]
 
 
 def _write(key: str, entry: dict) -> None:
@@ -105,6 +115,7 @@ def _write(key: str, entry: dict) -> None:
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps({"version": VERSION, "machines": machines}, indent=1, sort_keys=True))
     os.replace(tmp, target)         # readers see the old file or the new one, never half of one
+    current().loaded = None
 
 
 @contextlib.contextmanager
@@ -293,6 +304,7 @@ def forget() -> None:
     """Drop every stored choice (the next use measures anew)."""
     with contextlib.suppress(FileNotFoundError):
         path().unlink()
+    current().loaded = None
 
 
 def _who() -> str:
