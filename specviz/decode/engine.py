@@ -20,8 +20,7 @@ from .tree import TreeSpec
 from .tree_builder import build_tree
 from .metrics import bytes_read, summarise
 from .sampling import Sampling, logits_to_probs
-from .timing import PhaseTimer
-from .trace import NodeRecord, Phase, RunRecord, StageInfo, StepRecord
+from .trace import NodeRecord, Phase, PhaseTimer, RunRecord, StageInfo, StepRecord
 from .tree import ancestor_matrix
 from .verify import verify_greedy, verify_sampling
 from .planner import RoundPlanner

@@ -1,12 +1,15 @@
-"""The trace record: what one speculation round did, as plain data.
+"""The trace record: what one speculation round did, as plain data, and the clock that times its phases.
 
-This is the contract between the engine and everything that shows or measures it (plots, the
+The record is the contract between the engine and everything that shows or measures it (plots, the
 app, the benchmark, tests): only ints, floats, strings, bools and lists/dicts of them, so a trace
 serialises to JSON and figures can be rebuilt from a recorded file without any model.
 """
 from __future__ import annotations
 
+from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from time import perf_counter
 
 
 class Phase:
@@ -27,6 +30,35 @@ class Phase:
         if key.startswith("stage") and key.endswith("_draft"):
             return int(key[len("stage"):-len("_draft")])
         return None
+
+
+class PhaseTimer:
+    """Exclusive wall time per phase: a nested phase pauses the one around it."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self._stack: list[str] = []
+        self._mark = 0.0
+
+    @contextmanager
+    def phase(self, name: str):
+        now = perf_counter()
+        if self._stack:
+            self.totals[self._stack[-1]] += now - self._mark
+        self._stack.append(name)
+        self._mark = now
+        try:
+            yield
+        finally:
+            now = perf_counter()
+            self.totals[self._stack.pop()] += now - self._mark
+            self._mark = now
+
+    def take(self) -> dict[str, float]:
+        """Return the totals so far and start afresh."""
+        out = dict(self.totals)
+        self.totals.clear()
+        return out
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 
 from ...backends.interface import ModelCache
-from ..timing import PhaseTimer
+from ..trace import PhaseTimer
 from ..tree import Tree
 
 
