@@ -96,7 +96,7 @@ def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
     none (or an unsettled one), measured and stored while prepare runs (specviz/profile/store.py). None where nothing is
     stored: a process that generates never times anything (on a busy machine it would store nonsense)."""
     data = machine_profile.decided(name, lambda: measure(target, draft, draft_vocab),
-                               unsettled_value=lambda data, why: {**data, "settled": False, "why": why})
+                                   unsettled_value=lambda data, why: {**data, "settled": False, "why": why})
     if data is not None and not machine_profile.settled(data) and machine_profile.measuring():
         machine_profile.imprecise(name, data["why"])
     return None if data is None else TreePlan.from_dict(data, machine_profile.source(name))
