@@ -572,12 +572,19 @@ def test_the_step_says_what_the_second_stage_handed_the_draft():
 
 
 def test_the_fold_says_why_staged_won_or_lost_against_speculative():
-    def lane(rate, passes, forwards, tokens=64):
+    def lane(rate, passes, forwards, forward_ms, verify_ms, tokens=64):
         return {"tokens_per_s": rate, "tokens_per_target_forward": passes, "new_tokens": tokens,
-                "draft_forwards": {"draft": forwards}}
-    spared = words.staged_note({"staged": lane(44.0, 4.0, 16), "speculative": lane(40.0, 4.0, 32)})
-    assert spared == ("Staged beat speculative (1.10×), mostly by fewer draft forwards a token: 4.0 tokens a target "
-                      "pass against 4.0, and its draft models ran 0.25 forwards a token against 0.50.")
-    shorter = words.staged_note({"staged": lane(36.0, 3.0, 30), "speculative": lane(40.0, 4.0, 32)})
-    assert shorter.startswith("Staged lost to speculative (0.90×), mostly by fewer tokens a target pass")
-    assert words.staged_note({"staged": lane(36.0, 3.0, 30)}) == ""
+                "draft_forwards": {"draft": forwards},
+                "phase_s": {"stage1_draft": forwards * forward_ms / 1e3, "verify": verify_ms / 1e3,
+                            "prompt_read": 0.5, "bookkeeping": 0.01}}
+    spared = words.staged_note({"staged": lane(44.0, 4.0, 16, 8.0, 512), "speculative": lane(40.0, 4.0, 32, 6.0, 512)})
+    assert spared == ("Staged beat speculative (1.10×), mostly in drafting (2.0 ms a token against 3.0): its draft "
+                      "models ran 0.25 forwards a token at 8.0 ms each, against 0.50 at 6.0, and its target passes "
+                      "made 4.0 tokens against 4.0.")
+    # fewer draft forwards and more tokens a pass, and still slower: its bigger trees cost more to verify
+    bigger = words.staged_note({"staged": lane(38.0, 4.8, 26, 7.5, 560), "speculative": lane(40.0, 4.4, 32, 6.0, 512)})
+    assert bigger.startswith("Staged lost to speculative (0.95×), mostly in verifying (8.8 ms a token against 8.0)")
+    assert "0.41 forwards a token at 7.5 ms each, against 0.50 at 6.0" in bigger and "4.8 tokens against 4.4" in bigger
+    dearer = words.staged_note({"staged": lane(36.0, 4.0, 30, 8.0, 512), "speculative": lane(40.0, 4.0, 32, 6.0, 512)})
+    assert dearer.startswith("Staged lost to speculative (0.90×), mostly in drafting (3.8 ms a token against 3.0)")
+    assert words.staged_note({"staged": lane(36.0, 3.0, 30, 8.0, 512)}) == ""

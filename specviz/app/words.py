@@ -10,7 +10,7 @@ from ..analysis.round_cost import RoundCost, analysis, read_share
 from ..plots.palette import KIND_COLOURS, ROOT_COLOUR
 from ..plots import KIND_WORDS, stage_colours, stage_label
 from ..stack.strategies import STRATEGIES
-from ..decode.trace import StageInfo, StepRecord
+from ..decode.trace import Phase, StageInfo, StepRecord
 from ..peers import llama_cpp
 from .race import IN_TURN, ONE_AFTER_ANOTHER
 
@@ -168,26 +168,34 @@ def verdict(stats: dict[str, dict]) -> str:
 
 
 def staged_note(stats: dict[str, dict]) -> str:
-    """Why staged won or lost against speculative, in one sentence: tokens a target pass, and the draft models'
-    forwards a token ('' unless both lanes made tokens)."""
+    """Why staged won or lost against speculative, in one sentence: the phase (drafting or verifying) where its time a
+    token differed most in the outcome's direction, and what made it so: the draft models' forwards a token and what
+    each cost (a lower stage's guess fed beside a node saves a forward where it is right, and makes the forward dearer
+    either way), and the tokens a target pass. The draft models' prompt read, alike in both, is left out. '' unless
+    both lanes made tokens."""
     staged, single = stats.get("staged") or {}, stats.get("speculative") or {}
     if not staged.get("tokens_per_s") or not single.get("tokens_per_s"):
         return ""
 
-    def forwards(lane: dict) -> float:
-        return sum((lane.get("draft_forwards") or {}).values()) / max(lane.get("new_tokens") or 1, 1)
+    def drafting_s(lane: dict) -> float:
+        return sum(s for k, s in (lane.get("phase_s") or {}).items() if Phase.stage_of(k) is not None)
+
+    def per_token(lane: dict, phase: str) -> float:
+        seconds = drafting_s(lane) if phase == "drafting" else (lane.get("phase_s") or {}).get(Phase.VERIFY, 0.0)
+        return seconds * 1e3 / max(lane.get("new_tokens") or 1, 1)
+
+    def forwards(lane: dict) -> tuple[float, float]:
+        runs = sum((lane.get("draft_forwards") or {}).values())
+        return runs / max(lane.get("new_tokens") or 1, 1), drafting_s(lane) * 1e3 / runs if runs else 0.0
     ratio = staged["tokens_per_s"] / single["tokens_per_s"]
-    passes, single_passes = staged["tokens_per_target_forward"], single["tokens_per_target_forward"]
-    drafted, single_drafted = forwards(staged), forwards(single)
-    by_passes = passes / single_passes if single_passes else 1.0
-    by_forwards = single_drafted / drafted if drafted else 1.0
-    if ratio >= 1:
-        why = ("more tokens a target pass" if by_passes >= by_forwards else "fewer draft forwards a token")
-    else:
-        why = ("fewer tokens a target pass" if by_passes <= by_forwards else "more draft forwards a token")
-    return (f"Staged {'beat' if ratio >= 1 else 'lost to'} speculative ({ratio:.2f}×), mostly by {why}: {passes:.1f} "
-            f"tokens a target pass against {single_passes:.1f}, and its draft models ran {drafted:.2f} forwards a "
-            f"token against {single_drafted:.2f}.")
+    saved = {phase: per_token(single, phase) - per_token(staged, phase) for phase in ("drafting", "verifying")}
+    phase = (max if ratio >= 1 else min)(saved, key=saved.get)
+    (drafted, each), (single_drafted, single_each) = forwards(staged), forwards(single)
+    return (f"Staged {'beat' if ratio >= 1 else 'lost to'} speculative ({ratio:.2f}×), mostly in {phase} "
+            f"({per_token(staged, phase):.1f} ms a token against {per_token(single, phase):.1f}): its draft models "
+            f"ran {drafted:.2f} forwards a token at {each:.1f} ms each, against {single_drafted:.2f} at "
+            f"{single_each:.1f}, and its target passes made {staged['tokens_per_target_forward']:.1f} tokens against "
+            f"{single['tokens_per_target_forward']:.1f}.")
 
 
 def sameness_line(differing: list[str], greedy: bool) -> str:
