@@ -110,14 +110,18 @@ def pytest_runtest_makereport(item, call):
 # -- the app's offline preset on tiny random models (test_app, test_recording) ----------------------
 
 @pytest.fixture
-def tiny_default(monkeypatch):
+def own_stacks():
+    """The app's loaded stacks for this test alone: none at first, and none of them left for the next test."""
+    from specviz.app import stacks
+    with stacks.isolated() as held:
+        yield held
+
+
+@pytest.fixture
+def tiny_default(own_stacks):
     """The 'offline' preset replaced by tiny random models: a target, a noisy copy as draft, lookup."""
     from tiny import WordTokenizer, tiny_stack
 
-    from specviz.app import stacks
-
     def install(drafts=("draft", "lookup")):
-        stack = tiny_stack(drafts, WordTokenizer())
-        monkeypatch.setitem(stacks._STACKS, ("offline",), stack)
-        return stack
+        return own_stacks.hold(("offline",), tiny_stack(drafts, WordTokenizer()))
     return install

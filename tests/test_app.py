@@ -409,7 +409,7 @@ class ChatWordTokenizer(WordTokenizer):
 CHAT_TOKENS = {sum(map(ord, word)) % 64 for word in ("<|im_start|>user", "<|im_end|>", "<|im_start|>assistant")}
 
 
-def test_plain_language_examples_open_in_chat_and_the_race_is_the_same_in_either_mode(monkeypatch):
+def test_plain_language_examples_open_in_chat_and_the_race_is_the_same_in_either_mode(own_stacks):
     """Chat puts the prompt in the model's chat template (its tokens grey, as the prompt is); it changes the prompt's
     tokens only, so every lane still writes baseline's text, and a model without a template says so."""
     from tiny import tiny_stack
@@ -420,8 +420,7 @@ def test_plain_language_examples_open_in_chat_and_the_race_is_the_same_in_either
     for name, text in app_settings.example_prompts().items():       # code and the pattern are continued as written
         code = name.startswith("HumanEval") or name == app_settings.PATTERN_EXAMPLE
         assert default_format(text) == ("completion" if code else "chat"), name
-    stack = tiny_stack(tokenizer=ChatWordTokenizer())
-    monkeypatch.setitem(stacks._STACKS, ("offline",), stack)
+    stack = own_stacks.hold(("offline",), tiny_stack(tokenizer=ChatWordTokenizer()))
     chat = app_settings.parse_settings(**{**SETTINGS, "prompt": "why is the sky blue", "prompt_format": "chat",
                                           "max_new_tokens": 8})
     plain = stacks.prompt_ids(stack, app_settings.parse_settings(**{**SETTINGS, "prompt": "why is the sky blue"}))
@@ -480,28 +479,23 @@ def test_stop_leaves_the_status_to_the_loop_it_stops():
     assert events.on_stop(session)[1] == "Nothing is running."
 
 
-def test_the_model_bytes_a_server_holds_are_bounded(monkeypatch):
-    from collections import OrderedDict
-
+def test_the_model_bytes_a_server_holds_are_bounded():
     from tiny import tiny_model
 
-    from specviz.stack import presets
     from specviz.models.load import LoadedModel
     from specviz.stack.stack import Stack
 
-    def load(name, dtype, device):
-        return Stack(LoadedModel(name, tiny_model("llama", seed=len(name)), WordTokenizer()), [], {})
-    monkeypatch.setattr(presets, "load_preset", load)
-    monkeypatch.setattr(stacks, "_STACKS", OrderedDict())
-    size = load("a", None, None).weight_bytes
-    monkeypatch.setattr(stacks, "MAX_STACK_BYTES", 1.5 * size)
-    stacks.get_stack(("a",))
-    stacks.get_stack(("b",))                  # two would exceed the bound: the older one is dropped
-    assert list(stacks._STACKS) == [("b",)]
-    monkeypatch.setattr(stacks, "MAX_STACK_BYTES", 0.5 * size)
-    with pytest.raises(app_settings.UserError, match="this server holds at most"):
-        stacks.get_stack(("cc",))
-    assert ("cc",) not in stacks._STACKS and ("b",) in stacks._STACKS
+    def load(key):
+        return Stack(LoadedModel(key[0], tiny_model("llama", seed=len(key[0])), WordTokenizer()), [], {})
+    size = load(("a",)).weight_bytes
+    with stacks.isolated(load=load, most_bytes=1.5 * size) as held:
+        held.get(("a",))
+        held.get(("b",))                  # two would exceed the bound: the older one is dropped
+        assert held.keys() == [("b",)]
+        held.most_bytes = 0.5 * size
+        with pytest.raises(app_settings.UserError, match="this server holds at most"):
+            held.get(("cc",))
+        assert held.keys() == [("b",)]
 
 
 def test_an_unknown_preset_named_by_the_operator_stops_the_app_with_one_line():

@@ -42,7 +42,7 @@ def test_a_saved_run_replays_to_the_same_figures_without_models(tiny_default, tm
     tiny_default()
     live = live_session(sampling_mode=mode, top_k=5)
     path = app_replay.save(live, tmp_path)
-    stacks._STACKS.clear()                  # no model from here on
+    stacks.held().clear()                   # no model from here on
     session = Session()
     recording = app_replay.open_into(session, path.read_bytes())
     assert recording.recorded["machine"] and recording.label().startswith("recorded on ")

@@ -2,6 +2,7 @@
 and the decoders the app builds on them."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -18,14 +19,90 @@ from .server_policy import PolicyError, check_custom
 from .settings import (CUSTOM, DTYPE, MAX_CACHED_STACKS, MAX_PROMPT_TOKENS, MAX_STACK_BYTES, Settings, UserError,
                        one_line)
 
-_STACKS: "OrderedDict[tuple, object]" = OrderedDict()
-_STACKS_LOCK = threading.Lock()
-_LOAD_LOCKS: dict[tuple, threading.Lock] = {}
+def load_stack(key: tuple) -> Stack:
+    """The stack a settings key names, loaded (a preset, or a custom target and drafts the server's policy allows)."""
+    if key[0] == CUSTOM:
+        check_custom(key[1], list(key[2]))
+        return Stack.load(key[1], list(key[2]), DTYPE, device=device())
+    return presets.load_preset(key[0], DTYPE, device=device())
+
+
+class LoadedStacks:
+    """The stacks this server holds, by settings key: each loaded once (one load per key at a time), the least
+    recently used dropped past `most` stacks or `most_bytes` of weights. Sessions still decoding with a dropped stack
+    keep their own reference until they finish."""
+
+    def __init__(self, load=load_stack, most: int = MAX_CACHED_STACKS, most_bytes: float = MAX_STACK_BYTES):
+        self.load, self.most, self.most_bytes = load, most, most_bytes
+        self.stacks: "OrderedDict[tuple, Stack]" = OrderedDict()
+        self.lock = threading.Lock()
+        self.load_locks: dict[tuple, threading.Lock] = {}
+
+    def holds(self, key: tuple) -> bool:
+        with self.lock:
+            return key in self.stacks
+
+    def keys(self) -> list[tuple]:
+        with self.lock:
+            return list(self.stacks)
+
+    def clear(self) -> None:
+        """Drop every stack (a replay must then run without models)."""
+        with self.lock:
+            self.stacks.clear()
+
+    def get(self, key: tuple) -> Stack:
+        """The loaded stack for a settings key, loading it on first use."""
+        with self.lock:
+            if key in self.stacks:
+                self.stacks.move_to_end(key)
+                return self.stacks[key]
+            lock = self.load_locks.setdefault(key, threading.Lock())
+        with lock:
+            with self.lock:
+                if key in self.stacks:
+                    return self.stacks[key]
+            try:
+                stack = self.load(key)
+            except PolicyError as exc:
+                raise UserError(str(exc)) from exc
+            except (ModelLoadError, ValueError, OSError) as exc:
+                reason = one_line(exc).replace("use --preset offline", "choose the offline preset")
+                raise UserError(f"Could not load the models: {reason}") from exc
+            return self.hold(key, stack)
+
+    def hold(self, key: tuple, stack: Stack) -> Stack:
+        """Serve `stack` for `key` (loaded elsewhere: a test's tiny models), within the bounds."""
+        if stack.weight_bytes > self.most_bytes:
+            raise UserError(f"These models need {stack.weight_bytes / 1e9:.1f} GB; this server holds at most "
+                            f"{self.most_bytes / 1e9:.1f} GB of models. Pick a smaller preset.")
+        with self.lock:
+            self.stacks[key] = stack
+            while len(self.stacks) > self.most or sum(s.weight_bytes for s in self.stacks.values()) > self.most_bytes:
+                self.stacks.popitem(last=False)
+        return stack
+
+
+_HELD = [LoadedStacks()]        # the server's; a test's own (isolated) above it while the test runs
+
+
+def held() -> LoadedStacks:
+    return _HELD[-1]
+
+
+@contextlib.contextmanager
+def isolated(**bounds):
+    """Stacks of their own while inside (a test's: no model the server or another test loaded), with `bounds` as
+    LoadedStacks takes them; the server's after."""
+    _HELD.append(LoadedStacks(**bounds))
+    try:
+        yield _HELD[-1]
+    finally:
+        _HELD.pop()
 
 
 def stack_loaded(key: tuple) -> bool:
-    with _STACKS_LOCK:
-        return key in _STACKS
+    return held().holds(key)
 
 
 
@@ -58,37 +135,9 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def get_stack(key: tuple):
-    """The loaded stack for a settings key, loading it on first use (one load per key at a time)."""
-    with _STACKS_LOCK:
-        if key in _STACKS:
-            _STACKS.move_to_end(key)
-            return _STACKS[key]
-        lock = _LOAD_LOCKS.setdefault(key, threading.Lock())
-    with lock:
-        with _STACKS_LOCK:
-            if key in _STACKS:
-                return _STACKS[key]
-        try:
-            if key[0] == CUSTOM:
-                check_custom(key[1], list(key[2]))
-                stack = Stack.load(key[1], list(key[2]), DTYPE, device=device())
-            else:
-                stack = presets.load_preset(key[0], DTYPE, device=device())
-        except PolicyError as exc:
-            raise UserError(str(exc)) from exc
-        except (ModelLoadError, ValueError, OSError) as exc:
-            reason = one_line(exc).replace("use --preset offline", "choose the offline preset")
-            raise UserError(f"Could not load the models: {reason}") from exc
-        if stack.weight_bytes > MAX_STACK_BYTES:
-            raise UserError(f"These models need {stack.weight_bytes / 1e9:.1f} GB; this server holds at most "
-                            f"{MAX_STACK_BYTES / 1e9:.1f} GB of models. Pick a smaller preset.")
-        with _STACKS_LOCK:
-            _STACKS[key] = stack
-            # sessions still decoding with a dropped stack keep their own reference until they finish
-            while len(_STACKS) > MAX_CACHED_STACKS or sum(s.weight_bytes for s in _STACKS.values()) > MAX_STACK_BYTES:
-                _STACKS.popitem(last=False)
-        return stack
+def get_stack(key: tuple) -> Stack:
+    """The loaded stack for a settings key, loading it on first use."""
+    return held().get(key)
 
 
 def prompt_ids(stack, settings: Settings) -> list[int]:
