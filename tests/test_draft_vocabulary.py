@@ -9,6 +9,7 @@ import torch
 from tiny import TinyTokenizer, tiny_model, tiny_stack
 
 from specviz.backends.choose import open_cache, read_bytes, restricts_output
+from specviz.backends.kv import CUTS_KEPT, output_rows
 from specviz.cpu import kernels
 from specviz.cpu.int4 import WIDE_GROUP, Int4Linear
 from specviz.cpu.int8 import Int8Linear
@@ -39,6 +40,16 @@ def test_a_quantized_output_layer_cut_to_some_rows_computes_those_outputs(quanti
     else:
         assert torch.allclose(part(x), layer(x)[:, ids], atol=1e-5)
     assert part(x).shape == (5, 5) and torch.equal(part.dequantized(), layer.dequantized()[ids])
+
+
+def test_decoders_of_one_vocabulary_share_one_cut_of_the_output_layer():
+    torch.manual_seed(0)
+    layer = Int8Linear(torch.nn.Linear(64, 40))
+    first, again = (output_rows(layer, torch.tensor([3, 0, 17])) for _ in range(2))
+    assert again is first                                      # cut once: a race's lanes read one copy
+    others = [output_rows(layer, torch.tensor([i, 20 + i])) for i in range(CUTS_KEPT)]
+    assert output_rows(layer, torch.tensor([3, 0, 17])) is not first           # older cuts are let go
+    assert torch.equal(others[-1].dequantized(), layer.dequantized()[[CUTS_KEPT - 1, 19 + CUTS_KEPT]])
 
 
 def int8_draft_stack() -> tuple:

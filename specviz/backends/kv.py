@@ -55,9 +55,21 @@ def read_bytes(model: torch.nn.Module, output_vocab: torch.Tensor | None = None)
     return once, per_token
 
 
+CUTS_KEPT = 2      # cut output layers a model keeps: a race's lanes and a bench's repeats of one prompt share one
+
+
 def output_rows(layer: torch.nn.Module, ids: torch.Tensor):
-    """The output layer for the tokens `ids` only: a quantized layer of those rows, or their float weight rows."""
-    return layer.output_rows(ids) if isinstance(layer, QUANTIZED_HEADS) else layer.weight[ids].contiguous()
+    """The output layer for the tokens `ids` only: a quantized layer of those rows, or their float weight rows. The
+    last CUTS_KEPT cuts are kept on the layer, as the cut is read-only: cutting a 0.5B draft's 28k rows took 13 ms,
+    a percent of a 64-token generation, for every decoder of the same prompt."""
+    key = ids.cpu().numpy().tobytes()
+    cuts = layer.__dict__.setdefault("_specviz_cuts", {})
+    if key not in cuts:
+        cut = layer.output_rows(ids) if isinstance(layer, QUANTIZED_HEADS) else layer.weight[ids].contiguous()
+        while len(cuts) >= CUTS_KEPT:
+            cuts.pop(next(iter(cuts)))
+        cuts[key] = cut
+    return cuts[key]
 
 
 def restricts_output(layer: torch.nn.Module) -> bool:
