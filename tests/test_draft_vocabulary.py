@@ -3,6 +3,8 @@ prompt's (specviz/stack/draft_vocabulary.py): its output layer is cut to those r
 token, and every strategy still writes baseline's tokens."""
 import copy
 import functools
+import sys
+import threading
 
 import pytest
 import torch
@@ -50,6 +52,29 @@ def test_decoders_of_one_vocabulary_share_one_cut_of_the_output_layer():
     others = [output_rows(layer, torch.tensor([i, 20 + i])) for i in range(CUTS_KEPT)]
     assert output_rows(layer, torch.tensor([3, 0, 17])) is not first           # older cuts are let go
     assert torch.equal(others[-1].dequantized(), layer.dequantized()[[CUTS_KEPT - 1, 19 + CUTS_KEPT]])
+
+
+def test_sessions_cutting_one_shared_layer_at_once_each_get_their_cut():
+    layer = Int8Linear(torch.nn.Linear(64, 40))
+    errors, wrong = [], []
+
+    def session(i):
+        try:
+            for j in range(3000):
+                ids = torch.tensor([(i + j) % 5, 20])
+                if not torch.equal(output_rows(layer, ids).dequantized(), layer.dequantized()[ids]):
+                    wrong.append(ids)
+        except Exception as exc:         # a cut let go by one session while another read it
+            errors.append(repr(exc))
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)          # threads take turns often, as a busy server's do
+    try:
+        threads = [threading.Thread(target=session, args=(i,)) for i in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    finally:
+        sys.setswitchinterval(switch)
+    assert errors == [] and wrong == []
 
 
 def int8_draft_stack() -> tuple:

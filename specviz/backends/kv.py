@@ -14,6 +14,7 @@ static cache for compiled models (static.py), specviz's own forward of a quantiz
 from __future__ import annotations
 
 import copy
+import threading
 from time import perf_counter
 
 import torch
@@ -58,18 +59,28 @@ def read_bytes(model: torch.nn.Module, output_vocab: torch.Tensor | None = None)
 CUTS_KEPT = 2      # cut output layers a model keeps: a race's lanes and a bench's repeats of one prompt share one
 
 
+class _Cuts:
+    """One output layer's last CUTS_KEPT cuts, by vocabulary, behind a lock: app sessions make decoders of one shared
+    model at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_vocabulary: dict[bytes, object] = {}
+
+
 def output_rows(layer: torch.nn.Module, ids: torch.Tensor):
     """The output layer for the tokens `ids` only: a quantized layer of those rows, or their float weight rows. The
     last CUTS_KEPT cuts are kept on the layer, as the cut is read-only: cutting a 0.5B draft's 28k rows took 13 ms,
     a percent of a 64-token generation, for every decoder of the same prompt."""
     key = ids.cpu().numpy().tobytes()
-    cuts = layer.__dict__.setdefault("_specviz_cuts", {})
-    if key not in cuts:
-        cut = layer.output_rows(ids) if isinstance(layer, QUANTIZED_HEADS) else layer.weight[ids].contiguous()
-        while len(cuts) >= CUTS_KEPT:
-            cuts.pop(next(iter(cuts)))
-        cuts[key] = cut
-    return cuts[key]
+    cuts = layer.__dict__.setdefault("_specviz_cuts", _Cuts())      # setdefault: one _Cuts even when threads race
+    with cuts.lock:
+        kept = cuts.by_vocabulary
+        if key not in kept:
+            while len(kept) >= CUTS_KEPT:
+                kept.pop(next(iter(kept)))
+            kept[key] = layer.output_rows(ids) if isinstance(layer, QUANTIZED_HEADS) else layer.weight[ids].contiguous()
+        return kept[key]
 
 
 def restricts_output(layer: torch.nn.Module) -> bool:
