@@ -93,15 +93,16 @@ def _read_all() -> dict:
 def _read() -> dict[str, Choice]:
     """This machine's profile, parsed once while its file stays as it was (the app and the CLI look values up often;
     a file another process replaced is read again)."""
-    file = path()
+    file, here = path(), machine()
     try:
         seen = file.stat()
-        version = (str(file), seen.st_ino, seen.st_mtime_ns, seen.st_size, machine())
+        identity = (seen.st_ino, seen.st_mtime_ns, seen.st_size)
     except OSError:
-        version = (str(file), None, None, None, machine())
+        identity = None
+    version = (str(file), identity, here)
     profile = current()
     if profile.loaded is None or profile.loaded[0] != version:
-        mine = _read_all().get(machine())
+        mine = _read_all().get(here)
         entries = {key: Choice.read(entry) for key, entry in mine.items()} if isinstance(mine, dict) else {}
         profile.loaded = (version, {key: choice for key, choice in entries.items() if choice is not None})
     return profile.loaded[1]
