@@ -91,10 +91,10 @@ def held() -> LoadedStacks:
 
 
 @contextlib.contextmanager
-def isolated(**bounds):
-    """Stacks of their own while inside (a test's: no model the server or another test loaded), with `bounds` as
-    LoadedStacks takes them; the server's after."""
-    _HELD.append(LoadedStacks(**bounds))
+def isolated(**given):
+    """Stacks of their own while inside (a test's: no model the server or another test loaded), made with what
+    LoadedStacks takes (its loader, its bounds); the server's after."""
+    _HELD.append(LoadedStacks(**given))
     try:
         yield _HELD[-1]
     finally:
@@ -103,7 +103,6 @@ def isolated(**bounds):
 
 def stack_loaded(key: tuple) -> bool:
     return held().holds(key)
-
 
 
 def default_preset() -> str:
