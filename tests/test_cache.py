@@ -173,7 +173,6 @@ def test_a_reset_static_cache_keeps_its_memory_and_reads_like_a_new_one():
 
 def test_an_untied_input_embedding_is_read_a_row_per_token_and_a_tied_one_with_the_output_layer():
     from specviz.backends.choose import parameter_bytes, read_bytes
-    from specviz.decode.metrics import bytes_read
 
     untied = tiny_model("llama")                    # Llama's default: separate input and output matrices
     embedding = untied.get_input_embeddings().weight
@@ -181,6 +180,6 @@ def test_an_untied_input_embedding_is_read_a_row_per_token_and_a_tied_one_with_t
     assert per_token == embedding.shape[1] * 4 and once == parameter_bytes(untied) - embedding.numel() * 4
     kv = open_cache(untied, "t")
     kv.feed_committed([1, 2, 3, 4])
-    assert bytes_read(kv.log, kv.costs()) == once + 4 * per_token + 4 * kv.kv_bytes_per_entry   # 4 entries attended
+    assert kv.log.bytes_read(kv.costs()) == once + 4 * per_token + 4 * kv.kv_bytes_per_entry   # 4 entries attended
     tied = tiny_model("gpt2")                       # GPT-2 reads its one matrix as the output layer
     assert read_bytes(tied) == (parameter_bytes(tied), 0)

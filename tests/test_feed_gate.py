@@ -4,7 +4,7 @@ from tiny import TinyTokenizer, tiny_model
 from specviz.backends.choose import open_cache
 from specviz.decode.drafters import Drafter, ModelDrafter
 from specviz.decode.drafters.base import Guess
-from specviz.decode.drafters.feed_gate import PRIORS, FeedGate
+from specviz.decode.drafters.base import PRIORS, FeedGate
 from specviz.decode.engine import Decoder
 from specviz.decode.tree import TreeSpec
 

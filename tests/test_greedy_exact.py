@@ -11,7 +11,7 @@ from toy_ngram import ToyBigram
 
 from specviz.backends.choose import open_cache
 from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter, PromptWindow
-from specviz.decode.drafters.feed_gate import FeedGate, ngram_evidence
+from specviz.decode.drafters.base import FeedGate, ngram_evidence
 from specviz.decode.engine import Decoder
 from specviz.models.precision import quantize_in_place
 from specviz.decode.tree import Tree, TreeSpec

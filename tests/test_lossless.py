@@ -17,8 +17,7 @@ from specviz.analysis.lossless import (
     next_token_distribution,
     p_value,
 )
-from specviz.decode.sampling import Sampling, sample
-from specviz.decode.verify import Verdict, target_probs_of_nodes
+from specviz.decode.sampling import Sampling, Verdict, sample, target_probs_of_nodes
 
 PROMPT = [3, 14, 15, 9, 26, 5]
 SAMPLING = Sampling(temperature=0.3)    # sharp enough that 1000 samples tell small biases apart

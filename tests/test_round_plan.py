@@ -15,7 +15,7 @@ from specviz.backends.choose import open_cache
 from specviz.decode.calibration import BIN_MEANS, KEEP, STORED_CAP, Calibration
 from specviz.decode.drafters import Drafter, LookupDrafter, ModelDrafter
 from specviz.decode.drafters.base import Guess
-from specviz.decode.drafters.feed_gate import FeedGate
+from specviz.decode.drafters.base import FeedGate
 from specviz.decode.engine import Decoder
 from specviz.decode.planner import LEVEL_FADE, PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
 from specviz.decode.sampling import Sampling

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny import TinyTokenizer, tiny_model
 
-import specviz.decode.verify as verify
+import specviz.decode.sampling as sampling_rule
 from specviz.backends.choose import open_cache
 from specviz.decode.drafters import ModelDrafter
 from specviz.decode.engine import Decoder
@@ -41,7 +41,7 @@ def one_level_output(p, q, k, generator, copied=()):
     for token in copied:
         tree.add_lookup_chain([token], 2)
     probs = torch.stack([p] * len(tree))
-    verdict = verify.verify_sampling(tree, probs, {0: q}, generator)
+    verdict = sampling_rule.verify_sampling(tree, probs, {0: q}, generator)
     return tree.tokens[verdict.path[1]] if len(verdict.path) > 1 else verdict.bonus
 
 
@@ -83,7 +83,7 @@ def test_a_context_lookup_child_keeps_the_target_distribution(data, k, copied):
 def test_lookup_rejection_without_removing_the_copied_token_is_caught(monkeypatch):
     p = torch.tensor([0.5, 0.3, 0.1, 0.05, 0.05, 0.0])
     q = torch.tensor([0.1, 0.1, 0.6, 0.1, 0.05, 0.05])
-    monkeypatch.setattr(verify, "without", lambda p, token: p)
+    monkeypatch.setattr(sampling_rule, "without", lambda p, token: p)
     stat, df = chi2(run_one_level(p, q, 1, 6000, copied=[0]), p)
     assert stat > chi2_critical(df)
 
@@ -92,7 +92,7 @@ def test_verification_without_residual_is_caught(monkeypatch):
     """The check has power: dropping the residual correction gives a detectably wrong distribution."""
     p = torch.tensor([0.5, 0.3, 0.1, 0.05, 0.05, 0.0])
     q = torch.tensor([0.1, 0.1, 0.6, 0.1, 0.05, 0.05])
-    monkeypatch.setattr(verify, "residual", lambda p, q: p)
+    monkeypatch.setattr(sampling_rule, "residual", lambda p, q: p)
     stat, df = chi2(run_one_level(p, q, 2, 6000), p)
     assert stat > chi2_critical(df)
 

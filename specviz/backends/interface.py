@@ -30,6 +30,12 @@ class ForwardLog:
         self.tokens.clear()
         self.kv_entries.clear()
 
+    def bytes_read(self, costs: tuple) -> float:
+        """Memory traffic of these forward passes: the weights once per pass (an untied input embedding a row per
+        token fed), plus the KV entries attended. costs: (weight bytes, KV bytes per entry[, bytes per token])."""
+        weight, kv, per_token = (*costs, 0)[:3]
+        return float(sum(weight + per_token * fed + kv * entries for fed, entries in zip(self.tokens, self.kv_entries)))
+
 
 class ModelCache(Protocol):
     """One generation's view of a model: its KV cache, `committed` entries of the output so far, then `pending`

@@ -18,11 +18,10 @@ from .drafters.base import Drafter, cascade
 from .drafters.model import LONGEST_GUESS
 from .tree import TreeSpec
 from .tree_builder import build_tree
-from .metrics import bytes_read, summarise
-from .sampling import Sampling, logits_to_probs
+from .metrics import summarise
+from .sampling import Sampling, logits_to_probs, verify_greedy, verify_sampling
 from .trace import NodeRecord, Phase, PhaseTimer, RunRecord, StageInfo, StepRecord
 from .tree import ancestor_matrix
-from .verify import verify_greedy, verify_sampling
 from .planner import RoundPlanner
 
 MAX_NEW_TOKENS = 4096          # the engine's output limit per generation
@@ -186,7 +185,7 @@ class Decoder:
         logs = {kv.name: kv.log for kv in self.kv_models()}
         costs = self.model_costs()
         forwards = {name: list(log.tokens) for name, log in logs.items()}
-        read = {name: bytes_read(log, costs[name]) for name, log in logs.items()}
+        read = {name: log.bytes_read(costs[name]) for name, log in logs.items()}
         for log in logs.values():
             log.clear()
         return StepRecord(step=len(self.steps), strategy=self.strategy, stages=self.stages, nodes=nodes,

@@ -3,15 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..backends.interface import ForwardLog
 from .trace import Phase, StepRecord
-
-
-def bytes_read(log: ForwardLog, costs: tuple) -> float:
-    """Memory traffic of forward passes: the weights once per pass (an untied input embedding a row per
-    token fed), plus the KV entries attended. costs: (weight bytes, KV bytes per entry[, bytes per token])."""
-    weight, kv, per_token = (*costs, 0)[:3]
-    return float(sum(weight + per_token * fed + kv * entries for fed, entries in zip(log.tokens, log.kv_entries)))
 
 
 def baseline_bytes(costs: tuple, prompt_tokens: int, new_tokens: int) -> float:

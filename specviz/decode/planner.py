@@ -50,7 +50,7 @@ LOOKAHEAD = 8           # guesses below a node an expansion is priced for at mos
 class Costs:
     """Seconds: target[n] a target forward of n tokens, draft[n] a draft forward of n tokens (n >= 1), `level` one
     draft level as this strategy feeds it (the planner learns it from the run's forwards: how many of a lower stage's
-    guesses a level feeds is the feed gate's choice, drafters/feed_gate.py)."""
+    guesses a level feeds is the feed gate's choice, drafters/base.py)."""
     target: tuple[float, ...]
     draft: tuple[float, ...]
     level: float

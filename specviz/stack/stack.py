@@ -17,7 +17,7 @@ import torch
 from ..backends.choose import open_cache
 from ..cpu.machine import give_back_freed_memory
 from ..decode.drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter, PromptWindow
-from ..decode.drafters.feed_gate import FeedGate
+from ..decode.drafters.base import FeedGate
 from .draft_vocabulary import DraftVocabulary
 from ..decode.engine import Decoder, Prefill, prefill
 from ..models.locations import DEFAULT_TARGET

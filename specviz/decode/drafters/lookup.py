@@ -6,8 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..trace import Phase
-from .base import Drafter, Guess
-from .feed_gate import copy_evidence, ngram_evidence
+from .base import Drafter, Guess, copy_evidence, ngram_evidence
 
 # A lower stage's copied guess: the tokens after the latest earlier occurrence of the text's last 3 tokens, else its
 # last 2. Teacher-forced on HumanEval/26-55 (the 0.5B drafting for the 1.5B), a level of the draft's chain cost 9.0 ms

@@ -3,7 +3,7 @@
 During a round the draft model is fed only the tree nodes it must expand (internal nodes), a level
 at a time in one batch each. With a lower stage, a node fed may also bring a short chain that the
 lower stage guesses will follow it, where the feed gate finds it worth what it adds to the forward
-(feed_gate.py); those guesses are fed in the same batch, so when the tree
+(base.py's FeedGate); those guesses are fed in the same batch, so when the tree
 builder later picks a guessed token as a child its scores are already there and no new forward is
 needed. Guessing never changes which tree is built, only how many draft forwards it costs, so the
 staged tree is exactly the tree the draft model alone would build.
@@ -17,9 +17,8 @@ import torch
 from ...backends.interface import Backend
 from ..trace import Phase
 from ..tree import Tree
-from ..verify import verify_greedy
-from .base import Drafter, Guess, Seen
-from .feed_gate import FeedGate
+from ..sampling import verify_greedy
+from .base import Drafter, FeedGate, Guess, Seen
 from .lookup import COPIED_RUN
 
 # Tokens the lower stage guesses after each node the draft expands: its guess_run (base.py). A guess saves a draft
