@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -31,11 +31,12 @@ class LoadedModel:
     model: torch.nn.Module
     tokenizer: object | None        # None: a draft that uses its target's tokenizer
     output_vocab: torch.Tensor | None = None    # token ids a draft predicts over (None: all)
+    # the precision it computes in, as a name (`float32`, `bfloat16`, `int4`, `int8`, ...): named once, as a stack
+    # names its precisions at every visitor's Step (a model quantized in place is named again by _quantized)
+    dtype: str = field(init=False)
 
-    @property
-    def dtype(self) -> str:
-        """The precision it computes in, as a name (`float32`, `bfloat16`, `int4`, `int8`, ...)."""
-        return quantized_precision(self.model) or str(next(self.model.parameters()).dtype).removeprefix("torch.")
+    def __post_init__(self) -> None:
+        self.dtype = quantized_precision(self.model) or str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
     @property
     def weight_bytes(self) -> int:
@@ -140,7 +141,7 @@ def _quantized(loaded: LoadedModel, precision: str = INT4, draft: bool = False) 
     for those tokens only)."""
     keep = () if loaded.output_vocab is None else (loaded.model.get_output_embeddings(),)
     quantize_in_place(loaded.model, precision, keep, draft)
-    return loaded
+    return replace(loaded)
 
 
 def _save_atomically(model, tokenizer, target: Path) -> None:

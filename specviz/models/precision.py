@@ -36,6 +36,15 @@ def precision_name(dtype: str) -> str:
     return NAMES.get(dtype, dtype)
 
 
+def precisions_named(target: str, drafts: set[str]) -> str:
+    """A stack's precisions, e.g. `gguf (the file's own blocks)`, or `gguf (...) target, int4 (re-quantised) draft`
+    where its draft models compute in others."""
+    others = sorted(drafts - {target})
+    if not others:
+        return precision_name(target)
+    return f"{precision_name(target)} target, {', '.join(map(precision_name, others))} draft"
+
+
 def check_dtype(dtype: str) -> None:
     if dtype not in PRECISIONS:
         raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of {', '.join(PRECISIONS)}")

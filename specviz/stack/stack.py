@@ -22,7 +22,7 @@ from .draft_vocabulary import DraftVocabulary
 from ..decode.engine import Decoder, Prefill, prefill
 from ..models.locations import DEFAULT_TARGET
 from ..models.load import LoadedModel, load_model
-from ..models.precision import AUTO_DTYPE, auto_precision, auto_reason, check_dtype, precision_name
+from ..models.precision import AUTO_DTYPE, auto_precision, auto_reason, check_dtype, precisions_named
 from .prompt_reads import PromptReads
 from ..decode.sampling import Sampling
 from .compiled import CompiledModels
@@ -98,10 +98,7 @@ class Stack:
     def precision(self) -> str:
         """The precisions in use, e.g. `gguf (the file's own blocks)`, or `gguf (...) target, int4 (re-quantised)
         draft` (see draft_precision.py)."""
-        drafts = {m.dtype for m in self.draft_models().values()} - {self.dtype}
-        if not drafts:
-            return precision_name(self.dtype)
-        return f"{precision_name(self.dtype)} target, {', '.join(map(precision_name, sorted(drafts)))} draft"
+        return precisions_named(self.dtype, {m.dtype for m in self.draft_models().values()})
 
     def encode(self, prompt: str) -> list[int]:
         if not prompt or not prompt.strip():
