@@ -42,7 +42,10 @@ class StackPlans:
     def tree_plan(self) -> TreePlan | None:
         """This machine's plan for staged's tree, as stored (measured and stored first where there is none while
         prepare runs). None where the top stage is no model, or nothing is stored."""
-        name = self.name()
+        return self._named_plan(self.name())
+
+    def _named_plan(self, name: str | None) -> TreePlan | None:
+        """tree_plan() for the stack's plan key `name` (name() once per decoder made: it walks the stack's drafts)."""
         if name is None:
             return None
         if name not in self.plans:
@@ -70,13 +73,13 @@ class StackPlans:
         pair's stored one; None for a spec not planned or where no curves are stored. The calibration a run ends with
         is stored for the next only where the pair's curves are stored too: a stack given curves by hand (a test, a
         sweep) leaves the machine's store alone."""
-        plan = self.tree_plan() if tree.planned and strategy in ("speculative", "staged") else None
+        name = self.name() if tree.planned and strategy in ("speculative", "staged") else None
+        plan = self._named_plan(name)
         if plan is None:
             return None
-        key = self.name().replace("tree plan", f"calibration of {strategy}, "
-                                  f"{'greedy' if sampling.greedy else 'sampled'}", 1)
+        key = name.replace("tree plan", f"calibration of {strategy}, {'greedy' if sampling.greedy else 'sampled'}", 1)
         stored = machine_profile.stored(key, measured=False)
-        learn_as = key if machine_profile.stored(self.name()) is not None else None
+        learn_as = key if machine_profile.stored(name) is not None else None
         costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1)
         return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), learn_as=learn_as)
 
