@@ -16,7 +16,7 @@ import torch
 from specviz.bench.projection import PROJECTION_SIZES, random_model
 from specviz.backends.choose import open_cache
 from specviz.decode.drafters import LookupDrafter, ModelDrafter
-from specviz.decode.engine import Decoder
+from specviz.decode.engine import Decoder, static_length
 from specviz.models.load import compile_model
 from specviz.stack.strategies import default_tree
 
@@ -62,9 +62,11 @@ def main() -> int:
                 draft, compiled=compiled_draft, lower=LookupDrafter(vocab) if strategy == "staged" else None,
                 backend=open_cache)
             started = perf_counter()
-            decoder = Decoder(target, NumberTokenizer(), prompt, backend=open_cache, drafter=drafter, strategy=strategy,
-                              tree=default_tree(strategy), max_new_tokens=args.max_new_tokens, stop_at_eos=False,
-                              compiled=compiled_target)
+            tree = default_tree(strategy)
+            cache = open_cache(target, "target", static_len=static_length(len(prompt), args.max_new_tokens, tree),
+                               compiled=compiled_target)
+            decoder = Decoder(cache, NumberTokenizer(), prompt, drafter=drafter, strategy=strategy, tree=tree,
+                              max_new_tokens=args.max_new_tokens, stop_at_eos=False)
             outputs[strategy] = decoder.generate().tokens
             same = outputs[strategy] == outputs["baseline"]
             failures += not same

@@ -8,11 +8,12 @@ from tiny import TinyTokenizer, save_with_word_tokenizer, tiny_model
 
 from specviz.backends.choose import BUCKETS, open_cache
 from specviz.decode.drafters import LookupDrafter, ModelDrafter
-from specviz.decode.engine import Decoder
+from specviz.decode.engine import Decoder, static_length
 from specviz.models.load import compile_model
 from specviz.decode.tree import TreeSpec
 
 TOK = TinyTokenizer()
+TREE = TreeSpec(budget=6, lookup=4)
 
 
 def counted(model):
@@ -46,10 +47,10 @@ def compiled_draft():
 def test_compiled_target_runs_bucket_sized_feeds_and_keeps_greedy_output(compiled_calls, strategy, drafter):
     counting, calls = compiled_calls
     target, prompt = tiny_model("llama"), [3, 4, 5, 6, 7, 3, 4, 5]
-    expected = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=20).generate().tokens
+    expected = Decoder(open_cache(target, "target"), TOK, prompt, max_new_tokens=20).generate().tokens
     calls.clear()
-    decoder = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=20, drafter=drafter(), strategy=strategy,
-                      tree=TreeSpec(budget=6, lookup=4), compiled=counting)
+    decoder = Decoder(open_cache(target, "target", static_len=static_length(len(prompt), 20, TREE), compiled=counting),
+                      TOK, prompt, max_new_tokens=20, drafter=drafter(), strategy=strategy, tree=TREE)
     assert decoder.generate().tokens == expected
     assert decoder.target.static_len % 256 == 0
     assert set(calls) <= set(BUCKETS)
@@ -65,13 +66,13 @@ def test_compiled_drafts_run_bucket_sized_feeds_over_the_targets_static_length_a
     target_run, _ = compiled_calls
     draft, draft_run, draft_calls = compiled_draft
     target, prompt = tiny_model("llama"), [3, 4, 5, 6, 7, 3, 4, 5]
-    expected = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=20).generate().tokens
+    expected = Decoder(open_cache(target, "target"), TOK, prompt, max_new_tokens=20).generate().tokens
     compiled = ModelDrafter(draft, backend=open_cache, name="compiled", compiled=draft_run, lower=LookupDrafter(64))
     drafter = (compiled if lower == "lookup"
                else ModelDrafter(tiny_model("llama", noise=0.2), backend=open_cache, name="top", lower=compiled))
     draft_calls.clear()
-    decoder = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=20, drafter=drafter, strategy="staged",
-                      tree=TreeSpec(budget=6, lookup=4), compiled=target_run)
+    cache = open_cache(target, "target", static_len=static_length(len(prompt), 20, TREE), compiled=target_run)
+    decoder = Decoder(cache, TOK, prompt, max_new_tokens=20, drafter=drafter, strategy="staged", tree=TREE)
     assert decoder.generate().tokens == expected
     assert compiled.kv.static_len == decoder.target.static_len
     assert set(draft_calls) <= set(BUCKETS)
@@ -97,8 +98,8 @@ def test_a_drafter_keeps_its_logits_when_a_later_replay_overwrites_the_graphs_ou
 
     def trees(compiled):
         drafter = ModelDrafter(draft, backend=open_cache, compiled=compiled, lower=LookupDrafter(64), lookahead=2)
-        decoder = Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=40, drafter=drafter,
-                          strategy="staged", tree=TreeSpec(budget=10, level_width=2), static_len=256)
+        decoder = Decoder(open_cache(target, "target", static_len=256), TOK, prompt, max_new_tokens=40, drafter=drafter,
+                          strategy="staged", tree=TreeSpec(budget=10, level_width=2))
         decoder.generate()
         return [[(node.parent, node.token) for node in step.nodes] for step in decoder.steps]
 
@@ -107,7 +108,7 @@ def test_a_drafter_keeps_its_logits_when_a_later_replay_overwrites_the_graphs_ou
 
 def test_a_static_cache_too_small_for_the_generation_is_refused():
     with pytest.raises(ValueError, match="static cache holds 64"):
-        Decoder(tiny_model("llama"), TOK, [1, 2, 3], backend=open_cache, max_new_tokens=40, static_len=64)
+        Decoder(open_cache(tiny_model("llama"), "target", static_len=64), TOK, [1, 2, 3], max_new_tokens=40)
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ def lanes():
 
 def test_every_strategy_stops_at_the_tokenizers_second_end_token_where_baseline_does():
     strategies, target = lanes()
-    free = Decoder(target, TinyTokenizer(), PROMPT, backend=open_cache, max_new_tokens=40).generate().tokens
+    free = Decoder(open_cache(target, "target"), TinyTokenizer(), PROMPT, max_new_tokens=40).generate().tokens
     # the tokenizer's end token comes first; the config's eos is one the model never writes here
     second = next(t for i, t in enumerate(free) if i >= 6 and t not in free[:i])
     eos = next(t for t in range(62) if t not in free)
@@ -43,11 +43,11 @@ def test_every_strategy_stops_at_the_tokenizers_second_end_token_where_baseline_
     target.generation_config.eos_token_id = eos
     try:
         assert end_tokens.of(target, tokenizer) == {eos, second}
-        base = Decoder(target, tokenizer, PROMPT, backend=open_cache, max_new_tokens=40).generate()
+        base = Decoder(open_cache(target, "target"), tokenizer, PROMPT, max_new_tokens=40).generate()
         assert base.tokens == free[: free.index(second) + 1] and base.steps[-1].finish_reason == "eos"
         for strategy, (drafter, tree) in strategies.items():
-            run = Decoder(target, tokenizer, PROMPT, backend=open_cache, drafter=drafter, strategy=strategy, tree=tree,
-                          max_new_tokens=40).generate()
+            run = Decoder(open_cache(target, "target"), tokenizer, PROMPT, drafter=drafter, strategy=strategy,
+                          tree=tree, max_new_tokens=40).generate()
             assert run.tokens == base.tokens, strategy
             assert run.steps[-1].finish_reason == "eos" and run.text == tokenizer.decode(base.tokens)
             for step in run.steps:          # nothing is drafted below an end token
@@ -60,10 +60,10 @@ def test_sampled_lanes_stop_at_an_end_token_too():
     strategies, target = lanes()
     drafter, tree = strategies["staged"]
     sampling = Sampling(temperature=1.0, top_k=8, seed=3)
-    free = Decoder(target, TinyTokenizer(), PROMPT, backend=open_cache, drafter=drafter, strategy="staged", tree=tree,
+    free = Decoder(open_cache(target, "target"), TinyTokenizer(), PROMPT, drafter=drafter, strategy="staged", tree=tree,
                    sampling=sampling, max_new_tokens=30).generate().tokens
     end = free[5]
-    run = Decoder(target, EndingTokenizer(end), PROMPT, backend=open_cache, drafter=drafter, strategy="staged",
+    run = Decoder(open_cache(target, "target"), EndingTokenizer(end), PROMPT, drafter=drafter, strategy="staged",
                   tree=tree, sampling=sampling, max_new_tokens=30).generate()
     assert run.tokens[-1] == end and end not in run.tokens[:-1] and run.steps[-1].finish_reason == "eos"
 

@@ -18,7 +18,7 @@ TOK = TinyTokenizer()
 def staged_run(max_new_tokens=20, **kw):
     target = tiny_model("llama")
     drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache, lower=LookupDrafter(64))
-    return Decoder(target, TOK, [3, 1, 4, 1, 5, 9, 2, 6], backend=open_cache, drafter=drafter, strategy="staged",
+    return Decoder(open_cache(target, "target"), TOK, [3, 1, 4, 1, 5, 9, 2, 6], drafter=drafter, strategy="staged",
                    tree=TreeSpec(budget=10), max_new_tokens=max_new_tokens, **kw)
 
 
@@ -69,17 +69,17 @@ def test_statistics_add_up():
 
 
 def test_baseline_reads_exactly_the_baseline_bytes():
-    run = Decoder(tiny_model("llama"), TOK, [1, 2, 3], backend=open_cache, max_new_tokens=10).generate()
+    run = Decoder(open_cache(tiny_model("llama"), "target"), TOK, [1, 2, 3], max_new_tokens=10).generate()
     assert run.stats["bytes_relative_to_baseline"] == pytest.approx(1.0)
 
 
 def test_stops_at_eos_and_at_max_new_tokens():
     target = tiny_model("llama")
-    free = Decoder(target, TOK, [1, 2], backend=open_cache, max_new_tokens=12).generate()
+    free = Decoder(open_cache(target, "target"), TOK, [1, 2], max_new_tokens=12).generate()
     eos = free.tokens[4]
     target.generation_config.eos_token_id = eos
     try:
-        run = Decoder(target, TOK, [1, 2], backend=open_cache, drafter=ModelDrafter(target, backend=open_cache),
+        run = Decoder(open_cache(target, "target"), TOK, [1, 2], drafter=ModelDrafter(target, backend=open_cache),
                       max_new_tokens=12).generate()
     finally:
         target.generation_config.eos_token_id = None
@@ -103,12 +103,12 @@ def test_stops_at_eos_and_at_max_new_tokens():
 def test_bad_settings_raise_one_line_errors(kwargs, message):
     prompt = kwargs.pop("prompt", [1, 2, 3])
     with pytest.raises(ValueError, match=message) as info:
-        Decoder(tiny_model("llama"), TOK, prompt, backend=open_cache, **kwargs)
+        Decoder(open_cache(tiny_model("llama"), "target"), TOK, prompt, **kwargs)
     assert "\n" not in str(info.value)
 
 
 def test_step_after_finish_is_refused():
-    decoder = Decoder(tiny_model("llama"), TOK, [1], backend=open_cache, max_new_tokens=1)
+    decoder = Decoder(open_cache(tiny_model("llama"), "target"), TOK, [1], max_new_tokens=1)
     decoder.step()
     with pytest.raises(RuntimeError):
         decoder.step()
@@ -118,7 +118,7 @@ def test_a_context_lookup_branch_is_credited_and_saves_target_forwards():
     """The tiny target falls into a loop after ~28 tokens, which context lookup copies."""
     def run(lookup):
         drafter = ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache)
-        return Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5, 9, 2, 6], backend=open_cache, drafter=drafter,
+        return Decoder(open_cache(tiny_model("llama"), "target"), TOK, [3, 1, 4, 1, 5, 9, 2, 6], drafter=drafter,
                        strategy="staged", tree=TreeSpec(budget=4, lookup=lookup), max_new_tokens=40).generate()
     plain, copied = run(0), run(8)
     assert copied.tokens == plain.tokens
@@ -148,9 +148,9 @@ def test_a_decoder_given_the_prompts_prefill_writes_what_one_reading_it_writes(s
     assert [s.accepted_path for s in copied.steps] == [s.accepted_path for s in alone.steps]
     assert staged_run(prefilled=read_once).generate().tokens == staged_run().generate().tokens   # reusable
     with pytest.raises(ValueError, match="another model or prompt"):
-        Decoder(tiny_model("llama"), TOK, prompt[:-2] + [7, 6], backend=open_cache, prefilled=read_once)
+        Decoder(open_cache(tiny_model("llama"), "target"), TOK, prompt[:-2] + [7, 6], prefilled=read_once)
     with pytest.raises(ValueError, match="another model or prompt"):
-        Decoder(tiny_model("llama", noise=0.3), TOK, prompt, backend=open_cache, prefilled=read_once)
+        Decoder(open_cache(tiny_model("llama", noise=0.3), "target"), TOK, prompt, prefilled=read_once)
 
 
 def test_a_drafter_given_the_prompts_prefill_copies_its_models_read():

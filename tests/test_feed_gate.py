@@ -66,7 +66,7 @@ def test_a_useless_second_stage_slows_staged_by_at_most_3_percent_over_the_draft
 
     def run(lower, gate=None):
         drafter = ModelDrafter(draft, backend=open_cache, name="draft", lower=lower, gate=gate)
-        return Decoder(target, TinyTokenizer(), [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, tree=spec,
+        return Decoder(open_cache(target, "target"), TinyTokenizer(), [3, 1, 4, 1, 5], drafter=drafter, tree=spec,
                        max_new_tokens=64).generate()
 
     alone, gated, fed_whole = run(None), run(Useless(), FeedGate(STEEP)), run(Useless())

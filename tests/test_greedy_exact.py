@@ -56,8 +56,9 @@ def drafter_for(kind, family):
     raise ValueError(kind)
 
 
-def greedy(model, prompt, n, **kw):
-    return Decoder(model, TOK, prompt, backend=open_cache, max_new_tokens=n, **kw).generate().tokens
+def greedy(model, prompt, n, static_len=None, **kw):
+    return Decoder(open_cache(model, "target", static_len=static_len), TOK, prompt, max_new_tokens=n,
+                   **kw).generate().tokens
 
 
 KINDS = ["model", "model-subset", "model-window", "lookup", "ngram", "staged-lookup", "staged-ngram", "staged-gated",
@@ -83,7 +84,7 @@ def test_greedy_output_equals_baseline(family, prompt, kind, shape, budget, dept
 
 def test_draft_equal_to_target_accepts_every_node_of_a_chain():
     target = tiny_model("llama")
-    run = Decoder(target, TOK, [1, 2, 3], backend=open_cache, drafter=ModelDrafter(target, backend=open_cache),
+    run = Decoder(open_cache(target, "target"), TOK, [1, 2, 3], drafter=ModelDrafter(target, backend=open_cache),
                   strategy="speculative", tree=TreeSpec(shape="chain", budget=5, max_depth=5),
                   max_new_tokens=30).generate()
     assert run.tokens == greedy(target, [1, 2, 3], 30)
@@ -98,7 +99,7 @@ def test_a_windowed_draft_reads_the_prompts_head_and_tail_as_one_text(family):
     target's."""
     draft, prompt = model(family, noise=0.3), [5, 9, 2, 7, 7, 1, 3, 8, 4, 6]
     windowed = ModelDrafter(draft, backend=open_cache, window=PromptWindow(2, 3))
-    run = Decoder(model(family), TOK, prompt, backend=open_cache, drafter=windowed, strategy="speculative",
+    run = Decoder(open_cache(model(family), "target"), TOK, prompt, drafter=windowed, strategy="speculative",
                   tree=TreeSpec(shape="chain", budget=3, max_depth=3), max_new_tokens=12).generate()
     assert run.tokens == greedy(model(family), prompt, 12)
     assert run.steps[0].forwards[windowed.name][0] == 5                       # its first feed: 5 tokens, not 10
@@ -122,7 +123,7 @@ def test_tree_accepts_more_per_target_forward_than_chain_with_same_draft_and_bud
     for seed in range(8):
         prompt = [(seed * 7 + i * 13) % 64 for i in range(6)]
         for shape in totals:
-            run = Decoder(target, TOK, prompt, backend=open_cache, drafter=ModelDrafter(draft, backend=open_cache),
+            run = Decoder(open_cache(target, "target"), TOK, prompt, drafter=ModelDrafter(draft, backend=open_cache),
                           strategy="tree", tree=TreeSpec(shape=shape, budget=8, max_depth=8),
                           max_new_tokens=32).generate()
             totals[shape][0] += run.stats["new_tokens"]
@@ -136,10 +137,10 @@ def test_staged_builds_the_same_tree_with_fewer_draft_forwards():
     target = tiny_model("llama")
     draft = tiny_model("llama", noise=0.3)
     spec = TreeSpec(shape="static", budget=12, max_depth=6)
-    plain = Decoder(target, TOK, [5, 9, 5, 9, 5], backend=open_cache, drafter=ModelDrafter(draft, backend=open_cache),
+    plain = Decoder(open_cache(target, "target"), TOK, [5, 9, 5, 9, 5], drafter=ModelDrafter(draft, backend=open_cache),
                     tree=spec, max_new_tokens=24).generate()
     lower = ModelDrafter(draft, backend=open_cache, name="same")
-    staged = Decoder(target, TOK, [5, 9, 5, 9, 5], backend=open_cache,
+    staged = Decoder(open_cache(target, "target"), TOK, [5, 9, 5, 9, 5],
                      drafter=ModelDrafter(draft, backend=open_cache, lower=lower), tree=spec,
                      max_new_tokens=24).generate()
     for a, b in zip(plain.steps, staged.steps):
@@ -173,7 +174,7 @@ def test_copied_guesses_build_the_same_tree_with_fewer_draft_forwards():
     for copies in (True, False):
         lower = NgramDrafter(ToyBigram.fit(64, seed=3))
         lower.copies = copies
-        runs[copies] = Decoder(target, TOK, [5, 9, 5, 9, 5], backend=open_cache,
+        runs[copies] = Decoder(open_cache(target, "target"), TOK, [5, 9, 5, 9, 5],
                                drafter=ModelDrafter(target, backend=open_cache, lower=lower), tree=spec,
                                strategy="staged", max_new_tokens=40).generate()
     for a, b in zip(runs[True].steps, runs[False].steps):

@@ -180,8 +180,8 @@ def overconfident_run(learns: bool = True, planner_kind=AlwaysDrafts):
     plan = planner_kind(Costs.of(cpu_plan(), DRAFT_FEED), calibration)
     plan.tokens, plan.seconds = 3.0, 0.060
     drafter = Overconfident(tiny_model("llama", noise=0.3), backend=open_cache)
-    return Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter,
-                   strategy="staged", tree=TREE, planner=plan, max_new_tokens=60).generate()
+    return Decoder(open_cache(tiny_model("llama"), "target"), TOK, [3, 1, 4, 1, 5], drafter=drafter, strategy="staged",
+                   tree=TREE, planner=plan, max_new_tokens=60).generate()
 
 
 def test_an_overconfident_draft_is_caught_within_a_few_rounds_and_its_trees_shrink():
@@ -194,7 +194,7 @@ def test_an_overconfident_draft_is_caught_within_a_few_rounds_and_its_trees_shri
     assert taken < 0.6                                                      # ...and is right far less often
     assert own[0] >= 8 and max(own[3:]) <= own[0] / 2, own                 # caught within three rounds
     assert run.steps[-1].plan.calibration["model"][0][-1] < 0.8            # what its 0.97+ is worth, learnt
-    plain = Decoder(tiny_model("llama"), TOK, [3, 1, 4, 1, 5], backend=open_cache, max_new_tokens=60).generate()
+    plain = Decoder(open_cache(tiny_model("llama"), "target"), TOK, [3, 1, 4, 1, 5], max_new_tokens=60).generate()
     assert run.tokens == plain.tokens
     unlearnt = [sum(n.stage == 1 for n in s.nodes) for s in overconfident_run(learns=False).steps]
     assert sum(size >= 8 for size in unlearnt) >= len(unlearnt) / 2       # a calibration that never learns: no catch
@@ -251,7 +251,7 @@ def useless_then_oracle(max_new_tokens: int):
     drafter = Switching(ModelDrafter(tiny_model("llama", seed=7), name="useless", backend=open_cache),
                         ModelDrafter(target, name="oracle", backend=open_cache),
                         at=24)
-    return target, Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, drafter=drafter, strategy="speculative",
+    return target, Decoder(open_cache(target, "target"), TOK, [3, 1, 4, 1, 5], drafter=drafter, strategy="speculative",
                            tree=CHAIN, planner=planner(), max_new_tokens=max_new_tokens).generate()
 
 
@@ -265,7 +265,8 @@ def test_a_useless_draft_falls_back_to_plain_steps_and_speculation_comes_back_wh
     assert all(s.plan.kind == "speculate" for s in after[1:]), kinds                    # came back
     assert sum(len(s.committed_tokens) for s in after) / len(after) > 3
     assert run.stats["rounds_by_plan"]["plain"] >= PROBE_EVERY
-    assert run.tokens == Decoder(target, TOK, [3, 1, 4, 1, 5], backend=open_cache, max_new_tokens=90).generate().tokens
+    plain = Decoder(open_cache(target, "target"), TOK, [3, 1, 4, 1, 5], max_new_tokens=90).generate()
+    assert run.tokens == plain.tokens
 
 
 def test_the_trace_says_why_each_round_had_its_shape_and_round_trips_through_json():
@@ -321,9 +322,9 @@ def test_planned_rounds_write_baselines_tokens(prompt, strategy, one, slope, lev
     drafter = ModelDrafter(tiny_model("llama", noise=0.3), lower=lower, backend=open_cache, gate=gate)
     spec = TREE if strategy == "staged" else CHAIN
     plan = RoundPlanner(Costs.of(TreePlan(curve, {1: level * one, DRAFT_FEED: level * one}), 1), calibration)
-    run = Decoder(target, TOK, prompt, backend=open_cache, drafter=drafter, strategy=strategy, tree=spec, planner=plan,
-                  max_new_tokens=n).generate()
-    assert run.tokens == Decoder(target, TOK, prompt, backend=open_cache, max_new_tokens=n).generate().tokens
+    run = Decoder(open_cache(target, "target"), TOK, prompt, drafter=drafter, strategy=strategy, tree=spec,
+                  planner=plan, max_new_tokens=n).generate()
+    assert run.tokens == Decoder(open_cache(target, "target"), TOK, prompt, max_new_tokens=n).generate().tokens
 
 
 @pytest.mark.parametrize("opening", ["speculate", "probe"])
@@ -344,9 +345,9 @@ def test_planned_rounds_sample_two_tokens_exactly_as_the_target(opening):
         plan = planner(DRAFT_FEED)
         if opening == "probe":
             plan.tokens, plan.seconds, plan.plain_run = 1.0, 0.05, PROBE_EVERY
-        run = Decoder(target, TOK, prompt, backend=open_cache, drafter=ModelDrafter(draft, backend=open_cache),
-                      tree=spec, strategy="staged",
-                      sampling=Sampling(1.0, seed=seed), planner=plan, max_new_tokens=2).generate()
+        run = Decoder(open_cache(target, "target"), TOK, prompt, drafter=ModelDrafter(draft, backend=open_cache),
+                      tree=spec, strategy="staged", sampling=Sampling(1.0, seed=seed), planner=plan,
+                      max_new_tokens=2).generate()
         counts[run.tokens[0] * vocab + run.tokens[1]] += 1
         kinds.update((s.step, s.plan.kind) for s in run.steps)
     stat, df = chi2(counts, expected)

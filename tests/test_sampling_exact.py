@@ -134,8 +134,8 @@ def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec, o
     for seed in range(trials):
         s = Sampling(sampling.temperature, sampling.top_k, sampling.top_p, seed)
         drafter = ModelDrafter(draft, backend=open_cache, output_vocab=output_vocab)
-        run = Decoder(target, TinyTokenizer(), prompt, backend=open_cache, drafter=drafter,
-                      tree=spec, sampling=s, max_new_tokens=2).generate()
+        run = Decoder(open_cache(target, "target"), TinyTokenizer(), prompt, drafter=drafter, tree=spec, sampling=s,
+                      max_new_tokens=2).generate()
         counts[run.tokens[0] * vocab + run.tokens[1]] += 1
     stat, df = chi2(counts, expected)
     assert stat < chi2_critical(df), (stat, df)
@@ -144,11 +144,11 @@ def test_engine_samples_two_tokens_exactly_as_the_target(name, sampling, spec, o
 def test_seeded_runs_are_reproducible():
     target = tiny_model("llama")
     draft = tiny_model("llama", noise=0.5)
-    runs = [Decoder(target, TinyTokenizer(), [4, 5, 6], backend=open_cache,
+    runs = [Decoder(open_cache(target, "target"), TinyTokenizer(), [4, 5, 6],
                     drafter=ModelDrafter(draft, backend=open_cache),
                     sampling=Sampling(temperature=1.0, top_k=20, seed=11), max_new_tokens=20).generate().tokens
             for _ in range(2)]
-    other = Decoder(target, TinyTokenizer(), [4, 5, 6], backend=open_cache,
+    other = Decoder(open_cache(target, "target"), TinyTokenizer(), [4, 5, 6],
                     drafter=ModelDrafter(draft, backend=open_cache),
                     sampling=Sampling(temperature=1.0, top_k=20, seed=12), max_new_tokens=20).generate().tokens
     assert runs[0] == runs[1]

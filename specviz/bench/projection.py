@@ -133,9 +133,9 @@ def replay(target, drafts: dict, recorded: dict, prompt_tokens: int, vocab: int,
     rounds = rounds_of(recorded, vocab)
     drafter = ReplayDrafter(rounds, drafts, vocab) if any(r.nodes > 1 for r in rounds) else None
     prompt = torch.randint(0, vocab, (prompt_tokens,)).tolist()
-    decoder = Decoder(target.model, NodeIds(), prompt, backend=ReplayBackend(target, rounds), drafter=drafter,
-                      strategy="replay", tree=replay_spec(recorded), max_new_tokens=_new_tokens(recorded),
-                      target_name=target.name, stop_at_eos=False, static_len=static_len, compiled=compiled)
+    replayed = ReplayBackend(target, rounds)(target.model, target.name, static_len=static_len, compiled=compiled)
+    decoder = Decoder(replayed, NodeIds(), prompt, drafter=drafter, strategy="replay", tree=replay_spec(recorded),
+                      max_new_tokens=_new_tokens(recorded), stop_at_eos=False)
     _sync(target)
     started = perf_counter()
     run = decoder.generate()

@@ -2,8 +2,8 @@
 
 `Decoder` holds one generation's state (caches, output, random stream); models are shared and
 read-only, so many decoders (app sessions) can use the same loaded models. `step()` returns the
-round's trace record; `generate()` is the loop over `step()`. The caller passes the backend that makes
-the target's cache (specviz/backends/interface.py): the engine never asks which one it is.
+round's trace record; `generate()` is the loop over `step()`. The caller opens the target's cache
+(specviz/backends/interface.py) and hands it over: the engine never asks which kind it is.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from time import perf_counter
 import torch
 
 from . import end_tokens
-from ..backends.interface import BUCKETS, Backend, ModelCache
+from ..backends.interface import BUCKETS, ModelCache
 from .drafters.base import Drafter, cascade
 from .drafters.model import LONGEST_GUESS
 from .tree import TreeSpec
@@ -52,15 +52,12 @@ def prefill(prompt_ids: list[int], target: ModelCache, drafts: list[ModelCache] 
 
 
 class Decoder:
-    def __init__(self, target: torch.nn.Module, tokenizer, prompt_ids: list[int], *, backend: Backend,
-                 drafter: Drafter | None = None, strategy: str = "baseline",
-                 tree: TreeSpec = TreeSpec(), sampling: Sampling = Sampling(),
-                 max_new_tokens: int = 64, target_name: str = "target",
-                 stop_at_eos: bool = True, static_len: int | None = None, compiled=None,
-                 prefilled: Prefill | None = None, planner: RoundPlanner | None = None):
-        """backend: makes the target's cache (e.g. cache.open_cache). static_len: preallocate it with this many
-        entries (fixed shapes and addresses); compiled: a compiled copy of the target (`models.compile_model`),
-        which needs a static cache and sizes one for this generation where static_len is not given.
+    def __init__(self, target: ModelCache, tokenizer, prompt_ids: list[int], *, drafter: Drafter | None = None,
+                 strategy: str = "baseline", tree: TreeSpec = TreeSpec(), sampling: Sampling = Sampling(),
+                 max_new_tokens: int = 64, stop_at_eos: bool = True, prefilled: Prefill | None = None,
+                 planner: RoundPlanner | None = None):
+        """target: a fresh cache of the target model, opened by the caller's backend (e.g. backends.open_cache), named
+        as the trace names the target; a static one (a compiled target's) must hold static_length() entries.
         prefilled: this target's Prefill of this prompt, copied (a static cache reads the prompt itself).
         planner: plans each round before it is drafted (specviz/decode/planner.py), within the tree's budget and
         depth."""
@@ -68,7 +65,7 @@ class Decoder:
             raise ValueError("the prompt is empty")
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
             raise ValueError(f"max new tokens must be in [1, {MAX_NEW_TOKENS}], got {max_new_tokens}")
-        config = target.config
+        config = target.model.config
         context_limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         if context_limit and len(prompt_ids) + max_new_tokens + max(tree.max_depth, tree.lookup) + 1 > context_limit:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({max_new_tokens}) "
@@ -80,18 +77,16 @@ class Decoder:
         self.spec = tree
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
-        self.eos = end_tokens.of(target, tokenizer) if stop_at_eos else frozenset()
+        self.eos = end_tokens.of(target.model, tokenizer) if stop_at_eos else frozenset()
         self.timer = PhaseTimer()
-        needed = static_length(len(prompt_ids), max_new_tokens, tree)
-        if static_len is None and compiled is not None:
-            static_len = needed
+        needed, static_len = static_length(len(prompt_ids), max_new_tokens, tree), target.static_len
         if static_len is not None and static_len < needed:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) plus max new tokens ({max_new_tokens}) and a "
                              f"tree need a KV cache of {needed} entries; the static cache holds {static_len}")
-        self.target = backend(target, target_name, static_len=static_len, compiled=compiled)
+        self.target = target
         self.drafter = drafter
         self.planner = planner if drafter is not None else None
-        self.stages = [StageInfo(target_name, "target")]
+        self.stages = [StageInfo(target.name, "target")]
         if drafter is not None:
             self.stages += [StageInfo(d.name, d.kind) for d in cascade(drafter)]
             if tree.lookup:
@@ -102,7 +97,8 @@ class Decoder:
         self.steps: list[StepRecord] = []
         self.finished = False
         self.finish_reason = ""
-        if prefilled is not None and (prefilled.model is not target or prefilled.tokens != tuple(self.prompt[:-1])):
+        if prefilled is not None and (prefilled.model is not target.model
+                                      or prefilled.tokens != tuple(self.prompt[:-1])):
             raise ValueError("the prefilled cache is of another model or prompt")
         with torch.inference_mode():
             if prefilled is not None and static_len is None:

@@ -19,7 +19,7 @@ from ..cpu.machine import give_back_freed_memory
 from ..decode.drafters import Drafter, LookupDrafter, ModelDrafter, NgramDrafter, PromptWindow
 from ..decode.drafters.base import FeedGate
 from .draft_vocabulary import DraftVocabulary
-from ..decode.engine import Decoder, Prefill, prefill
+from ..decode.engine import Decoder, Prefill, prefill, static_length
 from ..models.locations import DEFAULT_TARGET
 from ..models.load import LoadedModel, load_model
 from ..models.precision import AUTO_DTYPE, auto_precision, auto_reason, check_dtype, precisions_named
@@ -145,9 +145,11 @@ class Stack:
         tree = self.plans.planned(default_tree(strategy) if tree is None else tree)
         planner = self.plans.round_planner(strategy, tree, sampling)
         draft_cost = planner.costs.draft if planner is not None else None
-        return Decoder(self.target.model, self.tokenizer, prompt_ids, backend=open_cache,
-                       drafter=self.drafter_for(strategy, prompt_ids, max_new_tokens, draft_cost),
-                       strategy=strategy, tree=tree, sampling=sampling, max_new_tokens=max_new_tokens,
-                       target_name=self.target_name, stop_at_eos=stop_at_eos, compiled=self.compiled.target,
-                       static_len=self.compiled.static_len, prefilled=prefilled,
-                       planner=planner)
+        static_len = self.compiled.static_len
+        if static_len is None and self.compiled.target is not None:     # a compiled target needs a static cache
+            static_len = static_length(len(prompt_ids), max_new_tokens, tree)
+        target = open_cache(self.target.model, self.target_name, static_len=static_len, compiled=self.compiled.target)
+        return Decoder(target, self.tokenizer, prompt_ids,
+                       drafter=self.drafter_for(strategy, prompt_ids, max_new_tokens, draft_cost), strategy=strategy,
+                       tree=tree, sampling=sampling, max_new_tokens=max_new_tokens, stop_at_eos=stop_at_eos,
+                       prefilled=prefilled, planner=planner)
