@@ -191,6 +191,17 @@ static inline __attribute__((always_inline)) void chunk_q4(const int8_t *__restr
     }
 }
 
+/* CHUNK(b8, count) over a row's B blocks: whole chunks of 8, then the last 2, 4 or 6 (count a constant at each call) */
+#define EVERY_CHUNK(B, CHUNK) do {                                                   \
+        int b8 = 0;                                                                  \
+        for (; b8 + 8 <= (B); b8 += 8) CHUNK(b8, 8);                                 \
+        switch ((B) - b8) {                                                          \
+        case 6: CHUNK(b8, 6); break;                                                 \
+        case 4: CHUNK(b8, 4); break;                                                 \
+        case 2: CHUNK(b8, 2); break;                                                 \
+        }                                                                            \
+    } while (0)
+
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define Q4_WIDE 1
 /* chunk_q4 with AVX-512: two outputs side by side in each register (outputs 2p and 2p + 1 of the tile are 64
@@ -244,13 +255,9 @@ static inline __attribute__((always_inline)) void chunks_q4_wide(const int8_t *_
     __m512 wide[Q4_TILE / 2][MAX_R];
     for (int p = 0; p < Q4_TILE / 2; p++)
         for (int r = 0; r < R; r++) wide[p][r] = _mm512_setzero_ps();
-    int b8 = 0;
-    for (; b8 + 8 <= B; b8 += 8) chunk_q4_wide(xq, xe, w, d, K, Bp, r0, b8, 8, R, per_chunk, wide);
-    switch (B - b8) {
-    case 6: chunk_q4_wide(xq, xe, w, d, K, Bp, r0, b8, 6, R, per_chunk, wide); break;
-    case 4: chunk_q4_wide(xq, xe, w, d, K, Bp, r0, b8, 4, R, per_chunk, wide); break;
-    case 2: chunk_q4_wide(xq, xe, w, d, K, Bp, r0, b8, 2, R, per_chunk, wide); break;
-    }
+#define WIDE_CHUNK(b8, count) chunk_q4_wide(xq, xe, w, d, K, Bp, r0, b8, count, R, per_chunk, wide)
+    EVERY_CHUNK(B, WIDE_CHUNK);
+#undef WIDE_CHUNK
     for (int p = 0; p < Q4_TILE / 2; p++)
         for (int r = 0; r < R; r++) {
             acc[2 * p][r] = _mm512_castps512_ps256(wide[p][r]);
@@ -270,13 +277,9 @@ static inline __attribute__((always_inline)) void tile_q4(const int8_t *__restri
 #if defined(Q4_WIDE)
     chunks_q4_wide(xq, xe, w, d, K, Bp, r0, R, per_chunk, acc);
 #else
-    int b8 = 0;
-    for (; b8 + 8 <= B; b8 += 8) chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 8, R, per_chunk, acc);
-    switch (B - b8) {
-    case 6: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 6, R, per_chunk, acc); break;
-    case 4: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 4, R, per_chunk, acc); break;
-    case 2: chunk_q4(xq, xe, w, d, K, Bp, r0, b8, 2, R, per_chunk, acc); break;
-    }
+#define CHUNK(b8, count) chunk_q4(xq, xe, w, d, K, Bp, r0, b8, count, R, per_chunk, acc)
+    EVERY_CHUNK(B, CHUNK);
+#undef CHUNK
 #endif
     /* sum_b (z_b - 8 d_b) e_b S_b, eight blocks at a time (padding adds zeros) */
     for (int c = 0; c < Bp; c += 8)
