@@ -115,7 +115,7 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
     model, _ = quantized_with_float_copy()
     speeds = {}
 
-    def timed(m, products=None):
+    def timed(m, products=None, tokens=prompt_reader.PROMPT):
         down = products[0]["down"] if products else None
         if down is None:
             return speeds[None]
@@ -125,11 +125,49 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
     assert prompt_reader.choose(model)["choice"] == prompt_reader.OWN
     speeds.update({torch.bfloat16: 0.4})
     chosen = prompt_reader.choose(model)
-    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0, "columns": 0.92}}
+    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0, "columns": 0.92},
+                      "from": prompt_reader.LENGTHS[0]}            # faster at every length here
     speeds.update({"columns": 0.3})
     assert "its own weights many outputs at a time" in prompt_reader.describe(prompt_reader.choose(model))
     assert open_cache(model, "after").reader is None                   # measuring leaves the model as it was
-    assert "bfloat16 copies of its weights" in prompt_reader.describe(chosen)
+    assert "bfloat16 copies of its weights, from 8 tokens" in prompt_reader.describe(chosen)
+
+
+@pytest.mark.parametrize("wins_from, expected", [(24, 24), (8, 8), (128, 128)])
+def test_the_reader_is_used_from_the_shortest_length_at_which_it_wins_at_every_longer_one(monkeypatch, wins_from,
+                                                                                           expected):
+    """A reader that wins from `wins_from` tokens on, and by chance at 12 too (a timing's noise), is used from there; one
+    that wins only at the prompt length it was chosen at is used from there."""
+    model, _ = quantized_with_float_copy()
+    timed = []
+
+    def time_read(m, products=None, tokens=prompt_reader.PROMPT):
+        timed.append((products is None, tokens))
+        wins = tokens >= wins_from or tokens == 12
+        return 1.0 if products is None else (0.5 if wins else 2.0)
+    monkeypatch.setattr(prompt_reader, "time_read", time_read)
+    assert prompt_reader.crossover(model, prompt_reader.copies(model, "float32")) == expected
+    lengths = [tokens for own, tokens in timed if own]
+    assert lengths == sorted(lengths, reverse=True)         # the longest first, stopping at the first loss
+    assert {True, False} == {own for own, _ in timed}       # each length timed both ways
+
+
+def test_a_cache_reads_feeds_through_the_reader_from_the_length_stored_and_shorter_ones_through_its_own():
+    model, _ = quantized_with_float_copy()
+    products = prompt_reader.copies(model, "float32")
+    with torch.inference_mode():
+        def fed(n, **given):
+            return open_cache(model, "t", **given).feed_committed(PROMPT[:n])
+        assert torch.equal(fed(12, prompt_products=products, read_from=12), fed(12, prompt_products=products,
+                                                                                 read_from=1))
+        assert torch.equal(fed(11, prompt_products=products, read_from=12), fed(11))
+        assert not torch.equal(fed(12), fed(12, prompt_products=products, read_from=12))
+    stack, _ = quantized_draft_stack()
+    stack.prompt_reads.products["draft"] = products
+    stack.prompt_reads.choices["draft"] = {"choice": "float32", "seconds": {}, "from": 12}
+    assert stack.drafter_for("staged").kv.read_from == 12               # the stored crossover reaches the drafters
+    del stack.prompt_reads.choices["draft"]["from"]                     # a profile from before crossovers
+    assert stack.drafter_for("staged").kv.read_from == prompt_reader.READ_ROWS
 
 
 def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks_read_the_stored_choice(

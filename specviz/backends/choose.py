@@ -11,6 +11,7 @@ import torch
 
 from .interface import BUCKETS, bucket
 from ..cpu.decoder import supported as runs_own_forward
+from ..cpu.prompt_reader import READ_ROWS
 from .dynamic import DynamicKV
 from .kv import KVModel, parameter_bytes, read_bytes, restricts_output
 from .own import OwnForwardKV
@@ -21,15 +22,16 @@ __all__ = ["BUCKETS", "DynamicKV", "KVModel", "OwnForwardKV", "StaticKV", "bucke
 
 
 def open_cache(model: torch.nn.Module, name: str, output_vocab: torch.Tensor | None = None,
-               static_len: int | None = None, compiled=None, prompt_products: list[dict] | None = None) -> KVModel:
+               static_len: int | None = None, compiled=None, prompt_products: list[dict] | None = None,
+               read_from: int = READ_ROWS) -> KVModel:
     """A fresh cache of `model`. output_vocab: the tokens it predicts (others get -inf); static_len: a static cache of
     this many entries; compiled: a compiled copy of the model (or of its body, with output_vocab) for bucket-sized
-    feeds, which needs static_len; prompt_products: a quantized draft's products for long feeds (prompt_reader.py),
-    used by specviz's own forward."""
+    feeds, which needs static_len; prompt_products: a quantized draft's products for feeds of `read_from` tokens or
+    more (prompt_reader.py), used by specviz's own forward."""
     if compiled is not None and static_len is None:
         raise ValueError("a compiled model needs a static cache (static_len)")
     if static_len is not None:
         return StaticKV(model, name, output_vocab, static_len=static_len, compiled=compiled)
     if runs_own_forward(model):
-        return OwnForwardKV(model, name, output_vocab, prompt_products)
+        return OwnForwardKV(model, name, output_vocab, prompt_products, read_from)
     return DynamicKV(model, name, output_vocab)

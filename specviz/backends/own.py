@@ -15,10 +15,11 @@ from .kv import KVModel
 
 class OwnForwardKV(KVModel):
     def __init__(self, model: torch.nn.Module, name: str, output_vocab: torch.Tensor | None = None,
-                 prompt_products: list[dict] | None = None):
-        """prompt_products: the products feeds of READ_ROWS tokens or more go through (prompt_reader.copies)."""
+                 prompt_products: list[dict] | None = None, read_from: int = READ_ROWS):
+        """prompt_products: the products feeds of `read_from` tokens or more go through (prompt_reader.copies)."""
         self.decoder = LlamaForward(model)
         self.reader = None if prompt_products is None else reader_of(self.decoder, prompt_products)
+        self.read_from = read_from
         super().__init__(model, name, output_vocab, scores_here=True)
 
     def reset(self) -> None:
@@ -26,7 +27,7 @@ class OwnForwardKV(KVModel):
         super().reset()
 
     def _feed(self, tokens: list[int], positions: list[int], visible: torch.Tensor, keep: int) -> torch.Tensor:
-        decoder = self.reader if self.reader is not None and len(tokens) >= READ_ROWS else self.decoder
+        decoder = self.reader if self.reader is not None and len(tokens) >= self.read_from else self.decoder
         hidden = decoder.forward(tokens, positions, visible, self.committed, self.cache, keep)
         self._logged(len(tokens))
         return self._scores(hidden)

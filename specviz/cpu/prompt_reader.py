@@ -12,9 +12,10 @@ differ. With AMX, in bfloat16 (on AMX tiles through oneDNN), 128 tokens took 174
 numerics move acceptance only, never the output.
 
 Which way reads fastest is measured once per machine and draft by `python -m specviz.prepare`, on the machine at rest,
-and kept in its profile (specviz/profile/store.py); where nothing is stored
-the draft reads with its own products. Feeds shorter than READ_ROWS (a round's nodes, catching up on a few tokens)
-always take the draft's own products.
+and kept in its profile (specviz/profile/store.py); where nothing is stored the draft reads with its own products. So is
+the length from which the chosen way reads faster (`crossover`): on this Zen 5 the columns won from 8 tokens with AVX2
+only (16 tokens 33 against 42 ms), bfloat16 copies from 64 with AVX-512, whose own products are twice as wide. Shorter
+feeds (a round's nodes, catching up on a few tokens) take the draft's own products; READ_ROWS where nothing is stored.
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from .decoder import LlamaForward
 from .layer_loop import LayerLoop
 from .int4 import ColumnsProduct, Int4Linear
 
-READ_ROWS = 32                     # tokens a committed feed must have to go through the reader
+READ_ROWS = 32                     # tokens a feed must have to go through the reader, where no crossover is stored
+LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96)   # feed lengths a crossover is looked for at (fewer: a round's own feeds)
 PROMPT = 128                       # tokens of the prompt read that is timed
 COLUMNS = "columns"                # the draft's own 4-bit weights, summed 8 (or 16) outputs at a time
 CANDIDATES = ("bfloat16", "float32", COLUMNS)
@@ -69,7 +71,7 @@ def copies(model: torch.nn.Module, name: str) -> list[dict] | None:
 
 def reader_of(decoder: LlamaForward, products: list[dict]) -> LlamaForward:
     """A copy of `decoder` (the quantized model's) whose products are `products` (copies() of the same model): what a
-    cache given them (backends/own.py) reads feeds of READ_ROWS tokens or more through."""
+    cache given them (backends/own.py) reads long feeds through."""
     reader = copy.copy(decoder)
     reader.layers = [replace(layer, **floats) for layer, floats in zip(decoder.layers, products)]
     # the columns in the C layer loop where the decoder has one (about 15% of a 128-token read spent between the
@@ -106,7 +108,21 @@ def choose(model: torch.nn.Module, candidates: dict[str, list[dict]] | None = No
         seconds[name] = time_read(model, products)
     best = min(seconds, key=seconds.get)
     choice = best if seconds[best] < 0.9 * seconds[OWN] else OWN
-    return {"choice": choice, "seconds": {name: round(s, 4) for name, s in seconds.items()}}
+    chosen = {"choice": choice, "seconds": {name: round(s, 4) for name, s in seconds.items()}}
+    if choice != OWN:
+        chosen["from"] = crossover(model, candidates[choice])
+    return chosen
+
+
+def crossover(model: torch.nn.Module, products: list[dict]) -> int:
+    """The fewest tokens from which `products` read faster than the draft's own: the shortest of LENGTHS at which they
+    win, and at every longer one (timed in turn, the longest first), else PROMPT (where they were chosen)."""
+    start = PROMPT
+    for tokens in reversed(LENGTHS):
+        if time_read(model, products, tokens) >= time_read(model, None, tokens):
+            break
+        start = tokens
+    return start
 
 
 def candidate_products(model: torch.nn.Module) -> dict[str, list[dict]]:
@@ -137,4 +153,5 @@ NAMES = {OWN: "its own products", COLUMNS: "its own weights many outputs at a ti
 def describe(choice: dict) -> str:
     seconds = ", ".join(f"{NAMES.get(name, name)} {s * 1e3:.0f} ms" for name, s in choice["seconds"].items())
     how = NAMES.get(choice["choice"], f"{choice['choice']} copies of its weights")
-    return f"the draft reads prompts through {how} ({PROMPT} tokens: {seconds})"
+    start = f", from {choice['from']} tokens" if "from" in choice and choice["choice"] != OWN else ""
+    return f"the draft reads prompts through {how}{start} ({PROMPT} tokens: {seconds})"

@@ -38,4 +38,7 @@ class PromptReads:
     def backend(self, spec: str) -> Backend:
         """What makes the caches of the draft `spec`: open_cache, given the products it reads prompts through."""
         products = self.products.get(spec)
-        return open_cache if products is None else functools.partial(open_cache, prompt_products=products)
+        if products is None:
+            return open_cache
+        read_from = self.choices.get(spec, {}).get("from", prompt_reader.READ_ROWS)
+        return functools.partial(open_cache, prompt_products=products, read_from=read_from)
