@@ -136,8 +136,8 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
 @pytest.mark.parametrize("wins_from, expected", [(24, 24), (8, 8), (128, 128)])
 def test_the_reader_is_used_from_the_shortest_length_at_which_it_wins_at_every_longer_one(monkeypatch, wins_from,
                                                                                            expected):
-    """A reader that wins from `wins_from` tokens on, and by chance at 12 too (a timing's noise), is used from there; one
-    that wins only at the prompt length it was chosen at is used from there."""
+    """A reader that wins from `wins_from` tokens on, and by chance at 12 too (a timing's noise), is used from there;
+    one that wins only at the prompt length it was chosen at is used from there."""
     model, _ = quantized_with_float_copy()
     timed = []
 
