@@ -153,5 +153,5 @@ NAMES = {OWN: "its own products", COLUMNS: "its own weights many outputs at a ti
 def describe(choice: dict) -> str:
     seconds = ", ".join(f"{NAMES.get(name, name)} {s * 1e3:.0f} ms" for name, s in choice["seconds"].items())
     how = NAMES.get(choice["choice"], f"{choice['choice']} copies of its weights")
-    start = f", from {choice['from']} tokens" if "from" in choice and choice["choice"] != OWN else ""
+    start = f", from {choice['from']} tokens" if "from" in choice else ""       # choose() stores it for a reader only
     return f"the draft reads prompts through {how}{start} ({PROMPT} tokens: {seconds})"
