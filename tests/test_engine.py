@@ -107,6 +107,14 @@ def test_bad_settings_raise_one_line_errors(kwargs, message):
     assert "\n" not in str(info.value)
 
 
+def test_a_target_cache_that_decoded_before_is_refused():
+    used = open_cache(tiny_model("llama"), "target")
+    Decoder(used, TOK, [1, 2, 3], max_new_tokens=2).generate()
+    with pytest.raises(ValueError, match="must be fresh") as info:
+        Decoder(used, TOK, [1, 2, 3], max_new_tokens=2)
+    assert "\n" not in str(info.value)
+
+
 def test_step_after_finish_is_refused():
     decoder = Decoder(open_cache(tiny_model("llama"), "target"), TOK, [1], max_new_tokens=1)
     decoder.step()

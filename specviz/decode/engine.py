@@ -65,6 +65,8 @@ class Decoder:
             raise ValueError("the prompt is empty")
         if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
             raise ValueError(f"max new tokens must be in [1, {MAX_NEW_TOKENS}], got {max_new_tokens}")
+        if target.committed or target.pending:      # the caller opens it: one that decoded before holds another text
+            raise ValueError("the target's cache must be fresh: open one for each decoder")
         config = target.model.config
         context_limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         if context_limit and len(prompt_ids) + max_new_tokens + max(tree.max_depth, tree.lookup) + 1 > context_limit:
