@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from time import perf_counter
 
-from .profile import store as machine_profile
+from .profile.store import Profile
 from .peers import reference
 from .cpu import prompt_reader
 from .bench.report import ratio
@@ -99,9 +99,11 @@ def generate(args) -> int:
     if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
         raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
     drafts = [] if args.strategy == "baseline" else args.draft
+    profile = Profile()         # this machine's measurements, read for this command
     preset, preset_reason = ((args.preset, "asked for (--preset)") if args.preset else
-                             ("offline", "the stack of --target") if args.target else default_choice(args.device))
-    stack = load_preset(preset, args.dtype, args.device, target=args.target, drafts=drafts)
+                             ("offline", "the stack of --target") if args.target else
+                             default_choice(args.device, profile))
+    stack = load_preset(preset, args.dtype, args.device, target=args.target, drafts=drafts, profile=profile)
     if args.compile:
         stack.compiled = compile_models(stack.target, stack.draft_models(), stack.vocabulary)
     prompt_format = args.prompt_format or default_format(prompt, stack.tokenizer)
@@ -113,9 +115,9 @@ def generate(args) -> int:
     decoder = stack.decoder(prompt_ids, args.strategy, tree, sampling, args.max_new_tokens)
     run = decoder.generate()
     speed = run.stats["new_tokens"] / (perf_counter() - started)       # the prompt's read included, as the reference's
-    keep_learnt(decoder)
+    keep_learnt(decoder, profile)
     ref = None if args.no_reference else reference.measure(stack, prompt_ids, sampling, args.max_new_tokens)
-    lacking = machine_profile.missing_line()
+    lacking = profile.missing_line()
     if lacking:
         print(lacking, file=sys.stderr)
     if args.json:
@@ -123,7 +125,7 @@ def generate(args) -> int:
                           "prompt_format": prompt_format,
                           "preset": preset, "target": stack.target.name, "drafts": stack.drafts,
                           "precision_reason": stack.precision_reason,
-                          "preset_reason": preset_reason, "profile": machine_profile.said(),
+                          "preset_reason": preset_reason, "profile": profile.said(),
                           "reference": ref, "speedup_vs_reference": ref and ratio(speed, ref["tokens_per_s"])}))
     else:
         print(run.text)

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from .profile import store as machine_profile
+from .profile.store import REMEASURE, Profile
 from .models import chunked
 from .cpu import kernels
 from .cpu.file_model import FileModelError, read_metadata
@@ -89,44 +89,46 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:    # --remeasure: each key measured again, replaced only where it settles (a busy run keeps the profile)
-        with machine_profile.preparing(remeasure=args.remeasure or os.environ.get(machine_profile.REMEASURE) == "1"):
-            measure_profile()
+        profile = Profile()
+        with profile.preparing(remeasure=args.remeasure or os.environ.get(REMEASURE) == "1"):
+            measure_profile(profile)
     except ModelLoadError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    say(closing_line())
+    say(closing_line(profile))
     return 0
 
 
-def closing_line() -> str:
+def closing_line(profile: Profile) -> str:
     """prepare's last line: every measurement settled, or which did not, and what stands for each (what the profile
     held before, under --remeasure, else the stated default), and which were stored from noisy timings."""
     def stands(key: str) -> str:
-        return "the profile's earlier value stands" if machine_profile.stored(key, measured=False) is not None \
+        return "the profile's earlier value stands" if profile.stored(key, measured=False) is not None \
             else "the stated default stands"
-    done = machine_profile.records()
+    done = profile.records
     said = [f"{key} ({why}: {stands(key)})" for key, why in done.unsettled.items()]
     said += [f"{key} ({why}: stored all the same, and used)" for key, why in done.imprecise.items()]
     return (f"could not settle: {'; '.join(said)}; run `python -m specviz.prepare` again on a machine at rest"
             if said else "this machine's profile holds every measurement")
 
 
-def measure_profile() -> None:
+def measure_profile(profile: Profile) -> None:
     """Everything that depends on this machine, measured where its profile lacks it (specviz/profile/store.py)."""
-    auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE))
-    timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)", predicted_token_seconds)
+    auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE, profile))
+    timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)",
+          lambda: predicted_token_seconds(profile))
     say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} "
-        f"(stored in {machine_profile.path()})")
+        f"(stored in {profile.file.path()})")
     for name in offline_presets():
         stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
-                      lambda: load_preset(name, AUTO_DTYPE))
+                      lambda: load_preset(name, AUTO_DTYPE, profile=profile))
         plan = timed(f"measuring preset {name}'s cost curves for staged's tree",
                      lambda: stack.plans.tree_plan())
         say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "
             "(other work kept the cores busy); staged grows the fixed rule until `python -m specviz.prepare` runs on "
             "a machine at rest")
         reads = timed(f"measuring how preset {name}'s draft reads prompts fastest",
-                      lambda: stack.prompt_reads.read(stack.draft_models()))
+                      lambda: stack.prompt_reads.read(stack.draft_models(), profile))
         for spec, choice in reads.items():
             say(f"{spec}: {prompt_reader.describe(choice)}")
 

@@ -66,21 +66,21 @@ def smollm2():
 
 
 @pytest.fixture
-def own_profile(tmp_path):
-    """An empty profile of this machine (specviz/profile/store.py) for this test, with records of its own, as a new
-    process has; the machine's real profile stays as setup left it. Nothing is measured outside
-    `machine_profile.preparing`. Tests run beside another worker: what they measure is stored whatever the load
-    (test_profile_store tests the guard)."""
-    import specviz.profile.store as machine_profile
-    with machine_profile.isolated(tmp_path / machine_profile.FILE, busy_share=1.0):
-        yield tmp_path / machine_profile.FILE
+def own_profile(tmp_path, monkeypatch):
+    """An empty profile of this machine (specviz/profile/store.py) in a file of this test's, with records of its own,
+    as a new process has; the machine's real profile stays as setup left it. The test hands it to what it loads; what
+    makes a profile of its own (the CLI, prepare, the processes it starts) reads the same file, as SPECVIZ_PROFILE
+    names it. Nothing is measured outside `preparing`. Tests run beside another worker: what they measure is stored
+    whatever the load (test_profile_store tests the guard)."""
+    from specviz.profile.store import FILE, PROFILE_FILE, Profile
+    monkeypatch.setenv(PROFILE_FILE, str(tmp_path / FILE))
+    return Profile(tmp_path / FILE, busy_share=1.0)
 
 
 @pytest.fixture
 def preparing(own_profile):
     """An empty profile that this test measures into, as `python -m specviz.prepare` does."""
-    import specviz.profile.store as machine_profile
-    with machine_profile.preparing("the tests"):
+    with own_profile.preparing("the tests"):
         yield own_profile
 
 

@@ -352,7 +352,7 @@ def test_a_space_with_the_qwen_coder_files_runs_that_pair_live(monkeypatch):
     from specviz.stack import presets
 
     monkeypatch.setattr(presets, "qwen_coder_installed", lambda: True)
-    monkeypatch.setattr(presets, "predicted_token_seconds", lambda: 9.9)       # a slow shared CPU
+    monkeypatch.setattr(presets, "predicted_token_seconds", lambda profile: 9.9)      # a slow shared CPU
     monkeypatch.setattr(presets, "memory_bytes", lambda: 32 * 2**30)
     monkeypatch.delenv(presets.PRESET_ENV, raising=False)
     monkeypatch.setenv("SPACE_ID", "someone/specviz")
@@ -485,7 +485,7 @@ def test_the_model_bytes_a_server_holds_are_bounded():
     from specviz.models.load import LoadedModel
     from specviz.stack.stack import Stack
 
-    def load(key):
+    def load(key, profile=None):
         return Stack(LoadedModel(key[0], tiny_model("llama", seed=len(key[0])), WordTokenizer()), [], {})
     size = load(("a",)).weight_bytes
     with stacks.isolated(load=load, most_bytes=1.5 * size) as held:
@@ -517,16 +517,15 @@ def test_the_page_says_in_its_status_where_the_profile_lacks_a_measurement_and_t
         tiny_default, own_profile, monkeypatch):
     """A live decoder started where this machine's profile lacks a measurement says so in the status line; the race's
     "How this was measured" groups the settings by where they came from."""
-    from specviz.profile import store as machine_profile
-    tiny_default()
+    stack = tiny_default()          # its profile: the test's own file, which SPECVIZ_PROFILE names
     settings = app_settings.parse_settings(**{**SETTINGS, "strategy": "staged", "max_new_tokens": 4})
     note = Session().decoder_for(settings)[1]                      # staged's plan: not in the empty profile
     assert note.startswith("No machine profile here; stated defaults are used") and note.endswith(".")
     said = {"draft d": "a stated default: x", "tree plan: p": "a stated default: x", "calibration c": "learnt y"}
-    text = words.profile_note(said, machine_profile.missing_line())
+    text = words.profile_note(said, stack.profile.missing_line())
     assert text.startswith("**Where the settings came from.** draft d, tree plan: p: a stated default: x. "
                            "calibration c: learnt y. No machine profile here") and "\n" not in text
-    machine_profile.records().defaulted = {}
+    stack.profile.records.defaulted = {}
     assert Session().decoder_for(app_settings.parse_settings(**{**SETTINGS, "strategy": "baseline"}))[1] == ""
 
 

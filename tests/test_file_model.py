@@ -74,7 +74,7 @@ def test_after_a_one_token_prompt_the_files_blocks_write_what_its_float_model_wr
 
 
 def test_every_strategy_writes_baselines_tokens_with_the_files_blocks(own_profile):
-    stack = Stack.load("smollm2-135m", None, dtype="gguf")         # the shipped draft and trigram
+    stack = Stack.load("smollm2-135m", None, dtype="gguf", profile=own_profile)     # the shipped draft and trigram
     assert stack.dtype == "gguf"
     prompt = stack.encode(load_prompts(limit=5)[4].text)
     runs = {s: stack.decoder(prompt, s, max_new_tokens=24, stop_at_eos=False).generate() for s in STRATEGIES}

@@ -162,7 +162,8 @@ def test_the_regime_panel_draws_ours_llama_cpp_and_each_precision(self_drafted, 
 
     # each precision's probe layer as made-up seconds: the panel draws whatever was measured (the real probe is
     # tests/test_presets.py's), and a worker that has not timed it yet would take a minute here
-    monkeypatch.setattr(regime, "probe_seconds", lambda name: {n: 0.01 * (1 + n / 8) for n in (1, 2, 4, 8, 16)})
+    monkeypatch.setattr(regime, "probe_seconds",
+                        lambda name, profile: {n: 0.01 * (1 + n / 8) for n in (1, 2, 4, 8, 16)})
     view = regime.regime_view(self_drafted)
     precisions = regime.probed_precisions()
     assert "gguf" in precisions and set(view["probes"]) == set(precisions)

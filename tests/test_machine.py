@@ -51,7 +51,7 @@ def test_an_unknown_memory_does_not_turn_the_default_stack_away(monkeypatch):
     monkeypatch.delenv(presets.PRESET_ENV, raising=False)
     monkeypatch.setattr(presets, "available", lambda chunked: True)
     monkeypatch.setattr(presets, "memory_bytes", lambda: None)
-    monkeypatch.setattr(presets, "predicted_token_seconds", lambda: 0.1)
+    monkeypatch.setattr(presets, "predicted_token_seconds", lambda profile: 0.1)
     assert presets.default_preset() == "qwen-coder"
 
 

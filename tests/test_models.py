@@ -4,6 +4,7 @@ from tiny import TinyTokenizer, tiny_model
 
 import specviz.models.precision as precision
 from specviz.models.load import LoadedModel, ModelLoadError, check_tokenizers_match, load_model, resolve
+from specviz.profile.store import Profile
 
 
 def test_resolve_specs(tmp_path):
@@ -38,38 +39,37 @@ def test_bad_dtype_and_missing_cuda_are_one_line_errors():
 
 
 def test_auto_dtype_follows_the_probe(monkeypatch, preparing):
-    import specviz.models.load as models
     for faster in ("bfloat16", "float32", "int4", *(["int8"] if "int8" in precision.cpu_precisions() else [])):
-        clear_probe(models)
+        clear_probe(preparing)
         monkeypatch.setattr(precision, "_probe_layer", lambda dtype, f=faster: {1: 0.5, 16: 0.5} if dtype == f
                             else {1: 1.0, 16: 2.0})
-        assert precision.resolve_dtype("auto") == faster                   # by absolute speed, not by a ratio
-        assert precision.auto_reason().startswith(f"auto picked {faster}, the fastest here: ")
-        assert f"{faster} 500 ms" in precision.auto_reason()         # its one-token time
-    clear_probe(models)
+        assert precision.resolve_dtype("auto", preparing) == faster        # by absolute speed, not by a ratio
+        assert precision.auto_reason(preparing).startswith(f"auto picked {faster}, the fastest here: ")
+        assert f"{faster} 500 ms" in precision.auto_reason(preparing)         # its one-token time
+    clear_probe(preparing)
     close = {"float32": 1.0, "bfloat16": 0.8, "int4": 0.5, "int8": 0.48}      # int8 within 10% of int4: int4 stays
     monkeypatch.setattr(precision, "_probe_layer", lambda dtype: {1: close[dtype]})
-    assert precision.resolve_dtype("auto") == "int4"
-    clear_probe(models)
+    assert precision.resolve_dtype("auto", preparing) == "int4"
+    clear_probe(preparing)
     monkeypatch.setattr(precision, "_probe_layer", lambda dtype: {1: 1.0, 16: 1.0})      # a tie is no reason for bf16
-    assert precision.resolve_dtype("auto") == "float32"
-    assert precision.resolve_dtype("float16") == "float16"                 # names pass through
-    clear_probe(models)
+    assert precision.resolve_dtype("auto", preparing) == "float32"
+    assert precision.resolve_dtype("float16", preparing) == "float16"      # names pass through
+    clear_probe(preparing)
 
 
-def clear_probe(models) -> None:
+def clear_probe(profile) -> None:
     """As a new process on a new machine: nothing measured, nothing stored."""
-    import specviz.profile.store as machine_profile
-    machine_profile.restart()
-    machine_profile.forget()
+    profile.restart()
+    profile.file.forget()
 
 
 @pytest.mark.slow
 def test_auto_dtype_probe_runs_here_and_models_load_in_it(tmp_path):
     assert all(precision._probe_layer(name, feeds=(1,), repeats=1)[1] > 0 for name in precision.cpu_precisions())
     tiny_model("llama").save_pretrained(tmp_path)
-    loaded = load_model(str(tmp_path), dtype="auto")
-    assert loaded.dtype == precision.resolve_dtype("auto") in precision.cpu_precisions()
+    profile = Profile()
+    loaded = load_model(str(tmp_path), dtype="auto", profile=profile)
+    assert loaded.dtype == precision.resolve_dtype("auto", profile) in precision.cpu_precisions()
 
 
 def test_models_load_as_from_pretrained_leaves_them(tmp_path):

@@ -40,7 +40,7 @@ def test_the_default_stack_is_chosen_by_measurement(monkeypatch, installed, memo
     monkeypatch.delenv(presets.PRESET_ENV, raising=False)
     monkeypatch.setattr(presets, "available", lambda chunked: installed)
     monkeypatch.setattr(presets, "memory_bytes", lambda: memory_gib * 2**30)
-    monkeypatch.setattr(presets, "predicted_token_seconds", lambda: token_s)
+    monkeypatch.setattr(presets, "predicted_token_seconds", lambda profile: token_s)
     assert presets.default_preset(device) == expected
 
 
@@ -56,11 +56,11 @@ def test_an_operator_may_name_the_default_stack(monkeypatch):
 @pytest.mark.slow
 def test_the_token_time_is_predicted_from_the_probe_layer_here(preparing):
     import specviz.stack.presets as presets
-    seconds = presets.predicted_token_seconds()
+    from specviz.models.precision import auto_precision, probe_seconds, resolve_dtype, runs_file_blocks
+    seconds = presets.predicted_token_seconds(preparing)
     target = presets.PRESETS["qwen-coder"].target        # its GGUF file's own blocks, where the kernels build
-    assert specviz.models.precision.auto_precision(target) == ("gguf" if specviz.models.precision.runs_file_blocks()
-                                                               else specviz.models.precision.resolve_dtype("auto"))
-    probe = specviz.models.precision.probe_seconds(specviz.models.precision.auto_precision(target))
+    assert auto_precision(target, preparing) == ("gguf" if runs_file_blocks() else resolve_dtype("auto", preparing))
+    probe = probe_seconds(auto_precision(target, preparing), preparing)
     assert seconds == probe[1] * 33 and 0 < seconds < 60
 
 

@@ -20,55 +20,55 @@ IDLE = {"float32": 0.040, "bfloat16": 0.030, "int4": 0.008, "int8": 0.0085, "ggu
 BUSY = {"float32": 0.016, "bfloat16": 0.034, "int4": 0.019, "int8": 0.012, "gguf": 0.020}
 
 
-def new_process(monkeypatch, timings: dict) -> None:
+def new_process(profile, monkeypatch, timings: dict) -> None:
     """What a process starting now sees: no probe measured in it yet, and the probe timing `timings`."""
-    machine_profile.restart()
+    profile.restart()
     monkeypatch.setattr(precision, "_probe_layer", lambda dtype: {1: timings[dtype], 2: 2 * timings[dtype]})
 
 
 @pytest.fixture
 def store(own_profile):
-    with machine_profile.preparing("the tests"):        # as `python -m specviz.prepare` measures
+    with own_profile.preparing("the tests"):        # as `python -m specviz.prepare` measures
         yield own_profile
 
 
 def test_a_busy_machine_keeps_the_stored_precision_and_stack(store, monkeypatch):
-    new_process(monkeypatch, IDLE)
-    picked, token_s = precision.resolve_dtype("auto"), presets.predicted_token_seconds()
-    target = precision.auto_precision(presets.PRESETS["qwen-coder"].target)        # gguf where its file is installed
+    new_process(store, monkeypatch, IDLE)
+    picked, token_s = precision.resolve_dtype("auto", store), presets.predicted_token_seconds(store)
+    target = precision.auto_precision(presets.PRESETS["qwen-coder"].target, store)    # gguf where its file is here
     assert picked == "int4" and token_s == pytest.approx(IDLE[target] * 33)  # the idle machine's pick
-    new_process(monkeypatch, BUSY)                  # a later process, started while others compute
-    assert precision.resolve_dtype("auto") == picked
-    assert presets.predicted_token_seconds() == token_s
-    reason = precision.auto_reason()
+    new_process(store, monkeypatch, BUSY)                  # a later process, started while others compute
+    assert precision.resolve_dtype("auto", store) == picked
+    assert presets.predicted_token_seconds(store) == token_s
+    reason = precision.auto_reason(store)
     assert "measured" in reason and "auto.json" in reason       # says where it came from,
-    assert str(store) not in reason                             # but not the server's own path (a Space shows it)
+    assert str(store.file.path()) not in reason                      # but not the server's own path (a Space shows it)
 
 
 def test_remeasuring_is_asked_for(store, monkeypatch):
-    new_process(monkeypatch, IDLE)
-    assert precision.resolve_dtype("auto") == "int4"
-    new_process(monkeypatch, BUSY)
-    with machine_profile.preparing("the tests", remeasure=True):
-        assert precision.resolve_dtype("auto") == "int8"                           # measured again, and stored
-    new_process(monkeypatch, IDLE)
-    assert precision.resolve_dtype("auto") == "int8"
-    machine_profile.forget()
-    new_process(monkeypatch, IDLE)
-    assert precision.resolve_dtype("auto") == "int4"
+    new_process(store, monkeypatch, IDLE)
+    assert precision.resolve_dtype("auto", store) == "int4"
+    new_process(store, monkeypatch, BUSY)
+    with store.preparing("the tests", remeasure=True):
+        assert precision.resolve_dtype("auto", store) == "int8"                           # measured again, and stored
+    new_process(store, monkeypatch, IDLE)
+    assert precision.resolve_dtype("auto", store) == "int8"
+    store.file.forget()
+    new_process(store, monkeypatch, IDLE)
+    assert precision.resolve_dtype("auto", store) == "int4"
 
 
 def test_another_machine_measures_anew(store, monkeypatch):
-    new_process(monkeypatch, IDLE)
-    assert precision.resolve_dtype("auto") == "int4"
+    new_process(store, monkeypatch, IDLE)
+    assert precision.resolve_dtype("auto", store) == "int4"
     here = machine_profile.machine()
     monkeypatch.setattr(machine_profile, "machine", lambda: "another CPU")
-    new_process(monkeypatch, BUSY)
-    assert precision.resolve_dtype("auto") == "int8"
-    assert set(json.loads(store.read_text())["machines"]) == {here, "another CPU"}     # each keeps its own
+    new_process(store, monkeypatch, BUSY)
+    assert precision.resolve_dtype("auto", store) == "int8"
+    assert set(json.loads(store.file.path().read_text())["machines"]) == {here, "another CPU"}     # each keeps its own
     monkeypatch.setattr(machine_profile, "machine", lambda: here)
-    new_process(monkeypatch, BUSY)
-    assert precision.resolve_dtype("auto") == "int4"
+    new_process(store, monkeypatch, BUSY)
+    assert precision.resolve_dtype("auto", store) == "int4"
 
 
 def test_a_changed_kernel_is_another_machine(monkeypatch):
@@ -93,7 +93,7 @@ def test_concurrent_first_uses_measure_once(store):
     def measure():
         calls.append(1)
         return len(calls)
-    threads = [threading.Thread(target=lambda: results.append(machine_profile.decided("key", measure)))
+    threads = [threading.Thread(target=lambda: results.append(store.decided("key", measure)))
                for _ in range(4)]
     [t.start() for t in threads]
     [t.join() for t in threads]
@@ -101,24 +101,24 @@ def test_concurrent_first_uses_measure_once(store):
 
 
 def test_a_damaged_store_is_measured_again(store):
-    store.write_text("{not json")
-    assert machine_profile.decided("key", lambda: 7) == 7
-    assert machine_profile.decided("key", lambda: 8) == 7
+    store.file.path().write_text("{not json")
+    assert store.decided("key", lambda: 7) == 7
+    assert store.decided("key", lambda: 8) == 7
 
 
 def test_the_profile_is_parsed_once_and_again_when_another_process_replaces_it(store, monkeypatch):
-    machine_profile.decided("key", lambda: 7)
+    store.decided("key", lambda: 7)
     parses = []
     real_loads = json.loads
     monkeypatch.setattr(machine_profile.json, "loads", lambda text: parses.append(1) or real_loads(text))
-    assert [machine_profile.stored("key", measured=False) for _ in range(5)] == [7] * 5
+    assert [store.stored("key", measured=False) for _ in range(5)] == [7] * 5
     assert len(parses) == 1
-    other = real_loads(store.read_text())                 # another process stores a new value, as prepare would
+    other = real_loads(store.file.path().read_text())      # another process stores a new value, as prepare would
     other["machines"][machine_profile.machine()]["key"]["value"] = 8
-    replaced = store.with_name("other")
+    replaced = store.file.path().with_name("other")
     replaced.write_text(json.dumps(other))
-    os.replace(replaced, store)
-    assert machine_profile.stored("key", measured=False) == 8 and len(parses) == 2
+    os.replace(replaced, store.file.path())
+    assert store.stored("key", measured=False) == 8 and len(parses) == 2
 
 
 def spin(seconds: float) -> int:
@@ -143,7 +143,7 @@ def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_sto
     measures again, SETTLE_TRIES times in all, then stores nothing and names the key (its last line says it). On two
     cores, 0.5 s of wall time is 1 core-second: the process's own 0.5 s of busy time leaves others none; 1 s busy is
     others' 50%."""
-    machine_profile.current().busy_share = 0.25
+    store.busy_share = 0.25
     monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
     recorded_clocks(monkeypatch, [((100.0, 400.0), 5.0), ((100.5, 401.0), 5.5),      # own work: others 0%
                                   ((110.0, 410.0), 6.0), ((111.0, 411.0), 6.5),      # others 50%
@@ -158,18 +158,19 @@ def test_what_is_timed_while_others_compute_is_measured_again_and_else_never_sto
     def measure():
         tries.append(1)
         return f"try {len(tries)}"
-    assert machine_profile.decided("own work", lambda: "stored") == "stored"
-    assert machine_profile.decided("busy", measure) == "try 3" and machine_profile.SETTLE_TRIES == 3
-    assert machine_profile.records().unsettled == {"busy": "other work used 50% of the cores"}
-    assert machine_profile.decided("a quarter", lambda: "stored too") == "stored too"
-    stored = json.loads(store.read_text())["machines"][machine_profile.machine()]
+    assert store.decided("own work", lambda: "stored") == "stored"
+    assert store.decided("busy", measure) == "try 3" and machine_profile.SETTLE_TRIES == 3
+    assert store.records.unsettled == {"busy": "other work used 50% of the cores"}
+    assert store.decided("a quarter", lambda: "stored too") == "stored too"
+    stored = json.loads(store.file.path().read_text())["machines"][machine_profile.machine()]
     assert "own work" in stored and "a quarter" in stored and "busy" not in stored
-    assert machine_profile.decided("settles", measure) == "try 5"               # its second try is stored
-    assert json.loads(store.read_text())["machines"][machine_profile.machine()]["settles"]["value"] == "try 5"
-    assert machine_profile.decided("busy", lambda: "again") == "try 3"    # not timed again by this prepare: what it got
-    machine_profile.records().unsettled = {}                   # the next prepare
-    assert machine_profile.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
-    assert machine_profile.decided("busy", lambda: "again") == "at rest"
+    assert store.decided("settles", measure) == "try 5"               # its second try is stored
+    stored = json.loads(store.file.path().read_text())["machines"][machine_profile.machine()]
+    assert stored["settles"]["value"] == "try 5"
+    assert store.decided("busy", lambda: "again") == "try 3"    # not timed again by this prepare: what it got
+    store.records.unsettled = {}                   # the next prepare
+    assert store.decided("busy", lambda: "at rest") == "at rest"      # measured again, now stored
+    assert store.decided("busy", lambda: "again") == "at rest"
 
 
 @pytest.mark.skipif(machine_profile.cpu_seconds() is None, reason="no /proc/stat to tell who used the cores")

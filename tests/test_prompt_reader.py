@@ -172,7 +172,6 @@ def test_a_cache_reads_feeds_through_the_reader_from_the_length_stored_and_short
 
 def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks_read_the_stored_choice(
         own_profile, monkeypatch):
-    from specviz.profile import store as machine_profile
 
     def quantized_stack():
         return quantized_draft_stack()[0]
@@ -180,24 +179,26 @@ def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks
     monkeypatch.setattr(prompt_reader, "chooser", lambda model: lambda: measured.append(1) or
                         {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.5, "float32": 1.2}})
     first = quantized_stack()
-    assert first.prompt_reads.read(first.draft_models()) == {} and not own_profile.exists()  # generating never times
+    assert first.prompt_reads.read(first.draft_models(), own_profile) == {}        # generating never times
+    assert not own_profile.file.path().exists()
     assert first.prompt_reads.products.get("draft") is None and first.drafter_for("staged").kv.reader is None
-    with machine_profile.preparing("the tests"):       # measured as prepare measures
-        assert first.prompt_reads.read(first.draft_models())["draft"]["choice"] == "bfloat16"
+    with own_profile.preparing("the tests"):       # measured as prepare measures
+        assert first.prompt_reads.read(first.draft_models(), own_profile)["draft"]["choice"] == "bfloat16"
     assert measured == [1]
-    assert "prompt read: draft" in own_profile.read_text()
+    assert "prompt read: draft" in own_profile.file.path().read_text()
     second = quantized_stack()
-    assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16" and measured == [1]
+    assert second.prompt_reads.read(second.draft_models(), own_profile)["draft"]["choice"] == "bfloat16"
+    assert measured == [1]
     assert second.drafter_for("staged").kv.reader is not None        # the stack's drafters get the reader
     assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.bfloat16
-    with machine_profile.preparing("the tests"):
-        assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "bfloat16"
+    with own_profile.preparing("the tests"):
+        assert second.prompt_reads.read(second.draft_models(), own_profile)["draft"]["choice"] == "bfloat16"
         assert measured == [1]
         # measured again on request (python -m specviz.prepare --remeasure), a loaded stack takes the new choice
         monkeypatch.setattr(prompt_reader, "chooser", lambda model: lambda: measured.append(2) or
                             {"choice": "float32", "seconds": {"own": 1.0, "bfloat16": 1.5, "float32": 0.8}})
-        with machine_profile.preparing("the tests", remeasure=True):
-            assert second.prompt_reads.read(second.draft_models())["draft"]["choice"] == "float32"
+        with own_profile.preparing("the tests", remeasure=True):
+            assert second.prompt_reads.read(second.draft_models(), own_profile)["draft"]["choice"] == "float32"
     assert measured == [1, 2]
     assert second.prompt_reads.products["draft"][0]["down"].weight.dtype == torch.float32
 
@@ -238,8 +239,8 @@ def test_a_prompt_read_timed_again_on_a_busy_machine_times_the_same_copies(monke
     monkeypatch.setattr(prompt_reader, "copies", lambda m, name: made.append(name) or copies(m, name))
     monkeypatch.setattr(prompt_reader, "time_read", lambda m, products=None: own_reads.append(products is None) or 1.0)
     monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
-    machine_profile.current().busy_share = 0.25
+    preparing.busy_share = 0.25
     monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
-    chosen = machine_profile.decided("prompt read: a busy test", prompt_reader.chooser(model))
+    chosen = preparing.decided("prompt read: a busy test", prompt_reader.chooser(model))
     assert chosen["choice"] == prompt_reader.OWN
     assert own_reads.count(True) == machine_profile.SETTLE_TRIES and sorted(made) == sorted(prompt_reader.CANDIDATES)

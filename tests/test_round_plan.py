@@ -285,23 +285,23 @@ def test_the_trace_says_why_each_round_had_its_shape_and_round_trips_through_jso
 
 def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_are_stored(preparing, monkeypatch):
     from specviz.profile import store as machine_profile, tree_plans as tree_plan_store
-    own_profile = preparing
-    pinned = tiny_stack(("draft", "lookup"), plan=cpu_plan)
+    file = preparing.file.path()
+    pinned = tiny_stack(("draft", "lookup"), plan=cpu_plan, profile=preparing)
     pinned_decoder = pinned.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8)
     pinned_decoder.generate()
-    keep_learnt(pinned_decoder)
-    assert not own_profile.exists()                                     # a stack given curves by hand stores nothing
+    keep_learnt(pinned_decoder, preparing)
+    assert not file.exists()                                            # a stack given curves by hand stores nothing
     monkeypatch.setattr(tree_plan_store, "measure", lambda *a: cpu_plan().to_dict())
-    stack = tiny_stack(("draft", "lookup"), plan=None)
+    stack = tiny_stack(("draft", "lookup"), plan=None, profile=preparing)
     assert stack.plans.tree_plan() is not None
-    before = own_profile.read_text()
+    before = file.read_text()
     decoder = stack.decoder([3, 1, 4, 1, 5], "speculative", max_new_tokens=8)
     decoder.generate()
-    assert own_profile.read_text() == before                            # a generation itself writes no file
-    keep_learnt(decoder)
-    keys = [k for k in json.loads(own_profile.read_text())["machines"][machine_profile.machine()] if "calibration" in k]
+    assert file.read_text() == before                                   # a generation itself writes no file
+    keep_learnt(decoder, preparing)
+    keys = [k for k in json.loads(file.read_text())["machines"][machine_profile.machine()] if "calibration" in k]
     assert keys == [stack.plans.name().replace("tree plan", "calibration of speculative, greedy")]
-    learnt = machine_profile.stored(keys[0])
+    learnt = preparing.stored(keys[0])
     assert sum(cell[1] for row in learnt["model"] for cell in row) > 0
     assert stack.plans.round_planner("speculative", CHAIN, Sampling()).calibration.stored == learnt
 

@@ -93,13 +93,14 @@ def test_a_draft_with_a_lower_stage_is_probed_with_the_batches_staged_feeds_it(t
         return [{n: (0.3 if b else 1.0) if n == 1 else (3.0 if b else 1.2) for n in sizes} for b in bf16]
 
     monkeypatch.setattr(draft_precision, "cost_curves", fake_curves)
-    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
+    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, *_: "float32")
     _save_target_and_draft(tmp_path)
-    chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto")
+    chain = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto", profile=target_probe)
     candidates = len(draft_precision.draft_precisions(str(tmp_path / "draft"), "float32"))  # f32, bf16, int4 (, int8)
     assert seen == [(1,)] * candidates and chain.precision() == "float32 target, bfloat16 draft"
     seen.clear()
-    staged = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
+    staged = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto",
+                        profile=target_probe)
     assert seen == [(1, draft_precision.STAGED_LEVEL_TOKENS)] * candidates and staged.precision() == "float32"
 
 
@@ -119,11 +120,11 @@ def test_a_draft_timed_again_on_a_busy_machine_is_loaded_once_in_each_precision(
     monkeypatch.setattr(draft_precision, "draft_probe_seconds",
                         lambda models, lower: timings.append(len(models)) or [1.0] * len(models))
     monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
-    machine_profile.current().busy_share = 0.25
+    target_probe.busy_share = 0.25
     monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
-    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
+    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, *_: "float32")
     _save_target_and_draft(tmp_path)
-    Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
+    Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto", profile=target_probe)
     candidates = draft_precision.draft_precisions(str(tmp_path / "draft"), "float32")
     assert timings == [len(candidates)] * machine_profile.SETTLE_TRIES and sorted(loads) == sorted(candidates)
 
@@ -136,11 +137,12 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
     import specviz.stack.draft_precision as draft_precision
     import specviz.stack.stack as stack_module
     _save_target_and_draft(tmp_path)
-    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, device="cpu": "float32")
+    monkeypatch.setattr(stack_module, "auto_precision", lambda spec, *_: "float32")
     monkeypatch.setattr(draft_precision, "draft_probe_seconds",
                         lambda models, lower: [1.0 if LoadedModel("", m, None).dtype == fastest else 3.0
                                                for m in models])
-    s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto")
+    s = Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto",
+                   profile=target_probe)
     assert s.dtype == "float32" and s.loaded[str(tmp_path / "draft")].dtype == fastest
     assert s.precision() == f"float32 target, {precision_name(fastest)} draft"
     base = s.decoder([1, 2, 3, 4], "baseline", max_new_tokens=12, stop_at_eos=False).generate().tokens
@@ -148,8 +150,10 @@ def test_auto_dtype_keeps_a_draft_in_the_precision_whose_forwards_are_fastest(tm
         assert s.decoder([1, 2, 3, 4], strategy, max_new_tokens=12, stop_at_eos=False).generate().tokens == base
     # a tie keeps float32
     monkeypatch.setattr(draft_precision, "draft_probe_seconds", lambda models, lower: [1.0] * len(models))
-    assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto").precision() == \
-        f"float32 target, {precision_name(fastest)} draft"          # ...but the choice stored on this machine stands
-    draft_precision.machine_profile.forget()
-    assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto").precision() == "float32"
+    assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft"), "lookup"], dtype="auto",
+                      profile=target_probe).precision() == f"float32 target, {precision_name(fastest)} draft"
+    # ...but the choice stored on this machine stands
+    target_probe.file.forget()
+    assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="auto",
+                      profile=target_probe).precision() == "float32"
     assert Stack.load(str(tmp_path / "target"), [str(tmp_path / "draft")], dtype="float32").precision() == "float32"

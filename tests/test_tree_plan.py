@@ -103,21 +103,20 @@ def test_the_builder_takes_every_guess_that_meets_a_zero_minimum():
 
 def test_a_stack_measures_its_plan_only_in_prepare_stores_it_and_every_later_stack_reads_it(own_profile,
                                                                                             monkeypatch):
-    from specviz.profile import store as machine_profile
     # The tiny models' curves are timed for real (beside the suite's other worker: how precise they get is the tests
     # below's business)
-    first = tiny_stack(("draft", "lookup"), plan=None)
+    first = tiny_stack(("draft", "lookup"), plan=None, profile=own_profile)
     unplanned = first.plans.planned(default_tree("staged"))        # a process that only generates never times anything
-    assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not own_profile.exists()
-    assert first.plans.tree_plan() is None and not own_profile.exists()
-    with machine_profile.preparing("the tests"):        # measured as prepare measures
+    assert unplanned.min_scores == () and unplanned.min_score == 0.5 and not own_profile.file.path().exists()
+    assert first.plans.tree_plan() is None and not own_profile.file.path().exists()
+    with own_profile.preparing("the tests"):        # measured as prepare measures
         measured = first.plans.tree_plan()
     planned = first.plans.planned(default_tree("staged"))
     assert planned.min_scores == measured.min_scores()[:MAX_NODES] and planned.planned
-    assert "tree plan: tiny-target" in own_profile.read_text()
+    assert "tree plan: tiny-target" in own_profile.file.path().read_text()
     monkeypatch.setattr(tree_plan_store, "measure", lambda *a: pytest.fail("a stored plan was measured again"))
-    second = tiny_stack(("draft", "lookup"), plan=None)
-    with machine_profile.preparing("the tests"):
+    second = tiny_stack(("draft", "lookup"), plan=None, profile=own_profile)
+    with own_profile.preparing("the tests"):
         stored = second.plans.tree_plan()
     assert stored == TreePlan(measured.target, measured.draft, second.plans.tree_plan().source)
     run = second.decoder([1, 2, 3], "staged", max_new_tokens=6).generate()
@@ -182,12 +181,12 @@ def test_a_plan_settles_on_the_scores_it_uses_not_on_every_size():
 def test_a_quiet_machine_settles_at_once_and_prepare_says_the_profile_holds_it(preparing, monkeypatch):
     from specviz.profile.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.007, 0.013, 0.010, 0.012], noise=0.01))
-    stack = tiny_stack(("draft", "lookup"), plan=None)
+    stack = tiny_stack(("draft", "lookup"), plan=None, profile=preparing)
     plan = stack.plans.tree_plan()
-    stored = machine_profile.stored(stack.plans.name())
+    stored = preparing.stored(stack.plans.name())
     assert machine_profile.settled(stored) and stored["rounds"] == tree_plan_store.FIRST_ROUNDS
     assert plan.target[4] / plan.target[1] == pytest.approx(1.6, rel=0.03)
-    assert prepare.closing_line() == "this machine's profile holds every measurement"
+    assert prepare.closing_line(preparing) == "this machine's profile holds every measurement"
 
 
 def test_curves_that_stay_noisy_are_stored_and_planned_from_and_prepare_names_them(preparing, monkeypatch):
@@ -195,28 +194,29 @@ def test_curves_that_stay_noisy_are_stored_and_planned_from_and_prepare_names_th
     prepare measures them again until they settle. Under --remeasure, noisy curves never replace precise ones."""
     from specviz.profile.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.6))
-    stack = tiny_stack(("draft", "lookup"), plan=None)
+    stack = tiny_stack(("draft", "lookup"), plan=None, profile=preparing)
     noisy = stack.plans.tree_plan()
-    stored = machine_profile.stored(stack.plans.name())
+    stored = preparing.stored(stack.plans.name())
     assert not machine_profile.settled(stored) and stored["rounds"] >= tree_plan_store.MOST_ROUNDS
     assert noisy is not None and stack.plans.planned(default_tree("staged")).min_scores == noisy.min_scores()
-    assert "stored all the same, and used" in prepare.closing_line() and "uncertain" in prepare.closing_line()
-    later = tiny_stack(("draft", "lookup"), plan=None)       # in the same prepare: not measured again
+    last = prepare.closing_line(preparing)
+    assert "stored all the same, and used" in last and "uncertain" in last
+    later = tiny_stack(("draft", "lookup"), plan=None, profile=preparing)   # in the same prepare: not measured again
     assert later.plans.tree_plan().target == noisy.target
-    machine_profile.records().measured = []           # the next prepare measures it again: still noisy
-    again = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
-    assert again.target != noisy.target and not machine_profile.settled(machine_profile.stored(stack.plans.name()))
+    preparing.records.measured = []           # the next prepare measures it again: still noisy
+    again = tiny_stack(("draft", "lookup"), plan=None, profile=preparing).plans.tree_plan()
+    assert again.target != noisy.target and not machine_profile.settled(preparing.stored(stack.plans.name()))
     noisy = again
 
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))     # at rest: --remeasure refines
-    machine_profile.records().measured = []
-    precise = tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
-    assert machine_profile.settled(machine_profile.stored(stack.plans.name())) and precise.target != noisy.target
-    machine_profile.records().remeasured = set()
+    preparing.records.measured = []
+    precise = tiny_stack(("draft", "lookup"), plan=None, profile=preparing).plans.tree_plan()
+    assert machine_profile.settled(preparing.stored(stack.plans.name())) and precise.target != noisy.target
+    preparing.records.remeasured = set()
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.6))     # busy again: the precise stand
-    with machine_profile.preparing("the tests", remeasure=True):
-        assert tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan().target == precise.target
-    assert "the profile's earlier value stands" in prepare.closing_line()
+    with preparing.preparing("the tests", remeasure=True):
+        assert tiny_stack(("draft", "lookup"), plan=None, profile=preparing).plans.tree_plan().target == precise.target
+    assert "the profile's earlier value stands" in prepare.closing_line(preparing)
 
 
 def test_curves_timed_while_other_work_kept_the_cores_busy_are_stored_unsettled_and_planned_from(preparing,
@@ -224,20 +224,20 @@ def test_curves_timed_while_other_work_kept_the_cores_busy_are_stored_unsettled_
     from specviz.profile.cost_curve import CostSampler
     monkeypatch.setattr(CostSampler, "rounds", fake_rounds([0.010], noise=0.01))
     monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 0.9)
-    machine_profile.current().busy_share = 0.25
+    preparing.busy_share = 0.25
     monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
-    stack = tiny_stack(("draft", "lookup"), plan=None)
+    stack = tiny_stack(("draft", "lookup"), plan=None, profile=preparing)
     busy = stack.plans.tree_plan()
-    stored = machine_profile.stored(stack.plans.name())
+    stored = preparing.stored(stack.plans.name())
     assert busy is not None and not machine_profile.settled(stored) and "other work used 90%" in stored["why"]
-    assert machine_profile.records().measured.count(stack.plans.name()) == machine_profile.SETTLE_TRIES
-    assert "stored all the same, and used" in prepare.closing_line()
-    machine_profile.records().imprecise = {}          # the next prepare, on a machine at rest
-    machine_profile.records().measured = []
+    assert preparing.records.measured.count(stack.plans.name()) == machine_profile.SETTLE_TRIES
+    assert "stored all the same, and used" in prepare.closing_line(preparing)
+    preparing.records.imprecise = {}          # the next prepare, on a machine at rest
+    preparing.records.measured = []
     monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 0.0)
-    tiny_stack(("draft", "lookup"), plan=None).plans.tree_plan()
-    assert machine_profile.settled(machine_profile.stored(stack.plans.name()))
-    assert prepare.closing_line() == "this machine's profile holds every measurement"
+    tiny_stack(("draft", "lookup"), plan=None, profile=preparing).plans.tree_plan()
+    assert machine_profile.settled(preparing.stored(stack.plans.name()))
+    assert prepare.closing_line(preparing) == "this machine's profile holds every measurement"
 
 
 def test_interpolate_is_linear_between_sizes_and_past_the_last_two():

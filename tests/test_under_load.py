@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz.profile.store import PROFILE_FILE, path
+from specviz.profile.store import PROFILE_FILE, Profile
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def measurements(profile: Path) -> dict:
 
 def test_processes_started_together_on_a_busy_machine_write_what_each_writes_alone(tmp_path):
     profile = tmp_path / "auto.json"
-    shutil.copyfile(path(), profile)
+    shutil.copyfile(Profile().file.path(), profile)
     measured = measurements(profile)
     in_turn = outcome(start([sys.executable, "-c", IN_TURN, json.dumps([command(*run)[3:] for run in ALONE])],
                             profile))

@@ -75,18 +75,21 @@ def pin_plan(stack, plan=flat_plan):
 
 
 def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, loaded: dict | None = None,
-               plan=flat_plan):
+               plan=flat_plan, profile=None):
     """The model stack the tests build: a tiny target and, where `drafts` names "draft", a noisy copy of
     it as the draft model (`loaded` adds other drafters, e.g. an n-gram table). plan: a function giving staged's
-    plan (None: measured on first use, as a real stack's)."""
+    plan (None: measured on first use, as a real stack's). profile: the machine profile it plans from (None: the
+    default file's, specviz/profile/store.py)."""
     from specviz.models.load import LoadedModel
+    from specviz.profile.store import Profile
     from specviz.stack.stack import Stack
 
     tok = tokenizer or TinyTokenizer()
     sources = dict(loaded or {})
     if "draft" in drafts:
         sources["draft"] = LoadedModel("draft", tiny_model("llama", noise=noise), tok)
-    stack = Stack(LoadedModel("tiny-target", tiny_model("llama"), tok), list(drafts), sources)
+    stack = Stack(LoadedModel("tiny-target", tiny_model("llama"), tok), list(drafts), sources,
+                  profile=profile or Profile())
     return stack if plan is None else pin_plan(stack, plan)
 
 

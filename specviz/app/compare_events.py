@@ -6,7 +6,6 @@ from time import perf_counter
 
 import gradio as gr
 
-from ..profile import store as machine_profile
 from .. import plots
 from . import panels, regime, replay, shared_races, stacks, words
 from . import settings as app_settings
@@ -116,7 +115,7 @@ def _race_loop(session: Session, settings, run_id: int):
     if session.recording is None:
         timed_how = words.TIMED_ALONE + " " + words.race_time_note(perf_counter() - started, lanes_s, timing_s,
                                                                     perf_counter() - clock)
-        timed_how += "\n\n" + words.profile_note(machine_profile.said(), machine_profile.missing_line())
+        timed_how += "\n\n" + words.profile_note(stack.profile.said(), stack.profile.missing_line())
         timed_how = "\n\n".join(part for part in (shared_note, timed_how) if part)
     else:
         timed_how = words.recorded_timing(session.recording.recorded)

@@ -279,7 +279,7 @@ def _step_in_turn(race: "Race", stack, settings: Settings, lanes: list[str], don
         else:
             decoder.step()
         if decoder.finished:
-            keep_learnt(decoder)
+            keep_learnt(decoder, stack.profile)
             pending.remove(lane)
             done.append(lane)
         yield Progress(lane, len(decoder.new_tokens), decoder.max_new_tokens, tuple(done), tokens_so_far())

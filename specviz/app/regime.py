@@ -38,7 +38,7 @@ def regime_view(stack) -> dict:
 
 def _measure(stack) -> dict:
     plan = stack.plans.tree_plan()     # the curve staged's tree is planned from, where the profile has one
-    reads = stack.prompt_reads.read(stack.draft_models())     # and how its draft reads prompts, as the profile says
+    reads = stack.prompt_reads.read(stack.draft_models(), stack.profile)     # how its draft reads prompts, as stored
     if plan is not None:
         ours = {k: plan.target[k] for k in SIZES}
     else:
@@ -52,7 +52,7 @@ def _measure(stack) -> dict:
             why = str(exc)
     on_cpu = stack.target.model.device.type == "cpu"
     probes = {name: curve for name in (probed_precisions() if on_cpu else ())     # what the profile holds
-              if (curve := probe_seconds(name)) is not None}
+              if (curve := probe_seconds(name, stack.profile)) is not None}
     return {"ours": ours, "llama": llama, "why_no_llama": why, "probes": probes,
             "target": stack.target_name, "precision": stack.precision(),
             "plan": None if plan is None else plan.to_dict(), "prompt_reads": reads}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from . import shared_decodes
 from .settings import Settings
 from .words import missing_sentence
-from ..profile import store as machine_profile
+from .stacks import get_stack
 
 
 @dataclass(eq=False)
@@ -70,6 +70,7 @@ class Session:
         if self.decoder is None or note:
             reader, shared = shared_decodes.SHARED.reader(settings)
             self.decoder, self.settings = reader, settings
-            lacking = missing_sentence(machine_profile.missing_line())        # the page says it in its status line
+            # the page says it in its status line
+            lacking = missing_sentence(get_stack(settings.stack_key()).profile.missing_line())
             note = " ".join(part for part in (note, shared, lacking) if part)
         return self.decoder, note

@@ -43,6 +43,7 @@ class SharedDecode:
     def __init__(self, settings: Settings, stack, slots):
         self.settings, self.slots = settings, slots
         self.stack = weakref.ref(stack)         # the loaded models it runs on (a stack loaded again starts anew)
+        self.profile = stack.profile            # where what its planner learnt is kept
         self.decoder = None
         self.steps: list | None = None          # the decoder's own list of rounds, kept once it is dropped
         self.started_at: datetime | None = None
@@ -77,7 +78,7 @@ class SharedDecode:
             while len(self.steps) <= k and self.decoder is not None:
                 self.decoder.step()
                 if self.decoder.finished:
-                    keep_learnt(self.decoder)
+                    keep_learnt(self.decoder, self.profile)
                     self.decoder, self.finished = None, True        # the caches go, the trace stays
                     self.slots.give_back(self)
             return k < len(self.steps)

@@ -13,27 +13,31 @@ from ..models import prompt_format
 from ..models.prompt_format import CHAT
 from ..decode.metrics import summarise
 from ..models.load import ModelLoadError
+from ..profile.store import Profile
 from ..stack.stack import Stack, default_drafts
 from ..stack.strategies import drafter_specs, tree_for_lane
 from .server_policy import PolicyError, check_custom
 from .settings import (CUSTOM, DTYPE, MAX_CACHED_STACKS, MAX_PROMPT_TOKENS, MAX_STACK_BYTES, Settings, UserError,
                        one_line)
 
-def load_stack(key: tuple) -> Stack:
+def load_stack(key: tuple, profile: Profile) -> Stack:
     """The stack a settings key names, loaded (a preset, or a custom target and drafts the server's policy allows)."""
     if key[0] == CUSTOM:
         check_custom(key[1], list(key[2]))
-        return Stack.load(key[1], list(key[2]), DTYPE, device=device())
-    return presets.load_preset(key[0], DTYPE, device=device())
+        return Stack.load(key[1], list(key[2]), DTYPE, device=device(), profile=profile)
+    return presets.load_preset(key[0], DTYPE, device=device(), profile=profile)
 
 
 class LoadedStacks:
     """The stacks this server holds, by settings key: each loaded once (one load per key at a time), the least
     recently used dropped past `most` stacks or `most_bytes` of weights. Sessions still decoding with a dropped stack
-    keep their own reference until they finish."""
+    keep their own reference until they finish. Each is loaded by `load(key, profile)` with this server's one machine
+    profile (specviz/profile/store.py)."""
 
-    def __init__(self, load=load_stack, most: int = MAX_CACHED_STACKS, most_bytes: float = MAX_STACK_BYTES):
+    def __init__(self, load=load_stack, most: int = MAX_CACHED_STACKS, most_bytes: float = MAX_STACK_BYTES,
+                 profile: Profile | None = None):
         self.load, self.most, self.most_bytes = load, most, most_bytes
+        self.profile = profile or Profile()
         self.stacks: "OrderedDict[tuple, Stack]" = OrderedDict()
         self.lock = threading.Lock()
         self.load_locks: dict[tuple, threading.Lock] = {}
@@ -63,7 +67,7 @@ class LoadedStacks:
                 if key in self.stacks:
                     return self.stacks[key]
             try:
-                stack = self.load(key)
+                stack = self.load(key, self.profile)
             except PolicyError as exc:
                 raise UserError(str(exc)) from exc
             except (ModelLoadError, ValueError, OSError) as exc:
@@ -117,7 +121,7 @@ def default_choice() -> tuple[str, str]:
     judges a CPU by plain decoding's speed, and shared Space hardware is the slow kind it would turn away."""
     if os.environ.get("SPACE_ID") and not os.environ.get(presets.PRESET_ENV) and presets.qwen_coder_installed():
         return "qwen-coder", "the pair the recording shows, installed from this Space's requirements"
-    return presets.default_choice(device())
+    return presets.default_choice(device(), held().profile)
 
 
 def staged_available(preset: str) -> bool:

@@ -237,7 +237,7 @@ def profile_note(said: dict[str, str], missing: str) -> str:
 
 
 def missing_sentence(missing: str) -> str:
-    """machine_profile.missing_line as a sentence of the page ('' where nothing was missing)."""
+    """Profile.missing_line as a sentence of the page ('' where nothing was missing)."""
     line = missing.removeprefix("specviz: ")
     return f"{line[:1].upper()}{line[1:]}." if line else ""
 

@@ -61,7 +61,7 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None)
                             max_new_tokens, stop_at_eos=False)
     run = decoder.generate()
     wall = perf_counter() - started
-    keep_learnt(decoder)
+    keep_learnt(decoder, stack.profile)
     s = run.stats
     return {"tokens": run.tokens, "wall_s": wall, "target_forwards": s["target_forwards"],
             "draft_forwards": sum(s["draft_forwards"].values()),
@@ -130,7 +130,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     # staged's plan and how each draft reads prompts, as this machine's profile says (prepare measured them)
     planned = "staged" in strategies and default_tree("staged", **(tree or {})).planned
     plan = stack.plans.tree_plan() if planned else None
-    reads = stack.prompt_reads.read(stack.draft_models())
+    reads = stack.prompt_reads.read(stack.draft_models(), stack.profile)
     if compile:
         from ..decode.engine import static_length
         from ..stack.compiled import compile_models

@@ -141,7 +141,7 @@ def _first_error(error: Exception) -> str:
 def library_name(compiler: str, build: Build) -> str:
     """The build's file name: a digest of its sources and its command. The command names the sources by this
     checkout's path; the digest does not, so that the library, and the machine profile keyed by its name
-    (machine_profile.machine), stay the same wherever the repository lies."""
+    (specviz/profile/store.py: machine), stay the same wherever the repository lies."""
     contents = b"".join((C / name).read_bytes() for name in build.sources + HEADERS)
     command = " ".join(build.command(compiler, Path("out"))).replace(str(C), "c")
     return f"specviz-{hashlib.sha256(contents + command.encode()).hexdigest()[:12]}.so"

@@ -61,7 +61,7 @@ def status() -> str:
 
 def version() -> str:
     """The built library's name: a digest of its sources and flags, so that what was timed on one build is not taken
-    for another's (machine_profile.machine)."""
+    for another's (specviz/profile/store.py: machine)."""
     loaded = build.library()[0]
     return Path(loaded._name).stem if loaded is not None else "none"
 

@@ -21,6 +21,7 @@ from ..cpu.int4 import INT4, quantized_precision
 from ..cpu.matmul import install
 from .locations import ModelLoadError, hub_reachable, lacks_tokenizer, read_output_vocab, resolve
 from .. import cache_dir
+from ..profile.store import Profile
 from .precision import (AUTO_DTYPE, DTYPES, PRECISIONS, QUANTIZED, auto_precision_of, check_dtype, quantize_in_place,
                         runs_file_blocks)
 
@@ -69,17 +70,19 @@ def converted_copy(location: str, gguf_file: str, dtype: str) -> Path:
     return converted
 
 
-def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bool = False) -> LoadedModel:
+def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bool = False,
+               profile: Profile | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer in one pass: the spec resolved to its files once, the precision chosen, the
     model loaded in it. Raises ModelLoadError with a one-line message on failure. A draft (`draft`) in int4 takes
     groups of 64 weights (int4.WIDE_GROUP). Its generation config then lists every token that ends its text
-    (specviz/decode/end_tokens.py)."""
+    (specviz/decode/end_tokens.py). profile: where `auto` reads this machine's measurements (None: the default
+    file's)."""
     check_dtype(dtype)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
     location, gguf_file = resolve(spec)
     gguf = Path(location) / gguf_file if gguf_file else None
-    dtype = auto_precision_of(gguf is not None, device) if dtype == AUTO_DTYPE else dtype
+    dtype = auto_precision_of(gguf is not None, device, profile or Profile()) if dtype == AUTO_DTYPE else dtype
     if dtype in (GGUF, *QUANTIZED) and device != "cpu":
         raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
     if dtype == GGUF or (dtype in QUANTIZED and gguf is not None and runs_file_blocks()):

@@ -7,7 +7,7 @@ import threading
 
 import torch
 
-from ..profile import store as machine_profile
+from ..profile.store import Profile
 from ..profile.cost_curve import cost_curve
 from ..cpu import file_model
 from ..cpu.blocks import GGUF
@@ -70,15 +70,15 @@ def is_gguf(spec: str) -> bool:
         return False
 
 
-def auto_precision(spec: str, device: str = "cpu") -> str:
+def auto_precision(spec: str, profile: Profile, device: str = "cpu") -> str:
     """`auto` for one model: on a CPU a GGUF file runs its own blocks (`gguf`: the file's model, and the fastest exact
     one: a float32 copy reads seven times the bytes); other models take resolve_dtype's pick."""
-    return auto_precision_of(is_gguf(spec), device)
+    return auto_precision_of(is_gguf(spec), device, profile)
 
 
-def auto_precision_of(gguf: bool, device: str) -> str:
+def auto_precision_of(gguf: bool, device: str, profile: Profile) -> str:
     """`auto` for a model that is (or is not) a GGUF file, on this device."""
-    return GGUF if device == "cpu" and gguf and runs_file_blocks() else resolve_dtype(AUTO_DTYPE, device)
+    return GGUF if device == "cpu" and gguf and runs_file_blocks() else resolve_dtype(AUTO_DTYPE, profile, device)
 
 
 def draft_precisions(spec: str, target_dtype: str) -> list[str]:
@@ -89,7 +89,7 @@ def draft_precisions(spec: str, target_dtype: str) -> list[str]:
     return [p for p in dict.fromkeys([target_dtype, *cpu_precisions()]) if p != GGUF]
 
 
-def resolve_dtype(dtype: str, device: str = "cpu") -> str:
+def resolve_dtype(dtype: str, profile: Profile, device: str = "cpu") -> str:
     """`auto`: bfloat16 on a GPU that supports it; on a CPU, the precision in which the probe layer (one decoder
     layer of a 1.5B model) reads one token fastest, as plain decoding does: float32 unless another is at least
     10% faster, and a later one in cpu_precisions() only where it is 10% faster than the pick so far (int4 and int8
@@ -98,16 +98,16 @@ def resolve_dtype(dtype: str, device: str = "cpu") -> str:
     float32, the stated default (exact on every CPU). Other names pass through. Plain decoding
     is the reference's regime: on our 2-core CPUs verifying many tokens costs several times one (the cost curves),
     so the fastest lossless run is one whose single-token forward is fastest, with few, cheap guesses on top. Decided
-    once per process and profile."""
-    return machine_profile.remembered(("resolve_dtype", dtype, device), lambda: _resolve_dtype(dtype, device))
+    once per profile."""
+    return profile.remembered(("resolve_dtype", dtype, device), lambda: _resolve_dtype(dtype, device, profile))
 
 
-def _resolve_dtype(dtype: str, device: str) -> str:
+def _resolve_dtype(dtype: str, device: str, profile: Profile) -> str:
     if dtype != AUTO_DTYPE:
         return dtype
     if device.startswith("cuda"):
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"
-    seconds, best = auto_probe(), STATED_PRECISION
+    seconds, best = auto_probe(profile), STATED_PRECISION
     if seconds is None:
         return best
     for name in cpu_precisions():       # each must beat the pick so far by 10%: close timings must not flip it
@@ -119,44 +119,45 @@ def _resolve_dtype(dtype: str, device: str) -> str:
 STATED_PRECISION = "float32"      # `auto` on a CPU whose profile has no probe
 
 
-def auto_probe() -> dict[str, float] | None:
+def auto_probe(profile: Profile) -> dict[str, float] | None:
     """The probe layer's seconds for one token, per precision this CPU can run; None where the profile lacks one."""
-    curves = {name: probe_seconds(name) for name in cpu_precisions()}
+    curves = {name: probe_seconds(name, profile) for name in cpu_precisions()}
     return None if None in curves.values() else {name: curve[1] for name, curve in curves.items()}
 
 
-def auto_reason(device: str = "cpu", spec: str | None = None) -> str:
+def auto_reason(profile: Profile, device: str = "cpu", spec: str | None = None) -> str:
     """Why `auto` picked what it picked here for the target `spec`, with the measurement and where it is kept (shown
     where the precision is shown)."""
     if device.startswith("cuda"):
-        return f"auto: {resolve_dtype(AUTO_DTYPE, device)} on a GPU"
-    if spec is not None and auto_precision(spec, device) == GGUF:
+        return f"auto: {resolve_dtype(AUTO_DTYPE, profile, device)} on a GPU"
+    if spec is not None and auto_precision(spec, profile, device) == GGUF:
         return ("auto picked gguf: the GGUF file's own blocks, multiplied by specviz's kernels as llama.cpp rounds "
                 "them (the file's model, and the fastest exact one here)")
-    probe = auto_probe()
+    probe = auto_probe(profile)
     if probe is None:
         return (f"auto picked {STATED_PRECISION}, the stated default: this machine's profile has no probe timings "
                 "(python -m specviz.prepare measures them)")
     timings = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in sorted(probe.items(), key=lambda x: x[1]))
-    return (f"auto picked {resolve_dtype(AUTO_DTYPE)}, the fastest here: a Qwen2-1.5B-shaped layer read one token "
-            f"in {timings} ({machine_profile.source(_probe_key(resolve_dtype(AUTO_DTYPE)))})")
+    picked = resolve_dtype(AUTO_DTYPE, profile)
+    return (f"auto picked {picked}, the fastest here: a Qwen2-1.5B-shaped layer read one token "
+            f"in {timings} ({profile.source(_probe_key(picked))})")
 
 
 PROBE_FEEDS = (1, 2, 4, 8, 16)    # tokens fed: decoding one, verifying a few
 
 
-def probe_seconds(dtype: str) -> dict[int, float] | None:
+def probe_seconds(dtype: str, profile: Profile) -> dict[int, float] | None:
     """The probe layer's seconds fed 1, 2, 4, 8 and 16 tokens in `dtype` on this CPU, as this machine's profile holds
     them (specviz/profile/store.py; None where it does not): its cost curve, which the app's regime panel draws next to
-    llama.cpp's. Read once per process and profile."""
-    return machine_profile.remembered(("probe_seconds", dtype), lambda: _probe_seconds(dtype))
+    llama.cpp's. Read once per profile."""
+    return profile.remembered(("probe_seconds", dtype), lambda: _probe_seconds(dtype, profile))
 
 
-def _probe_seconds(dtype: str) -> dict[int, float] | None:
+def _probe_seconds(dtype: str, profile: Profile) -> dict[int, float] | None:
     def measure() -> dict[str, float]:
         with _PROBE_LOCK:    # one probe at a time: threads would slow each other's timings
             return {str(n): seconds for n, seconds in _probe_layer(dtype).items()}
-    curve = machine_profile.decided(_probe_key(dtype), measure)
+    curve = profile.decided(_probe_key(dtype), measure)
     return None if curve is None else {int(n): seconds for n, seconds in curve.items()}
 
 

@@ -1,6 +1,6 @@
 """This machine's tree plans: the cost curves measured by prepare, stored once per machine, target, draft and precision
 (specviz/profile/store.py), and read back as a TreePlan (specviz/decode/costs.py). Only prepare measures
-(machine_profile.decided), on a machine meant to be at rest; a process that generates reads what is stored.
+(Profile.decided), on a machine meant to be at rest; a process that generates reads what is stored.
 
 These VMs' speed swings by tens of percent from one second to the next, and alike for every size and model timed in
 the same second. A plan depends only on the curves' ratios to each other (a guess's price is the tokens a second a
@@ -25,7 +25,7 @@ from statistics import median
 
 import torch
 
-from . import store as machine_profile
+from .store import Profile, settled
 from .cost_curve import CostSampler
 from ..decode.costs import CONTEXT, MAX_NODES, SIZES, TreePlan
 
@@ -90,13 +90,13 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module, draft_vocab: torch.
     return data
 
 
-def stored_plan(name: str, target: torch.nn.Module, draft: torch.nn.Module,
+def stored_plan(profile: Profile, name: str, target: torch.nn.Module, draft: torch.nn.Module,
                 draft_vocab: torch.Tensor | None = None) -> TreePlan | None:
     """This machine's plan for the pair under `name` (see key), as its profile holds it, settled or not; where there is
     none (or an unsettled one), measured and stored while prepare runs (specviz/profile/store.py). None where nothing is
     stored: a process that generates never times anything (on a busy machine it would store nonsense)."""
-    data = machine_profile.decided(name, lambda: measure(target, draft, draft_vocab),
-                                   unsettled_value=lambda data, why: {**data, "settled": False, "why": why})
-    if data is not None and not machine_profile.settled(data) and machine_profile.measuring():
-        machine_profile.imprecise(name, data["why"])
-    return None if data is None else TreePlan.from_dict(data, machine_profile.source(name))
+    data = profile.decided(name, lambda: measure(target, draft, draft_vocab),
+                           unsettled_value=lambda data, why: {**data, "settled": False, "why": why})
+    if data is not None and not settled(data) and profile.measuring():
+        profile.imprecise(name, data["why"])
+    return None if data is None else TreePlan.from_dict(data, profile.source(name))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..profile import store as machine_profile
+from ..profile.store import Profile
 from ..profile.cost_curve import cost_curves
 from ..decode.drafters.model import LEVEL_FEED
 from ..models.load import LoadedModel, load_model
@@ -31,7 +31,7 @@ def draft_choice_key(spec: str, under_lower_stage: bool, target_dtype: str) -> s
     return f"draft {spec} {where} of a {target_dtype} target"
 
 
-def fastest_draft(spec: str, target_dtype: str, device: str, under_lower_stage: bool) -> LoadedModel:
+def fastest_draft(spec: str, target_dtype: str, device: str, profile: Profile, under_lower_stage: bool) -> LoadedModel:
     """The draft `spec` loaded in the precision this machine's profile holds for it (timed and stored first while
     preparing), else in STATED_DRAFT."""
     loaded: dict[str, LoadedModel] = {}
@@ -44,5 +44,5 @@ def fastest_draft(spec: str, target_dtype: str, device: str, under_lower_stage: 
         seconds[0] *= 0.9
         return list(loaded)[seconds.index(min(seconds))]
     stated = STATED_DRAFT if STATED_DRAFT in candidates else candidates[0]
-    dtype = machine_profile.decided(draft_choice_key(spec, under_lower_stage, target_dtype), fastest, stated)
+    dtype = profile.decided(draft_choice_key(spec, under_lower_stage, target_dtype), fastest, stated)
     return loaded.get(dtype) or load_model(spec, dtype, device, draft=True)

@@ -8,6 +8,7 @@ from .auto_trigram import auto_trigram, draft_texts
 from .draft_precision import fastest_draft
 from ..models.load import GGUF, LoadedModel, ModelLoadError, check_tokenizers_match, load_model
 from ..models.precision import is_gguf
+from ..profile.store import Profile
 from .. import ASSETS
 from .strategies import is_ngram
 
@@ -30,12 +31,14 @@ def load_trigram(spec: str):
     return KatzTrigram.load(path)
 
 
-def load_drafts(target: LoadedModel, drafts: list[str], dtype: str, device: str, auto: bool) -> dict[str, object]:
+def load_drafts(target: LoadedModel, drafts: list[str], dtype: str, device: str, profile: Profile,
+                auto: bool) -> dict[str, object]:
     """Each drafter spec's model or n-gram table, by spec ("lookup" needs none)."""
-    return {spec: load_draft(target, drafts, spec, dtype, device, auto) for spec in drafts if spec != "lookup"}
+    return {spec: load_draft(target, drafts, spec, dtype, device, profile, auto) for spec in drafts if spec != "lookup"}
 
 
-def load_draft(target: LoadedModel, drafts: list[str], spec: str, dtype: str, device: str, auto: bool = False):
+def load_draft(target: LoadedModel, drafts: list[str], spec: str, dtype: str, device: str, profile: Profile,
+               auto: bool = False):
     """The model or n-gram table behind one drafter spec. Under `auto`, or beside a GGUF target where the draft is no
     GGUF file, a draft model on a CPU runs in the precision draft_precision.fastest_draft chose."""
     if spec == "trigram:auto":
@@ -44,7 +47,7 @@ def load_draft(target: LoadedModel, drafts: list[str], spec: str, dtype: str, de
         return load_trigram(spec)
     auto = auto or (dtype == GGUF and not is_gguf(spec))
     if auto and device == "cpu":
-        model = fastest_draft(spec, dtype, device, under_lower_stage=drafts.index(spec) < len(drafts) - 1)
+        model = fastest_draft(spec, dtype, device, profile, under_lower_stage=drafts.index(spec) < len(drafts) - 1)
     else:
         model = load_model(spec, dtype, device, draft=True)
     check_tokenizers_match(target, model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..profile import store as machine_profile
+from ..profile.store import Profile
 from ..decode.calibration import Calibration
 from ..decode.planner import Costs, RoundPlanner
 from ..decode.sampling import Sampling
@@ -51,7 +51,8 @@ class StackPlans:
         if name not in self.plans:
             stack = self.stack
             draft = stack.loaded[stack.drafts[0]]
-            plan = stored_plan(name, stack.target.model, draft.model, stack.vocabulary.for_draft(draft, []))
+            plan = stored_plan(stack.profile, name, stack.target.model, draft.model,
+                               stack.vocabulary.for_draft(draft, []))
             if plan is None:
                 return None
             self.plans[name] = plan
@@ -78,16 +79,16 @@ class StackPlans:
         if plan is None:
             return None
         key = name.replace("tree plan", f"calibration of {strategy}, {'greedy' if sampling.greedy else 'sampled'}", 1)
-        stored = machine_profile.stored(key, measured=False)
-        learn_as = key if machine_profile.stored(name) is not None else None
+        stored = self.stack.profile.stored(key, measured=False)
+        learn_as = key if self.stack.profile.stored(name) is not None else None
         costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1)
         return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), learn_as=learn_as)
 
 
-def keep_learnt(decoder) -> None:
-    """Store what a finished generation's planner learnt, for the next run to start from: called by whoever ran it
-    (the CLI, the bench, the app), after its clock stopped."""
+def keep_learnt(decoder, profile: Profile) -> None:
+    """Store in `profile` what a finished generation's planner learnt, for the next run to start from: called by
+    whoever ran it (the CLI, the bench, the app), after its clock stopped."""
     planner = decoder.planner
     if decoder.finished and planner is not None and planner.learn_as is not None:
-        machine_profile.learnt(planner.learn_as, planner.calibration.to_store())
+        profile.learnt(planner.learn_as, planner.calibration.to_store())
         planner.learn_as = None

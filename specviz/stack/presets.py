@@ -11,6 +11,7 @@ from ..cpu.machine import memory_bytes
 from ..models.locations import DEFAULT_TARGET
 from ..models.load import ModelLoadError
 from ..models.precision import AUTO_DTYPE, PROBE_LAYERS_PER_1_5B, auto_precision, probe_seconds
+from ..profile.store import Profile
 from .stack import Stack
 
 
@@ -45,16 +46,16 @@ QWEN_CODER_TOKEN_S = 0.35         # plain decoding of the 1.5B at 3 tokens/s or 
 PRESET_ENV = "SPECVIZ_PRESET"     # an operator's choice of the default stack
 
 
-def default_preset(device: str = "cpu") -> str:
+def default_preset(device: str = "cpu", profile: Profile | None = None) -> str:
     """The stack a newcomer gets, chosen by measurement unless SPECVIZ_PRESET names one: `qwen-coder` (a 1.5B
     coder with its 0.5B sibling as draft) where its parts are installed, the machine has the memory, and it
     runs the 1.5B fast enough (a GPU, or a CPU where the probe layer predicts 0.35 s per token or less);
     else `offline`, SmolLM2-135M with the shipped draft. On a 2-core CPU staged beats baseline in the app's
     race on qwen-coder, and barely beats it on offline, whose 135M target costs little more than its draft."""
-    return default_choice(device)[0]
+    return default_choice(device, profile or Profile())[0]
 
 
-def default_choice(device: str = "cpu") -> tuple[str, str]:
+def default_choice(device: str, profile: Profile) -> tuple[str, str]:
     """default_preset's choice and why, in a few words (the app's live-mode line says it)."""
     chosen = os.environ.get(PRESET_ENV, "").strip()
     if chosen:
@@ -69,7 +70,7 @@ def default_choice(device: str = "cpu") -> tuple[str, str]:
     if memory is not None and memory < QWEN_CODER_MEMORY:     # unknown (no sysconf, no psutil): not a reason to refuse
         return "offline", (f"qwen-coder asks for {QWEN_CODER_MEMORY / 2**30:.0f} GiB of memory and this server has "
                            f"{memory / 2**30:.1f} GiB")
-    seconds = predicted_token_seconds()
+    seconds = predicted_token_seconds(profile)
     if seconds is None:
         return "qwen-coder", ("the stated default: this machine's profile has no probe timings to predict its speed "
                               "(python -m specviz.prepare measures them)")
@@ -84,10 +85,10 @@ def qwen_coder_installed() -> bool:
     return all(available(CHUNKED[key]) for key in (PRESETS["qwen-coder"].target, *PRESETS["qwen-coder"].drafts[:1]))
 
 
-def predicted_token_seconds() -> float | None:
+def predicted_token_seconds(profile: Profile) -> float | None:
     """One plain-decoding token of the qwen-coder target on this CPU in the precision `auto` picks for it (its GGUF
     file's own blocks where specviz's kernels build), from the probe layer; None where the profile has no probe."""
-    curve = probe_seconds(auto_precision(PRESETS["qwen-coder"].target))
+    curve = probe_seconds(auto_precision(PRESETS["qwen-coder"].target, profile), profile)
     return None if curve is None else curve[1] * PROBE_LAYERS_PER_1_5B
 
 
@@ -98,13 +99,14 @@ def get_preset(name: str) -> Preset:
 
 
 def load_preset(name: str, dtype: str = AUTO_DTYPE, device: str = "cpu", *,
-                target: str | None = None, drafts: list[str] | None = None):
-    """Load a preset's stack; `target` / `drafts` given here replace the preset's own."""
+                target: str | None = None, drafts: list[str] | None = None, profile: Profile | None = None):
+    """Load a preset's stack; `target` / `drafts` given here replace the preset's own. profile: this machine's
+    measurements (None: the default file's)."""
     preset = get_preset(name)
     if drafts is None and preset.drafts is not None:
         drafts = list(preset.drafts)
     try:
-        return Stack.load(target or preset.target, drafts, dtype, device)
+        return Stack.load(target or preset.target, drafts, dtype, device, profile)
     except ModelLoadError as exc:
         if not preset.hub:
             raise

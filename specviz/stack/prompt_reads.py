@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..profile import store as machine_profile
+from ..profile.store import Profile
 from ..backends.interface import Backend
 from ..backends.choose import open_cache
 from ..cpu import prompt_reader
@@ -20,14 +20,14 @@ class PromptReads:
     choices: dict[str, dict] = field(default_factory=dict)      # the stored choice in use, by draft spec
     products: dict[str, list[dict] | None] = field(default_factory=dict)    # ...and the float copies it reads through
 
-    def read(self, drafts: dict[str, LoadedModel]) -> dict[str, dict]:
+    def read(self, drafts: dict[str, LoadedModel], profile: Profile) -> dict[str, dict]:
         """Take up each draft's stored choice (measured and stored first where none is, while prepare runs). A draft
         with nothing stored reads prompts through its own products. Returns the choices in use, by spec."""
         for spec, draft in drafts.items():
             if not runs_own_forward(draft.model):
                 continue
             name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
-            choice = machine_profile.decided(name, prompt_reader.chooser(draft.model))
+            choice = profile.decided(name, prompt_reader.chooser(draft.model))
             if not choice or choice == self.choices.get(spec):      # nothing stored, or in use already
                 continue
             self.choices[spec] = choice

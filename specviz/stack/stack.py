@@ -23,6 +23,7 @@ from ..decode.engine import Decoder, Prefill, prefill, static_length
 from ..models.locations import DEFAULT_TARGET
 from ..models.load import LoadedModel, load_model
 from ..models.precision import AUTO_DTYPE, auto_precision, auto_reason, check_dtype, precisions_named
+from ..profile.store import Profile
 from .prompt_reads import PromptReads
 from ..decode.sampling import Sampling
 from .compiled import CompiledModels
@@ -47,6 +48,8 @@ class Stack:
     vocabulary: DraftVocabulary = field(default_factory=DraftVocabulary)
     prompt_reads: PromptReads = field(default_factory=PromptReads, repr=False)
     compiled: CompiledModels = field(default_factory=CompiledModels, repr=False)     # see stack_compile.compile_models
+    # this machine's measurements, which the stack was loaded by and plans from (specviz/profile/store.py)
+    profile: Profile = field(default_factory=Profile, repr=False, compare=False)
     plans: StackPlans = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -54,17 +57,20 @@ class Stack:
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
-             dtype: str = AUTO_DTYPE, device: str = "cpu") -> "Stack":
+             dtype: str = AUTO_DTYPE, device: str = "cpu", profile: Profile | None = None) -> "Stack":
+        """profile: this machine's measurements (None: the default file's, specviz/profile/store.py)."""
         check_dtype(dtype)
+        profile = profile or Profile()
         auto = dtype == AUTO_DTYPE
-        dtype = auto_precision(target, device) if auto else dtype
+        dtype = auto_precision(target, profile, device) if auto else dtype
         loaded_target = load_model(target, dtype, device)
         specs = default_drafts() if drafts is None else list(drafts)
-        stack = cls(loaded_target, specs, load_drafts(loaded_target, specs, dtype, device, auto))
+        stack = cls(loaded_target, specs, load_drafts(loaded_target, specs, dtype, device, profile, auto),
+                    profile=profile)
         if auto:
             stack.vocabulary.restrict(stack.loaded.get("trigram:auto"), stack.tokenizer)
-            stack.precision_reason = auto_reason(device, target)
-        stack.prompt_reads.read(stack.draft_models())
+            stack.precision_reason = auto_reason(profile, device, target)
+        stack.prompt_reads.read(stack.draft_models(), profile)
         give_back_freed_memory()        # re-quantising the drafts freed their float weights
         return stack
 
