@@ -110,3 +110,31 @@ def test_building_a_round_leaves_its_plan_as_it_was():
 def test_a_phase_name_says_its_stage_and_nothing_else_claims_one():
     assert [Phase.stage_of(Phase.draft(stage)) for stage in (1, 2, 3)] == [1, 2, 3]
     assert {Phase.stage_of(key) for key in (Phase.TREE, Phase.VERIFY, Phase.BOOKKEEPING, Phase.PROMPT_READ)} == {None}
+
+
+def drafted_round(with_copy: bool, path: list[int]) -> RoundPlanner:
+    """A planner after one drafted round: a model guess under the root (node 1), and with `with_copy` a copied chain of
+    3 beside it (nodes 2-4), verified along `path`."""
+    from specviz.decode.tree import Tree
+    planner = RoundPlanner(Costs.of(AVX2, DRAFT_FEED), Calibration())
+    planner.read_prompt = True
+    plan = planner.plan()
+    assert plan.kind == "speculate"
+    tree = Tree.with_root(0)
+    tree.add(0, 5, 1, 0.9)
+    if with_copy:
+        tree.add_lookup_chain([7, 8, 9], 2)
+    planner.observe(plan, tree, path, ["target", "model", "lookup"], [1, 1])
+    return planner
+
+
+def test_context_lookups_copies_leave_the_rate_drafting_makes_as_it_was():
+    """Lookup joins plain steps as well, so its copies are no reason to draft or not: a drafted round whose copies
+    failed, or were right, leaves the rate that decides it (tokens and seconds) where the same round without them
+    would. A mutant that counts the copies in fails: one failed copy had taken staged off speculation for 10 rounds
+    (held-out HumanEval/157, AVX2), where speculative drafted every round."""
+    alone = drafted_round(False, [0])
+    for path in ([0], [0, 2, 3, 4]):
+        beside = drafted_round(True, path)
+        assert (beside.tokens, beside.seconds) == (alone.tokens, alone.seconds), path
+    assert drafted_round(True, [0, 1]).tokens > alone.tokens           # the model's own guess accepted still counts

@@ -2,7 +2,8 @@
 chance taken from what this run's rounds actually yielded (specviz/decode/calibration.py).
 
 The planner keeps what the recent drafted rounds made: tokens committed and seconds, priced by the curves (the
-target's forward of the tree, the draft's forwards by the tokens each fed), faded round by round. Their ratio R is the
+target's forward of the tree, the draft's forwards by the tokens each fed), faded round by round, context lookup's
+copies left out of both (they join plain steps too). Their ratio R is the
 rate speculation makes here lately. Before a round: where R is below plain decoding's (one token per one-token
 forward) the round is a plain step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY
 plain steps in a row a round probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back
@@ -242,8 +243,12 @@ class RoundPlanner:
             for fed in levels:
                 self.costs = replace(self.costs, level=LEVEL_FADE * self.costs.level
                                      + (1 - LEVEL_FADE) * self.costs.drafting(fed))
-            seconds = self.costs.verify(len(tree)) + sum(self.costs.drafting(n) for n in draft_feeds)
-            self.tokens = FADE * self.tokens + (1 - FADE) * len(path)
+            # context lookup joins plain steps as well: what its copies cost to verify, and what they yielded, is no
+            # part of the rate drafting makes (counted in, one failed copy took staged off speculation for 10 rounds)
+            guessed = sum(1 for n in range(len(tree)) if kinds[tree.stages[n]] != "lookup")
+            made = next((i for i, n in enumerate(path) if kinds[tree.stages[n]] == "lookup"), len(path))
+            seconds = self.costs.verify(guessed) + sum(self.costs.drafting(n) for n in draft_feeds)
+            self.tokens = FADE * self.tokens + (1 - FADE) * made
             self.seconds = FADE * self.seconds + (1 - FADE) * seconds
             expanded = sum(1 for n in range(len(tree)) if any(tree.drawn[c] for c in tree.children[n]))
             self.share = SHARE_FADE * self.share + (1 - SHARE_FADE) * min(1.0, len(draft_feeds) / max(expanded, 1))
