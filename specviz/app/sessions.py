@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from . import shared_decodes
 from .settings import Settings
 from .words import missing_sentence
-from .stacks import get_stack
 
 
 @dataclass(eq=False)
@@ -70,7 +69,6 @@ class Session:
         if self.decoder is None or note:
             reader, shared = shared_decodes.SHARED.reader(settings)
             self.decoder, self.settings = reader, settings
-            # the page says it in its status line
-            lacking = missing_sentence(get_stack(settings.stack_key()).profile.missing_line())
+            lacking = missing_sentence(reader.shared.profile.missing_line())     # the page says it in its status line
             note = " ".join(part for part in (note, shared, lacking) if part)
         return self.decoder, note

@@ -21,3 +21,8 @@ class Records:
     measured: list[str] = field(default_factory=list)           # every measurement run, in order (generating: none)
     consulted: list[str] = field(default_factory=list)          # every key looked up, in order
     memo: dict = field(default_factory=dict)                    # values derived from the profile (remembered)
+
+    def consult(self, key: str) -> None:
+        """Note that `key` was looked up (once, in the order first looked up)."""
+        if key not in self.consulted:
+            self.consulted.append(key)

@@ -229,8 +229,7 @@ class Profile:
         unsettled); without it, nothing is stored. An unsettled value never replaces a settled one."""
         done = self.records
         remeasure = any(done.remeasuring) and key not in done.remeasured
-        if key not in self.records.consulted:
-            self.records.consulted.append(key)
+        self.records.consult(key)
         entry = self.file.entries().get(key)
         again = remeasure or (entry is not None and not settled(entry.value) and key not in done.measured)
         if entry is not None and not (again and done.preparing):
@@ -290,8 +289,7 @@ class Profile:
     def stored(self, key: str, measured: bool = True) -> object | None:
         """The stored value for `key` on this machine, or None: never measures. Where a `measured` key (one prepare
         measures, not one learnt from runs) is missing, the caller uses its stated default, noted as defaulted."""
-        if key not in self.records.consulted:
-            self.records.consulted.append(key)
+        self.records.consult(key)
         entry = self.file.entries().get(key)
         if entry is None and measured:
             self.records.defaulted[key] = None
