@@ -14,8 +14,9 @@ numerics move acceptance only, never the output.
 Which way reads fastest is measured once per machine and draft by `python -m specviz.prepare`, on the machine at rest,
 and kept in its profile (specviz/profile/store.py); where nothing is stored the draft reads with its own products. So is
 the length from which the chosen way reads faster (`crossover`): on this Zen 5 the columns won from 8 tokens with AVX2
-only (16 tokens 33 against 42 ms), bfloat16 copies from 64 with AVX-512, whose own products are twice as wide. Shorter
-feeds (a round's nodes, catching up on a few tokens) take the draft's own products; READ_ROWS where nothing is stored.
+only (16 tokens 33 against 42 ms), bfloat16 copies from 48-64 with AVX-512, whose own products are twice as wide.
+Shorter feeds (a round's nodes, catching up on a few tokens) take the draft's own products; READ_ROWS where nothing is
+stored.
 """
 from __future__ import annotations
 
