@@ -6,8 +6,8 @@ import pytest
 from test_round_plan import _chain_tree, planner
 
 from specviz.decode import planner as planner_module
-from specviz.decode.planner import (HORIZON, PROBE_EVERY, PROBE_GUESSES, TOKEN_KEEP, Agreement, RoundPlanner,
-                                    chain_rate, spell)
+from specviz.decode.calibration import TOKEN_KEEP, Agreement
+from specviz.decode.planner import HORIZON, PROBE_EVERY, PROBE_GUESSES, RoundPlanner, chain_rate, spell
 
 
 def slow(p: RoundPlanner) -> RoundPlanner:

@@ -18,6 +18,9 @@ machine where it costs 12% of that step).
 It also keeps, per depth, how often a round that reached a depth went one accepted guess further (`depth_rates`): the
 rates the round planner (specviz/decode/planner.py) prices a chain with before a round, and the app quotes.
 
+`Agreement` is the same kind of estimate for the round planner's probe gate: how often the draft's first guess passes,
+given the target's probability of the token that came there (free in every step, plain ones too).
+
 The prior: by default the draft taken at its word (a bin's mean score) and context lookup at LOOKUP_PRIOR; where a
 model pair's calibration was stored on this machine (specviz/profile/store.py), its means, learnt over earlier runs.
 """
@@ -36,6 +39,8 @@ PRIOR_WEIGHT = 2.0      # pseudo-guesses of the prior in each cell: a few rounds
 PRIOR_FLOOR = 0.25      # ...and what it fades to as the cell's own evidence comes in
 KEEP = 0.9              # the weight a round's evidence keeps at each later round that drafted (about 10 rounds)
 STORED_CAP = 200.0      # guesses a stored cell's mean may stand for (later runs still move it)
+TOKEN_KEEP = 0.98       # the weight a drafted round's evidence on agreement keeps at each later token (about 50)
+CONFIDENCE_FADE = 0.7   # the weight the past keeps at each committed token in the predicted chance of a first guess
 
 
 def score_bin(score: float) -> int:
@@ -150,3 +155,39 @@ class Calibration:
                                   round(min(total, STORED_CAP), 1)])
                 out[kind].append(cells)
         return out
+
+
+class Agreement:
+    """How often the draft's first guess passes, given the target's probability of the token that came there, learnt
+    from this run's drafted rounds (per bin of that probability, smoothed toward the bin's mean: a
+    draft of the target's family agrees about as often as the target is sure); and, from every committed token's
+    probability, the chance a first guess would pass at the recent positions (`predicted`, None before any token), and
+    the same chance from the target's confidence alone, no evidence (`sure`). The evidence fades with every token
+    committed (TOKEN_KEEP), drafted or not."""
+
+    def __init__(self):
+        self.hits, self.tried = [0.0] * len(BIN_MEANS), [0.0] * len(BIN_MEANS)
+        self.predicted: float | None = None
+        self.sure: float | None = None
+
+    def chance(self, probability: float) -> float:
+        b = score_bin(probability)
+        return (self.hits[b] + BIN_MEANS[b] * PRIOR_WEIGHT) / (self.tried[b] + PRIOR_WEIGHT)
+
+    def learn(self, probability: float, passed: bool) -> None:
+        b = score_bin(probability)
+        self.hits[b] += passed
+        self.tried[b] += 1.0
+
+    def follow(self, probabilities: list[float]) -> None:
+        for probability in probabilities:
+            # evidence fades with each token committed, so that what the draft showed long ago, on other text, gives
+            # way to the prior and a probe can find out again
+            self.hits = [value * TOKEN_KEEP for value in self.hits]
+            self.tried = [value * TOKEN_KEEP for value in self.tried]
+            chance, prior = self.chance(probability), BIN_MEANS[score_bin(probability)]
+            if self.predicted is None:
+                self.predicted, self.sure = chance, prior
+            else:
+                self.predicted = CONFIDENCE_FADE * self.predicted + (1 - CONFIDENCE_FADE) * chance
+                self.sure = CONFIDENCE_FADE * self.sure + (1 - CONFIDENCE_FADE) * prior

@@ -1,23 +1,22 @@
 """Each round planned for tokens per second: how much to guess, priced by the machine's cost curves, with each guess's
 chance taken from what this run's rounds actually yielded (specviz/decode/calibration.py).
 
-The planner keeps what the recent drafted rounds made: tokens committed and seconds, priced by the curves (the
-target's forward of the tree, the draft's forwards by the tokens each fed), faded round by round, context lookup's
-copies left out of both (they join plain steps too). Their ratio R is the
-rate speculation makes here lately. Before a round: where R is below plain decoding's (one token per one-token
-forward) the round is a plain step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY
-plain steps in a row a round probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back
-when the text turns predictable (a probe accepted whole is followed by another; after one that failed the wait doubles,
-up to PROBE_MOST, until a round drafts again). A probe is costly after plain steps: the draft must first read every
-token it missed, about a tenth of a plain step each on an AVX2 machine, so a probe that fails costs a tenth of the plain
-run before it. So a probe waits, too, until the target's own recent confidence says the draft would likely pass
-(`Agreement`): the target's probability of each token committed in plain steps is free, and drafted rounds teach what a
-given probability means for the draft's first guess. Otherwise the round drafts, and R
-prices each guess while the tree grows: a guess joins while its calibrated chance is at least R x (c(n + 2) -
-c(n + 1)), what it adds to verifying n guesses; a node is expanded (a draft forward) while its likely child would also
-pay for that forward. Growing by R rather than by plain decoding's rate is what maximises tokens per second: a round's
-ratio rises only while a guess adds more tokens per second than the round already makes (Dinkelbach's rule); the rate
-it yields then becomes the next rounds' R.
+The planner keeps what the recent drafted rounds made: tokens committed and seconds, priced by the curves (the target's
+forward of the tree, the draft's forwards by the tokens each fed), faded round by round, context lookup's copies left
+out of both (they join plain steps too). Their ratio R is the rate speculation makes here lately. Before a round: where
+R is below plain decoding's (one token per one-token forward) the round is a plain step (context lookup may still join,
+it costs no draft forward), and after PROBE_EVERY plain steps in a row a round probes with PROBE_GUESSES guesses
+whatever their price, so that speculation comes back when the text turns predictable (a probe accepted whole is followed
+by another; after one that failed the wait doubles, up to PROBE_MOST, until a round drafts again). A probe is costly
+after plain steps: the draft must first read every token it missed, about a tenth of a plain step each on an AVX2
+machine, so a probe that fails costs a tenth of the plain run before it. So a probe waits, too, until the target's own
+recent confidence says the draft would likely pass (`Agreement`): the target's probability of each token committed in
+plain steps is free, and drafted rounds teach what a given probability means for the draft's first guess. Otherwise the
+round drafts, and R prices each guess while the tree grows: a guess joins while its calibrated chance is at least R x
+(c(n + 2) - c(n + 1)), what it adds to verifying n guesses; a node is expanded (a draft forward) while its likely child
+would also pay for that forward. Growing by R rather than by plain decoding's rate is what maximises tokens per second:
+a round's ratio rises only while a guess adds more tokens per second than the round already makes (Dinkelbach's rule);
+the rate it yields then becomes the next rounds' R.
 
 Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
 drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
@@ -26,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .calibration import BIN_MEANS, PRIOR_WEIGHT, Calibration, score_bin
+from .calibration import Agreement, Calibration
 from .trace import PlanRecord
 from .tree import Tree
 from .costs import TreePlan, interpolate
@@ -41,8 +40,6 @@ LEVEL_FADE = 0.7        # ...and at each draft forward of a level, in what a lev
 PRIOR_TOKENS = 1.6      # before any round: what a drafted round is taken to make (one guess accepted 60% of the time)
 HORIZON = 16            # tokens a probe's gain is counted over at most: the text's predictability changes within a
                         # sentence
-TOKEN_KEEP = 0.98       # the weight a drafted round's evidence on agreement keeps at each later token (about 50)
-CONFIDENCE_FADE = 0.7   # the weight the past keeps at each committed token in the predicted chance of a first guess
 SHOWN_DEPTHS = 4        # depths whose acceptance a plan record quotes
 LOOKAHEAD = 8           # guesses below a node an expansion is priced for at most
 
@@ -128,42 +125,6 @@ class RoundPlan:
             best = max(best, gain)
             gain -= forward * self.share
         return best >= 0.0
-
-
-class Agreement:
-    """How often the draft's first guess passes, given the target's probability of the token that came there, learnt
-    from this run's drafted rounds (per bin of that probability, smoothed toward the bin's mean: a
-    draft of the target's family agrees about as often as the target is sure); and, from every committed token's
-    probability, the chance a first guess would pass at the recent positions (`predicted`, None before any token), and
-    the same chance from the target's confidence alone, no evidence (`sure`). The evidence fades with every token
-    committed (TOKEN_KEEP), drafted or not."""
-
-    def __init__(self):
-        self.hits, self.tried = [0.0] * len(BIN_MEANS), [0.0] * len(BIN_MEANS)
-        self.predicted: float | None = None
-        self.sure: float | None = None
-
-    def chance(self, probability: float) -> float:
-        b = score_bin(probability)
-        return (self.hits[b] + BIN_MEANS[b] * PRIOR_WEIGHT) / (self.tried[b] + PRIOR_WEIGHT)
-
-    def learn(self, probability: float, passed: bool) -> None:
-        b = score_bin(probability)
-        self.hits[b] += passed
-        self.tried[b] += 1.0
-
-    def follow(self, probabilities: list[float]) -> None:
-        for probability in probabilities:
-            # evidence fades with each token committed, so that what the draft showed long ago, on other text, gives
-            # way to the prior and a probe can find out again
-            self.hits = [value * TOKEN_KEEP for value in self.hits]
-            self.tried = [value * TOKEN_KEEP for value in self.tried]
-            chance, prior = self.chance(probability), BIN_MEANS[score_bin(probability)]
-            if self.predicted is None:
-                self.predicted, self.sure = chance, prior
-            else:
-                self.predicted = CONFIDENCE_FADE * self.predicted + (1 - CONFIDENCE_FADE) * chance
-                self.sure = CONFIDENCE_FADE * self.sure + (1 - CONFIDENCE_FADE) * prior
 
 
 class RoundPlanner:
