@@ -7,7 +7,7 @@ import torch
 from specviz.decode import calibration, tree_builder
 from specviz.decode.calibration import Calibration
 from specviz.decode.drafters import LookupDrafter
-from specviz.decode.planner import Costs, LookupChoice, RoundPlanner, lookup_reason
+from specviz.decode.planner import FIRST_ROUNDS, Costs, LookupChoice, RoundPlanner, lookup_reason
 from specviz.decode.sampling import Sampling
 from specviz.decode.trace import Phase, PlanRecord
 from specviz.decode.tree import TreeSpec
@@ -27,6 +27,7 @@ CONTEXT = [4, 9, 5, 6, 7, 8, 1, 2, 3, 9, 5]
 def plain_planner(calibration: Calibration) -> RoundPlanner:
     planner = RoundPlanner(Costs.of(AVX2, DRAFT_FEED), calibration)
     planner.tokens, planner.seconds, planner.read_prompt = 1.0, 0.2, True     # drafting has been slower than plain
+    planner.drafted_rounds = FIRST_ROUNDS
     planner.probe_wait = 10 ** 6                                               # no probe in these rounds
     return planner
 

@@ -7,11 +7,17 @@ from test_round_plan import _chain_tree, planner
 
 from specviz.decode import planner as planner_module
 from specviz.decode.calibration import TOKEN_KEEP, Agreement
-from specviz.decode.planner import HORIZON, PROBE_EVERY, PROBE_GUESSES, RoundPlanner, chain_rate, spell
+from specviz.decode.planner import (FIRST_ROUNDS, HORIZON, PROBE_EVERY, PROBE_GUESSES, RoundPlanner, chain_rate,
+                                    probe_pays, spell)
+
+
+def pays(p: RoundPlanner) -> bool:
+    return probe_pays(p.agreement, p.costs, p.behind)
 
 
 def slow(p: RoundPlanner) -> RoundPlanner:
     p.tokens, p.seconds, p.read_prompt = 1.0, 0.045, True      # recent drafted rounds slower than plain steps
+    p.drafted_rounds = FIRST_ROUNDS
     return p
 
 
@@ -36,13 +42,10 @@ def test_no_probe_while_the_target_is_unsure_and_one_soon_after_it_is_sure():
     assert "probe" in kinds and kinds[-1] in ("probe", "speculate")
 
 
-def test_a_gate_always_open_would_probe_on_unsure_text():
+def test_a_gate_always_open_would_probe_on_unsure_text(monkeypatch):
     """The mutant: a planner whose gate is always open probes every few steps on the same text."""
-    class Open(RoundPlanner):
-        def likely(self):
-            return True
-    p = slow(Open(planner().costs, planner().calibration))
-    assert run(p, 40, confidence=0.25).count("probe") >= 3
+    monkeypatch.setattr(planner_module, "probe_pays", lambda agreement, costs, behind: True)
+    assert run(slow(planner()), 40, confidence=0.25).count("probe") >= 3
 
 
 def test_without_the_target_s_probabilities_the_planner_probes_by_count_alone():
@@ -65,9 +68,9 @@ def test_a_probe_weighs_what_the_draft_must_catch_up():
     saved = spell(chance) * p.costs.verify(1) * (1 - 1 / (chain_rate(p.costs, chance) * p.costs.verify(1)))
     p.behind = 2
     cost = p.costs.drafting(2) + p.costs.level + p.costs.verify(3) - p.costs.verify(1)
-    assert saved >= cost and p.likely()
+    assert saved >= cost and pays(p)
     p.behind = 64
-    assert not p.likely()
+    assert not pays(p)
 
 
 def test_a_probe_counts_only_the_spell_it_is_likely_to_open(monkeypatch):
@@ -78,9 +81,9 @@ def test_a_probe_counts_only_the_spell_it_is_likely_to_open(monkeypatch):
     p.agreement.follow([0.7] * 5)
     assert 0.65 < p.agreement.predicted < 0.75
     p.behind = 8
-    assert not p.likely()
+    assert not pays(p)
     monkeypatch.setattr(planner_module, "spell", lambda chance: float(HORIZON))
-    assert p.likely()
+    assert pays(p)
 
 
 def test_agreement_learns_a_draft_that_fails_where_the_target_is_sure_and_forgets_it_later():

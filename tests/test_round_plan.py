@@ -17,7 +17,8 @@ from specviz.decode.drafters import Drafter, LookupDrafter, ModelDrafter
 from specviz.decode.drafters.base import Guess
 from specviz.decode.drafters.base import FeedGate
 from specviz.decode.engine import Decoder
-from specviz.decode.planner import LEVEL_FADE, PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs, RoundPlanner
+from specviz.decode.planner import (FIRST_ROUNDS, LEVEL_FADE, PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs,
+                                    RoundPlanner)
 from specviz.decode.sampling import Sampling
 from specviz.stack.plans import keep_learnt
 from specviz.stack.strategies import default_tree
@@ -91,7 +92,8 @@ def test_the_plan_guesses_where_guesses_pay_takes_plain_steps_where_none_does_an
     assert plan.need(0) == pytest.approx(50 * 0.001) and plan.need(2) == pytest.approx(50 * 0.005)
     assert plan.expands(1, 0.95, 1, free=True, last=0.95) and not plan.expands(1, 0.05, 1, free=False, last=0.05)
     bad = planner()
-    bad.tokens, bad.seconds = 1.1, 0.045            # 1.1 tokens in 45 ms: slower than a plain step's 30 ms a token
+    bad.tokens, bad.seconds = 1.1, 0.045            # 1.1 tokens in 45 ms: slower than a plain step's 30 ms a token...
+    bad.drafted_rounds = FIRST_ROUNDS               # ...over the rounds a run drafts before its rate may say plain
     waits = [PROBE_EVERY, 2 * PROBE_EVERY, PROBE_MOST, PROBE_MOST]     # each failed probe doubles the wait
     assert 2 * PROBE_EVERY < PROBE_MOST
     kinds = []
@@ -107,6 +109,7 @@ def test_the_plan_guesses_where_guesses_pay_takes_plain_steps_where_none_does_an
 def test_a_round_that_drafts_again_brings_the_probes_back_to_their_first_wait():
     p = planner()
     p.tokens, p.seconds, p.read_prompt = 1.1, 0.045, True      # slower than plain steps: plain, then probes
+    p.drafted_rounds = FIRST_ROUNDS
     for _ in range(PROBE_EVERY + 1 + 2 * PROBE_EVERY):
         plan = p.plan()
         p.observe(plan, _chain_tree(PROBE_GUESSES if plan.kind == "probe" else 0), [0], ["target", "model"],
@@ -122,6 +125,7 @@ def test_a_round_that_drafts_again_brings_the_probes_back_to_their_first_wait():
 def test_a_probe_accepted_whole_is_followed_by_another():
     p = planner()
     p.tokens, p.seconds, p.plain_run, p.read_prompt = 1.0, 0.05, PROBE_EVERY, True
+    p.drafted_rounds = FIRST_ROUNDS
     plan = p.plan()
     assert plan.kind == "probe"
     p.observe(plan, _chain_tree(PROBE_GUESSES), list(range(PROBE_GUESSES + 1)), ["target", "model"], [1, 3])
@@ -129,6 +133,37 @@ def test_a_probe_accepted_whole_is_followed_by_another():
     assert p.tokens / p.seconds < 1 / 0.030 and plan.kind == "probe"     # not yet worth it, but probed again
     p.observe(plan, _chain_tree(PROBE_GUESSES), [0], ["target", "model"], [1, 3])
     assert p.plan().kind == "plain"
+
+
+def test_a_run_drafts_its_first_rounds_whatever_one_of_them_made_and_its_rate_decides_after():
+    """One round's yield is a geometric draw: the first rounds draft even where one of them failed whole, and once
+    FIRST_ROUNDS have drafted, a rate below plain decoding's turns the run to plain steps."""
+    p = planner()
+    kinds, reasons = [], []
+    for _ in range(FIRST_ROUNDS + 1):
+        plan = p.plan()
+        kinds.append(plan.kind)
+        reasons.append(p.record(plan, ["model"]).reason)
+        p.observe(plan, _chain_tree(4), [0], ["target", "model"], [16, 1, 1, 1] if len(kinds) == 1 else [1, 1, 1, 1])
+    assert p.tokens / p.seconds < p.plain_rate                  # every round failed at its first guess
+    assert kinds[:2] == ["speculate", "speculate"]            # one failed round is not evidence enough...
+    assert kinds == ["speculate"] * FIRST_ROUNDS + ["plain"]  # ...FIRST_ROUNDS of them are
+    assert f"a run drafts its first {FIRST_ROUNDS} rounds" in reasons[1] and "first" not in reasons[0]
+
+
+def test_what_a_probe_reads_to_catch_up_is_no_part_of_the_rate_drafting_makes():
+    """After plain steps the draft must first read the tokens it missed: a cost of coming back (the probe gate prices
+    it), not of what drafting makes a round, or each plain run would hold the rate further below plain decoding's."""
+    def probed(read):
+        p = planner()
+        p.tokens, p.seconds, p.read_prompt, p.drafted_rounds = 1.1, 0.045, True, FIRST_ROUNDS
+        p.plain_run, p.behind = PROBE_EVERY, read - 1       # the tokens of the plain steps that the draft missed
+        plan = p.plan()
+        assert plan.kind == "probe"
+        p.observe(plan, _chain_tree(PROBE_GUESSES), list(range(PROBE_GUESSES + 1)), ["target", "model"], [read, 1])
+        return p.tokens, p.seconds
+    caught_up, behind = probed(1), probed(9)
+    assert behind == pytest.approx(caught_up)
 
 
 def test_a_level_costs_what_the_run_fed_it_from_the_first_round_on():
@@ -198,9 +233,12 @@ def test_an_overconfident_draft_is_caught_within_a_few_rounds_and_its_trees_shri
     assert run.tokens == plain.tokens
     unlearnt = [sum(n.stage == 1 for n in s.nodes) for s in overconfident_run(learns=False).steps]
     assert sum(size >= 8 for size in unlearnt) >= len(unlearnt) / 2       # a calibration that never learns: no catch
-    # the planner itself: the rounds' yield drops it to plain steps after the first, and it drafts little thereafter
+    # the planner itself: the rounds' yield drops it to plain steps after its first rounds, and it drafts little
+    # thereafter
     planned = overconfident_run(planner_kind=RoundPlanner)
-    assert planned.steps[1].plan.kind == "plain" and planned.stats["rounds_by_plan"]["plain"] >= len(planned.steps) / 2
+    kinds = [s.plan.kind for s in planned.steps[:FIRST_ROUNDS + 1]]
+    assert kinds == ["speculate"] * FIRST_ROUNDS + ["plain"]
+    assert planned.stats["rounds_by_plan"]["plain"] >= len(planned.steps) / 2
 
 
 class Switching(Drafter):
@@ -344,7 +382,7 @@ def test_planned_rounds_sample_two_tokens_exactly_as_the_target(opening):
     for seed in range(2000):
         plan = planner(DRAFT_FEED)
         if opening == "probe":
-            plan.tokens, plan.seconds, plan.plain_run = 1.0, 0.05, PROBE_EVERY
+            plan.tokens, plan.seconds, plan.plain_run, plan.drafted_rounds = 1.0, 0.05, PROBE_EVERY, FIRST_ROUNDS
         run = Decoder(open_cache(target, "target"), TOK, prompt, drafter=ModelDrafter(draft, backend=open_cache),
                       tree=spec, strategy="staged", sampling=Sampling(1.0, seed=seed), planner=plan,
                       max_new_tokens=2).generate()

@@ -3,20 +3,21 @@ chance taken from what this run's rounds actually yielded (specviz/decode/calibr
 
 The planner keeps what the recent drafted rounds made: tokens committed and seconds, priced by the curves (the target's
 forward of the tree, the draft's forwards by the tokens each fed), faded round by round, context lookup's copies left
-out of both (they join plain steps too). Their ratio R is the rate speculation makes here lately. Before a round: where
-R is below plain decoding's (one token per one-token forward) the round is a plain step (context lookup may still join,
-it costs no draft forward), and after PROBE_EVERY plain steps in a row a round probes with PROBE_GUESSES guesses
-whatever their price, so that speculation comes back when the text turns predictable (a probe accepted whole is followed
-by another; after one that failed the wait doubles, up to PROBE_MOST, until a round drafts again). A probe is costly
-after plain steps: the draft must first read every token it missed, about a tenth of a plain step each on an AVX2
-machine, so a probe that fails costs a tenth of the plain run before it. So a probe waits, too, until the target's own
-recent confidence says the draft would likely pass (`Agreement`): the target's probability of each token committed in
-plain steps is free, and drafted rounds teach what a given probability means for the draft's first guess. Otherwise the
-round drafts, and R prices each guess while the tree grows: a guess joins while its calibrated chance is at least R x
-(c(n + 2) - c(n + 1)), what it adds to verifying n guesses; a node is expanded (a draft forward) while its likely child
-would also pay for that forward. Growing by R rather than by plain decoding's rate is what maximises tokens per second:
-a round's ratio rises only while a guess adds more tokens per second than the round already makes (Dinkelbach's rule);
-the rate it yields then becomes the next rounds' R.
+out of both (they join plain steps too). Their ratio R is the rate speculation makes here lately (what the draft reads
+to catch up after plain steps is left out: a cost of coming back, not of a round). Before a round: where R is below
+plain decoding's (one token per one-token forward), once the run has drafted FIRST_ROUNDS rounds, the round is a plain
+step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY plain steps in a row a round
+probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back when the text turns predictable
+(a probe accepted whole is followed by another; after one that failed the wait doubles, up to PROBE_MOST, until a round
+drafts again). A probe is costly after plain steps: the draft must first read every token it missed, about a tenth of a
+plain step each on an AVX2 machine, so a probe that fails costs a tenth of the plain run before it. So a probe waits,
+too, until the target's own recent confidence says the draft would likely pass (`Agreement`, calibration.py): the
+target's probability of each token committed in plain steps is free, and drafted rounds teach what a given probability
+means for the draft's first guess. Otherwise the round drafts, and R prices each guess while the tree grows: a guess
+joins while its calibrated chance is at least R x (c(n + 2) - c(n + 1)), what it adds to verifying n guesses; a node is
+expanded (a draft forward) while its likely child would also pay for that forward. Growing by R rather than by plain
+decoding's rate is what maximises tokens per second: a round's ratio rises only while a guess adds more tokens per
+second than the round already makes (Dinkelbach's rule); the rate it yields then becomes the next rounds' R.
 
 Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
 drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
@@ -41,6 +42,9 @@ PRIOR_TOKENS = 1.6      # before any round: what a drafted round is taken to mak
 HORIZON = 16            # tokens a probe's gain is counted over at most: the text's predictability changes within a
                         # sentence
 SHOWN_DEPTHS = 4        # depths whose acceptance a plan record quotes
+FIRST_ROUNDS = 3        # drafted rounds a run makes before its rate may turn it to plain steps: one round's yield is a
+                        # geometric draw, and the prior sits within a few percent of plain decoding on an AVX2 machine,
+                        # so one failed first round took code that speculation ran at 1.4x to plain steps for good
 LOOKAHEAD = 8           # guesses below a node an expansion is priced for at most
 
 
@@ -138,6 +142,7 @@ class RoundPlanner:
         # draft level
         self.tokens, self.seconds = PRIOR_TOKENS, costs.verify(2) + costs.level
         self.plain_run = 0          # plain steps since the last round that drafted
+        self.drafted_rounds = 0     # rounds that paid for a draft forward (FIRST_ROUNDS)
         self.probe_wait = PROBE_EVERY   # plain steps in a row before the next probe
         self.probe_again = False
         self.read_prompt = False    # the draft's first forward reads the prompt: a cost of starting, not of a round
@@ -151,33 +156,16 @@ class RoundPlanner:
 
     def plan(self) -> RoundPlan:
         recent = self.tokens / self.seconds
-        kind = "speculate" if recent >= self.plain_rate else "plain"
+        kind = "speculate" if recent >= self.plain_rate or self.drafted_rounds < FIRST_ROUNDS else "plain"
         held = False
         if kind == "plain" and (self.probe_again or self.plain_run >= self.probe_wait):
-            held = not self.probe_again and not self.likely()
+            held = not self.probe_again and not probe_pays(self.agreement, self.costs, self.behind)
             kind = "plain" if held else "probe"
         plan = RoundPlan(kind, max(recent, self.plain_rate), self.tokens, self.seconds, self.costs, self.calibration,
                          share=self.share, probe_wait=self.probe_wait, probe_held=held)
         if kind == "probe":
             plan.max_depth, plan.max_branch = PROBE_GUESSES, 1
         return plan
-
-    def likely(self) -> bool:
-        """Whether a probe pays at the recent positions' predicted chance (True before any evidence): speculating at
-        that chance for as long as probes would keep being accepted whole would save more than the probe costs (the
-        draft reading what it missed, and verifying the guesses). The spell's length is counted at the chance the
-        target's confidence alone gives: how long the text stays predictable is the text's, while the evidence that
-        lowers the predicted chance was gathered on earlier text; counted at the predicted chance, a draft that
-        failed on prose was never probed again on the code that followed, as each plain step made the catch-up
-        dearer."""
-        predicted = self.agreement.predicted
-        if predicted is None:
-            return True
-        plain = self.costs.verify(1)
-        saved = spell(self.agreement.sure) * plain * max(0.0, 1.0 - 1.0 / (chain_rate(self.costs, predicted) * plain))
-        cost = (self.costs.drafting(self.behind) + (PROBE_GUESSES - 1) * self.costs.level
-                + self.costs.verify(PROBE_GUESSES + 1) - plain)
-        return saved >= cost
 
     def observe(self, plan: RoundPlan, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int],
                 committed_probs: list[float] = ()) -> None:
@@ -195,12 +183,18 @@ class RoundPlanner:
         elif plan.kind == "speculate":
             self.probe_wait = PROBE_EVERY
         drafted = plan.drafts and bool(draft_feeds)       # it paid for a draft forward
+        missed = self.behind
         self.plain_run = 0 if drafted else self.plain_run + 1
         self.behind = 0 if drafted else self.behind + len(path)
         levels = draft_feeds[1:]        # the first read what the draft missed (the prompt, at first), the root last
         if draft_feeds and not self.read_prompt:
             draft_feeds, self.read_prompt = draft_feeds[1:], True
+        elif draft_feeds and missed:
+            # the tokens of the plain steps the draft read first are the price of coming back, which the probe gate
+            # weighs (probe_pays); counted in the rate, each plain run held the rate further below plain decoding's
+            draft_feeds = [max(1, draft_feeds[0] - missed), *draft_feeds[1:]]
         if drafted:
+            self.drafted_rounds += 1
             for fed in levels:
                 self.costs = replace(self.costs, level=LEVEL_FADE * self.costs.level
                                      + (1 - LEVEL_FADE) * self.costs.drafting(fed))
@@ -239,6 +233,22 @@ class RoundPlanner:
             record.predicted = round(self.agreement.predicted or 0.0, 3)
         record.reason = reason(record, plan.probe_wait)
         return record
+
+
+def probe_pays(agreement: Agreement, costs: Costs, behind: int) -> bool:
+    """Whether a probe pays at the recent positions' predicted chance (True before any evidence): speculating at that
+    chance for as long as probes would keep being accepted whole would save more than the probe costs (the draft
+    reading the `behind` tokens it missed, and verifying the guesses). The spell's length is counted at the chance the
+    target's confidence alone gives: how long the text stays predictable is the text's, while the evidence that lowers
+    the predicted chance was gathered on earlier text; counted at the predicted chance, a draft that failed on prose was
+    never probed again on the code that followed, as each plain step made the catch-up dearer."""
+    predicted = agreement.predicted
+    if predicted is None:
+        return True
+    plain = costs.verify(1)
+    saved = spell(agreement.sure) * plain * max(0.0, 1.0 - 1.0 / (chain_rate(costs, predicted) * plain))
+    cost = costs.drafting(behind) + (PROBE_GUESSES - 1) * costs.level + costs.verify(PROBE_GUESSES + 1) - plain
+    return saved >= cost
 
 
 def spell(chance: float) -> float:
@@ -289,6 +299,10 @@ def reason(plan: PlanRecord, probe_wait: int) -> str:
     elif plan.kind == "probe":
         said = (f"{recent}. After {probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
                 "whatever they cost, to see whether the text has turned predictable.")
+    elif speed < 1.0:
+        said = (f"{recent}: below plain decoding, but a run drafts its first {FIRST_ROUNDS} rounds before that rate "
+                "decides (one round's yield is chance), and each guess joins while its calibrated chance beats "
+                "plain decoding's rate.")
     else:
         said = f"{recent}: this round drafts, and each guess joins while its calibrated chance beats that rate."
     return f"{said} {lookup_reason(plan)}".rstrip()
