@@ -3,12 +3,12 @@ must first read every token it missed, so a probe on text the target itself is u
 import math
 
 import pytest
-from test_round_plan import _chain_tree, planner
+from test_round_plan import _chain_tree, cpu_plan, planner
 
 from specviz.decode import planner as planner_module
 from specviz.decode.calibration import TOKEN_KEEP, Agreement
-from specviz.decode.planner import (FIRST_ROUNDS, HORIZON, PROBE_EVERY, PROBE_GUESSES, RoundPlanner, chain_rate,
-                                    probe_pays, spell)
+from specviz.decode.planner import (FIRST_ROUNDS, HORIZON, PROBE_EVERY, PROBE_GUESSES, Costs, RoundPlanner,
+                                    chain_rate, probe_pays, spell)
 
 
 def pays(p: RoundPlanner) -> bool:
@@ -44,7 +44,7 @@ def test_no_probe_while_the_target_is_unsure_and_one_soon_after_it_is_sure():
 
 def test_a_gate_always_open_would_probe_on_unsure_text(monkeypatch):
     """The mutant: a planner whose gate is always open probes every few steps on the same text."""
-    monkeypatch.setattr(planner_module, "probe_pays", lambda agreement, costs, behind: True)
+    monkeypatch.setattr(planner_module, "probe_pays", lambda agreement, costs, behind, left: True)
     assert run(slow(planner()), 40, confidence=0.25).count("probe") >= 3
 
 
@@ -84,6 +84,30 @@ def test_a_probe_counts_only_the_spell_it_is_likely_to_open(monkeypatch):
     assert not pays(p)
     monkeypatch.setattr(planner_module, "spell", lambda chance: float(HORIZON))
     assert pays(p)
+
+
+def test_a_probe_near_the_end_of_the_generation_is_held_for_want_of_room():
+    """A probe reads every token the draft missed for a gain counted over the spell it opens, but no longer than the
+    tokens left to write. The mutant that counts the whole spell probes with 2 tokens left."""
+    p = slow(planner())
+    p.agreement.follow([0.9] * 10)
+    p.behind = 8
+    assert pays(p) and probe_pays(p.agreement, p.costs, p.behind, left=HORIZON)
+    assert not probe_pays(p.agreement, p.costs, p.behind, left=2)
+    p.plain_run = PROBE_EVERY
+    assert p.plan(left=HORIZON).kind == "probe" and p.plan(left=2).probe_held
+
+
+def test_a_draft_that_reads_long_feeds_through_its_prompt_reader_catches_up_at_the_reader_s_price():
+    """After a long plain run the draft reads what it missed in one feed, through its prompt reader where it has one
+    (specviz/cpu/prompt_reader.py). Priced at its own forward's price instead, a probe 32 tokens behind is held."""
+    reader = (8, 128, 0.100)                    # from 8 tokens on; 128 tokens in 100 ms
+    own, read = planner().costs, Costs.of(cpu_plan(), 1, reader=reader)
+    assert read.catch_up(4) == own.drafting(4) and read.catch_up(8) == pytest.approx(own.drafting(8))
+    assert read.catch_up(128) == pytest.approx(0.100) and read.catch_up(32) < 0.6 * own.drafting(32)
+    p = slow(planner())
+    p.agreement.follow([0.8] * 10)
+    assert probe_pays(p.agreement, read, 32) and not probe_pays(p.agreement, own, 32)
 
 
 def test_agreement_learns_a_draft_that_fails_where_the_target_is_sure_and_forgets_it_later():

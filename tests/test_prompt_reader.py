@@ -11,8 +11,10 @@ from specviz.cpu import kernels, layer_loop, prompt_reader
 from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.layer_loop import LayerLoop
 from specviz.decode.metrics import summarise, time_split
+from specviz.decode.sampling import Sampling
 from specviz.models.load import LoadedModel, _quantized
 from specviz.plots.compare import latency_figure
+from specviz.stack.strategies import default_tree
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs specviz's kernels (AVX2 and a C compiler)")
 
@@ -168,6 +170,20 @@ def test_a_cache_reads_feeds_through_the_reader_from_the_length_stored_and_short
     assert stack.drafter_for("staged").kv.read_from == 12               # the stored crossover reaches the drafters
     del stack.prompt_reads.choices["draft"]["from"]                     # a profile from before crossovers
     assert stack.drafter_for("staged").kv.read_from == prompt_reader.READ_ROWS
+
+
+def test_the_planner_prices_the_draft_s_catch_up_by_the_reader_it_reads_through():
+    """After plain steps the draft reads what it missed in one feed: the planner prices that feed by the reader the
+    stack's draft uses (Costs.catch_up), not by the draft's own forward."""
+    from test_round_plan import cpu_plan
+    stack, _ = quantized_draft_stack()
+    stack.plans.pin(cpu_plan())
+    tree = default_tree("staged")
+    assert stack.plans.round_planner("staged", tree, Sampling()).costs.reader is None     # its own products
+    stack.prompt_reads.choices["draft"] = {"choice": "float32", "seconds": {"float32": 0.1}, "from": 12}
+    costs = stack.plans.round_planner("speculative", tree, Sampling()).costs
+    assert costs.reader[0] == 12 and costs.catch_up(prompt_reader.PROMPT) == pytest.approx(0.1)
+    assert costs.catch_up(11) == costs.drafting(11)
 
 
 def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks_read_the_stored_choice(

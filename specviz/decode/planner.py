@@ -39,8 +39,8 @@ FADE = 0.7              # the weight the past keeps at each drafted round in the
 SHARE_FADE = 0.9        # ...and in the running share of draft levels that needed a forward
 LEVEL_FADE = 0.7        # ...and at each draft forward of a level, in what a level costs as this run feeds it
 PRIOR_TOKENS = 1.6      # before any round: what a drafted round is taken to make (one guess accepted 60% of the time)
-HORIZON = 16            # tokens a probe's gain is counted over at most: the text's predictability changes within a
-                        # sentence
+HORIZON = 32            # tokens a probe's gain is counted over at most (and no more than are left to write): a spell of
+                        # code the target is sure of outlasts it, while at 16 a draft 30 tokens behind never came back
 SHOWN_DEPTHS = 4        # depths whose acceptance a plan record quotes
 FIRST_ROUNDS = 3        # drafted rounds a run makes before its rate may turn it to plain steps: one round's yield is a
                         # geometric draw, and the prior sits within a few percent of plain decoding on an AVX2 machine,
@@ -52,22 +52,40 @@ LOOKAHEAD = 8           # guesses below a node an expansion is priced for at mos
 class Costs:
     """Seconds: target[n] a target forward of n tokens, draft[n] a draft forward of n tokens (n >= 1), `level` one
     draft level as this strategy feeds it (the planner learns it from the run's forwards: how many of a lower stage's
-    guesses a level feeds is the feed gate's choice, drafters/base.py)."""
+    guesses a level feeds is the feed gate's choice, drafters/base.py); `reader`: where the draft reads long committed
+    feeds through other products (specviz/cpu/prompt_reader.py), the feed length it starts at and its seconds per
+    token past that."""
     target: tuple[float, ...]
     draft: tuple[float, ...]
     level: float
+    reader: tuple[int, float] | None = None
 
     @classmethod
-    def of(cls, plan: TreePlan, level_feed: int, most: int = 64) -> "Costs":
+    def of(cls, plan: TreePlan, level_feed: int, most: int = 64,
+           reader: tuple[int, int, float] | None = None) -> "Costs":
+        """reader: the draft's prompt reader as prepare timed it (the feed length it starts at, the tokens of the timed
+        read, its seconds); None where the draft has none."""
         def curve(points):
             return tuple(interpolate(points, max(n, 1)) for n in range(most + 2))
-        return cls(curve(plan.target), curve(plan.draft), interpolate(plan.draft, level_feed))
+        draft = curve(plan.draft)
+        if reader is not None:
+            start, tokens, seconds = reader
+            # a line from the draft's own forward where the reader starts to the timed read
+            reader = (start, max(seconds - draft[min(start, most + 1)], 0.0) / max(tokens - start, 1))
+        return cls(curve(plan.target), draft, interpolate(plan.draft, level_feed), reader)
 
     def verify(self, fed: int) -> float:
         return self.target[min(fed, len(self.target) - 1)]
 
     def drafting(self, fed: int) -> float:
         return self.draft[min(fed, len(self.draft) - 1)]
+
+    def catch_up(self, fed: int) -> float:
+        """The draft reading `fed` committed tokens it missed: through its prompt reader where the feed is that long."""
+        if self.reader is None or fed < self.reader[0]:
+            return self.drafting(fed)
+        start, per_token = self.reader
+        return min(self.drafting(fed), self.drafting(start) + (fed - start) * per_token)
 
     def extra(self, drafted: int) -> float:
         """What one more guess adds to verifying the root and `drafted` guesses."""
@@ -154,12 +172,13 @@ class RoundPlanner:
     def plain_rate(self) -> float:
         return 1.0 / self.costs.verify(1)
 
-    def plan(self) -> RoundPlan:
+    def plan(self, left: int = HORIZON) -> RoundPlan:
+        """The next round's plan; left: the tokens the generation may still write."""
         recent = self.tokens / self.seconds
         kind = "speculate" if recent >= self.plain_rate or self.drafted_rounds < FIRST_ROUNDS else "plain"
         held = False
         if kind == "plain" and (self.probe_again or self.plain_run >= self.probe_wait):
-            held = not self.probe_again and not probe_pays(self.agreement, self.costs, self.behind)
+            held = not self.probe_again and not probe_pays(self.agreement, self.costs, self.behind, left)
             kind = "plain" if held else "probe"
         plan = RoundPlan(kind, max(recent, self.plain_rate), self.tokens, self.seconds, self.costs, self.calibration,
                          share=self.share, probe_wait=self.probe_wait, probe_held=held)
@@ -235,19 +254,22 @@ class RoundPlanner:
         return record
 
 
-def probe_pays(agreement: Agreement, costs: Costs, behind: int) -> bool:
+def probe_pays(agreement: Agreement, costs: Costs, behind: int, left: int = HORIZON) -> bool:
     """Whether a probe pays at the recent positions' predicted chance (True before any evidence): speculating at that
     chance for as long as probes would keep being accepted whole would save more than the probe costs (the draft
     reading the `behind` tokens it missed, and verifying the guesses). The spell's length is counted at the chance the
     target's confidence alone gives: how long the text stays predictable is the text's, while the evidence that lowers
     the predicted chance was gathered on earlier text; counted at the predicted chance, a draft that failed on prose was
-    never probed again on the code that followed, as each plain step made the catch-up dearer."""
+    never probed again on the code that followed, as each plain step made the catch-up dearer. No more tokens are
+    counted than the `left` the generation may still write: a probe near its end reads every token missed for a gain
+    it has no room for."""
     predicted = agreement.predicted
     if predicted is None:
         return True
     plain = costs.verify(1)
-    saved = spell(agreement.sure) * plain * max(0.0, 1.0 - 1.0 / (chain_rate(costs, predicted) * plain))
-    cost = costs.drafting(behind) + (PROBE_GUESSES - 1) * costs.level + costs.verify(PROBE_GUESSES + 1) - plain
+    gain = max(0.0, 1.0 - 1.0 / (chain_rate(costs, predicted) * plain))
+    saved = min(spell(agreement.sure), left) * plain * gain
+    cost = costs.catch_up(behind) + (PROBE_GUESSES - 1) * costs.level + costs.verify(PROBE_GUESSES + 1) - plain
     return saved >= cost
 
 

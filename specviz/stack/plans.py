@@ -81,7 +81,8 @@ class StackPlans:
         key = name.replace("tree plan", f"calibration of {strategy}, {'greedy' if sampling.greedy else 'sampled'}", 1)
         stored = self.stack.profile.stored(key, measured=False)
         learn_as = key if self.stack.profile.stored(name) is not None else None
-        costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1)
+        costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1,
+                         reader=self.stack.prompt_reads.timed_reader(self.stack.drafts[0]))
         return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), learn_as=learn_as)
 
 

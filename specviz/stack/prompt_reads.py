@@ -35,6 +35,14 @@ class PromptReads:
             self.products[spec] = prompt_reader.copies(draft.model, choice["choice"]) if copies else None
         return self.choices
 
+    def timed_reader(self, spec: str) -> tuple[int, int, float] | None:
+        """The reader of the draft `spec` as prepare timed it (the feed length it starts at, the tokens of the timed
+        read, its seconds); None where the draft reads through its own products."""
+        choice = self.choices.get(spec)
+        if not choice or choice["choice"] == prompt_reader.OWN or "from" not in choice:
+            return None
+        return choice["from"], prompt_reader.PROMPT, choice["seconds"][choice["choice"]]
+
     def backend(self, spec: str) -> Backend:
         """What makes the caches of the draft `spec`: open_cache, given the products it reads prompts through."""
         products = self.products.get(spec)
