@@ -166,6 +166,21 @@ def test_what_a_probe_reads_to_catch_up_is_no_part_of_the_rate_drafting_makes():
     assert behind == pytest.approx(caught_up)
 
 
+def test_the_engine_tells_each_plan_how_many_tokens_the_generation_may_still_write():
+    """The probe gate counts a probe's gain over no more tokens than are left (planner.probe_pays): the engine must say
+    how many, before each round."""
+    class Told(RoundPlanner):
+        def plan(self, left=None):
+            lefts.append(left)
+            return super().plan(left)
+    lefts = []
+    run = Decoder(open_cache(tiny_model("llama"), "target"), TOK, [3, 1, 4, 1, 5],
+                  drafter=ModelDrafter(tiny_model("llama", noise=0.3), backend=open_cache), strategy="speculative",
+                  tree=TREE, planner=Told(Costs.of(cpu_plan(), 1), Calibration()), max_new_tokens=9).generate()
+    written = [0] + [sum(len(s.committed_tokens) for s in run.steps[:i + 1]) for i in range(len(run.steps) - 1)]
+    assert lefts == [9 - n for n in written] and lefts[0] == 9
+
+
 def test_a_level_costs_what_the_run_fed_it_from_the_first_round_on():
     """The planner learns a draft level's cost from every forward after a round's first (which reads what the draft
     missed: at first the prompt), in the first round too."""
