@@ -184,6 +184,8 @@ def test_the_planner_prices_the_draft_s_catch_up_by_the_reader_it_reads_through(
     costs = stack.plans.round_planner("speculative", tree, Sampling()).costs
     assert costs.reader[0] == 12 and costs.catch_up(prompt_reader.PROMPT) == pytest.approx(0.1)
     assert costs.catch_up(11) == costs.drafting(11)
+    del stack.prompt_reads.choices["draft"]["from"]                     # a profile from before crossovers
+    assert stack.plans.round_planner("staged", tree, Sampling()).costs.reader[0] == prompt_reader.READ_ROWS
 
 
 def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks_read_the_stored_choice(

@@ -35,18 +35,23 @@ class PromptReads:
             self.products[spec] = prompt_reader.copies(draft.model, choice["choice"]) if copies else None
         return self.choices
 
+    def read_from(self, spec: str) -> int:
+        """The feed length from which the draft `spec` reads through its reader (READ_ROWS where a profile from before
+        crossovers stored none)."""
+        return self.choices.get(spec, {}).get("from", prompt_reader.READ_ROWS)
+
     def timed_reader(self, spec: str) -> tuple[int, int, float] | None:
         """The reader of the draft `spec` as prepare timed it (the feed length it starts at, the tokens of the timed
-        read, its seconds); None where the draft reads through its own products."""
+        read, its seconds), as its caches use it (backend); None where the draft reads through its own products."""
         choice = self.choices.get(spec)
-        if not choice or choice["choice"] == prompt_reader.OWN or "from" not in choice:
+        seconds = choice["seconds"].get(choice["choice"]) if choice else None
+        if seconds is None or choice["choice"] == prompt_reader.OWN:
             return None
-        return choice["from"], prompt_reader.PROMPT, choice["seconds"][choice["choice"]]
+        return self.read_from(spec), prompt_reader.PROMPT, seconds
 
     def backend(self, spec: str) -> Backend:
         """What makes the caches of the draft `spec`: open_cache, given the products it reads prompts through."""
         products = self.products.get(spec)
         if products is None:
             return open_cache
-        read_from = self.choices.get(spec, {}).get("from", prompt_reader.READ_ROWS)
-        return functools.partial(open_cache, prompt_products=products, read_from=read_from)
+        return functools.partial(open_cache, prompt_products=products, read_from=self.read_from(spec))
