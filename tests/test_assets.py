@@ -43,7 +43,7 @@ def test_trigram_loads_as_its_stored_arrays_and_normalises():
 
     import numpy as np
 
-    from specviz.decode.drafters.katz import KatzTrigram
+    from specviz.decode.drafters.ngram import KatzTrigram
     trigram = KatzTrigram.load(ASSETS / "trigram.npz")
     with np.load(ASSETS / "trigram.npz") as stored:
         tables = {f.name for f in fields(trigram) if f.init and isinstance(getattr(trigram, f.name), np.ndarray)}

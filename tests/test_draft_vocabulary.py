@@ -15,7 +15,7 @@ from specviz.backends.kv import CUTS_KEPT, output_rows
 from specviz.cpu import kernels
 from specviz.cpu.int4 import WIDE_GROUP, Int4Linear
 from specviz.cpu.int8 import Int8Linear
-from specviz.decode.drafters.katz import KatzTrigram
+from specviz.decode.drafters.ngram import KatzTrigram
 from specviz.models.load import LoadedModel, _quantized
 from specviz.decode.sampling import Sampling
 from specviz.stack.strategies import STRATEGIES, default_tree

@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specviz.decode.drafters.katz import KatzTrigram
+from specviz.decode.drafters.ngram import KatzTrigram
 
 V = 12
 CORPUS = [
@@ -88,14 +88,14 @@ def test_top_matches_full_distribution(model, context):
 
 
 def test_top_is_remembered_by_the_last_two_tokens_and_forgotten_when_full(monkeypatch):
-    from specviz.decode.drafters import katz
+    from specviz.decode.drafters import ngram
     model = KatzTrigram.build(CORPUS, vocab_size=V, min_trigram_count=1)
     fresh = KatzTrigram.build(CORPUS, vocab_size=V, min_trigram_count=1)
     first = model.top([9, 1, 2], 3)
     first.append((0, 0.0))                                   # the caller's list, not the remembered one
     assert model.top([7, 1, 2], 3) == fresh.top([1, 2], 3) == list(fresh._top([4, 1, 2], 3)) and len(model._tops) == 1
     assert model.top([1, 2], 2) == fresh.top([1, 2], 2) and len(model._tops) == 2      # k is part of the key
-    monkeypatch.setattr(katz, "TOPS_KEPT", 2)
+    monkeypatch.setattr(ngram, "TOPS_KEPT", 2)
     assert model.top([5, 6], 3) == fresh.top([5, 6], 3) and len(model._tops) == 1
 
 

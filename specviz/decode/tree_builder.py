@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 
 from .drafters.base import Drafter, cascade
-from .drafters.lookup import context_continuation
+from .drafters.ngram import context_continuation
 from .planner import LookupChoice, RoundPlan
 from .sampling import Sampling, draw_without_replacement, logits_to_probs, top_tokens
 from .trace import Phase

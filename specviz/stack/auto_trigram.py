@@ -13,7 +13,7 @@ import sysconfig
 from pathlib import Path
 from typing import Sequence
 
-from ..decode.drafters.katz import KatzTrigram
+from ..decode.drafters.ngram import KatzTrigram
 from .. import ASSETS, cache_dir
 
 DRAFT_TEXT = ASSETS / "draft_text"

@@ -24,7 +24,7 @@ def default_drafts() -> list[str]:
 
 
 def load_trigram(spec: str):
-    from ..decode.drafters.katz import KatzTrigram
+    from ..decode.drafters.ngram import KatzTrigram
     path = ASSETS / "trigram.npz" if spec == "trigram" else Path(spec)
     if not path.is_file():
         raise ModelLoadError(f"trigram file not found: {path}")

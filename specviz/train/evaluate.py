@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..decode.drafters.katz import KatzTrigram
+from ..decode.drafters.ngram import KatzTrigram
 from .common import target_tokenizer
 from .data import labelled_shards, load_labelled
 from .sources import humaneval_prompts

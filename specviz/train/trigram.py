@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..decode.drafters.katz import KatzTrigram
+from ..decode.drafters.ngram import KatzTrigram
 from .common import DATA, log, target_tokenizer
 from .data import batches_by_length, labelled_shards, load_labelled
 from .sources import documented_function_prompts

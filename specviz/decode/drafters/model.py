@@ -19,7 +19,7 @@ from ..trace import Phase
 from ..tree import Tree
 from ..sampling import verify_greedy
 from .base import Drafter, FeedGate, Guess, Seen
-from .lookup import COPIED_RUN
+from .ngram import COPIED_RUN
 
 # Tokens the lower stage guesses after each node the draft expands: its guess_run (base.py). A guess saves a draft
 # forward only when it covers every node of the next level, which a branching tree rarely allows, while every guessed
