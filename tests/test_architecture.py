@@ -341,3 +341,42 @@ def test_the_core_checks_can_fail():
     assert twice_named(found) == {"Decoder": ["a", "b"]}
     assert too_many_methods(found) == ["b.Decoder: 16 methods"]
     assert too_many_methods(classes({"c": "class Small:\n    def m(self): pass\n"})) == []
+
+
+MAX_ROUND_MODULES = 10      # gpt-fast's round reads in 2 modules; ours drafts a tree in three stages
+
+
+def modules_entered(run) -> set[str]:
+    """The modules of specviz/ whose code runs while `run()` does."""
+    import threading
+    entered = set()
+
+    def note(frame, event, _arg):
+        if event == "call" and frame.f_code.co_filename.startswith(str(SPECVIZ)):
+            entered.add(".".join(Path(frame.f_code.co_filename).relative_to(SPECVIZ.parent).with_suffix("").parts))
+    threading.setprofile(note)
+    sys.setprofile(note)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    return entered
+
+
+def test_a_staged_round_reads_in_at_most_10_modules_of_the_round():
+    """A reader follows one staged round (Decoder.step) with a model draft and a trigram below it through at most
+    MAX_ROUND_MODULES modules of decode/."""
+    from tiny import TinyTokenizer, tiny_stack
+
+    from specviz.decode.drafters.ngram import KatzTrigram
+    from specviz.decode.sampling import Sampling
+    from specviz.stack.strategies import default_tree
+    table = KatzTrigram.build([[(3 * i + j) % 40 for j in range(30)] for i in range(20)], 64)
+    stack = tiny_stack(("draft", "trigram:auto"), TinyTokenizer(), loaded={"trigram:auto": table})
+    decoder = stack.decoder([3, 6, 9, 12, 3, 6], "staged", default_tree("staged"), Sampling(), 24, stop_at_eos=False)
+    decoder.step()
+    entered = modules_entered(lambda: [decoder.step() for _ in range(3)])
+    read = sorted(m for m in entered if package(m) == THE_ROUND)
+    assert {"specviz.decode.engine", "specviz.decode.drafters.model", "specviz.decode.drafters.ngram"} <= set(read)
+    assert len(read) <= MAX_ROUND_MODULES, read
