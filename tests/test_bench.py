@@ -144,6 +144,28 @@ def test_each_speculative_strategy_gets_its_round_analysis(report):
         assert f"took {share:.0%} of plain decoding's whole time" in r["rounds"]["analysis"]
 
 
+def test_planned_rounds_are_priced_by_the_stacks_curves(report):
+    """The tiny stack's pinned plan (tests/tiny.py flat_plan): a target forward costs 10 ms whatever its size, a draft
+    forward 1 ms. So a run's rounds cost 10 ms each, its draft forwards 1 ms each (the first, the prompt read, apart),
+    and plain decoding 10 ms a token."""
+    priced = [r for r in report["per_prompt"] if r.get("priced") is not None]
+    assert {r["strategy"] for r in priced} == {"speculative", "staged"}
+    assert all(r.get("priced") is None for r in report["per_prompt"] if r["strategy"] == "baseline")
+    for r in priced:
+        assert r["priced"]["plain_s"] == pytest.approx(0.01 * 12)
+        assert r["priced"]["verify_s"] == pytest.approx(0.01 * r["steps"])
+        assert r["priced"]["read_s"] == pytest.approx(0.001)
+        assert r["priced"]["draft_s"] == pytest.approx(0.001 * (r["draft_forwards"] - 1))
+    for r in report["results"]:
+        mine = [x["priced"]["ratio"] for x in priced if (x["sampling"], x["strategy"]) == (r["sampling"],
+                                                                                             r["strategy"])]
+        assert (r["priced"] or {}).get("median") == (pytest.approx(sorted(mine)[0] / 2 + sorted(mine)[1] / 2)
+                                                      if mine else None)
+        if mine:
+            assert r["priced"]["lowest"]["ratio"] == min(mine)
+            assert "Priced by this machine's cost curves" in bench.report.format_analyses([r])
+
+
 def test_outputs_json_and_html(report, tmp_path, capsys):
     full = {"machine": "test", "date": "today", "command": "python -m specviz.bench", **report}
     written = bench.write_outputs(full, tmp_path / "latest.json", png=False)

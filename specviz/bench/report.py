@@ -106,6 +106,7 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
             "prompts": len(rows),
             "rounds": (_round_cost(rows, plain.get(sampling), shares.get(sampling, 0.0))
                        if engine and strategy != "baseline" else None),
+            "priced": priced_summary(rows),
         })
     order = {s: i for i, s in enumerate(ALL_STRATEGIES)}
     return sorted(results, key=lambda r: (r["sampling"] != "greedy", r["sampling"], order[r["strategy"]]))
@@ -200,10 +201,33 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
 
 
 
+def priced_summary(rows: list[dict]) -> dict | None:
+    """The rounds priced by the machine's curves (specviz/analysis/priced.py), over the prompts: the median ratio to
+    plain decoding at the same prices, the lowest prompt, and the draft's prompt read's share of the price."""
+    priced = [(r["priced"], r["prompt"]) for r in rows if r.get("priced")]
+    if not priced:
+        return None
+    worst, prompt = min((p["ratio"], prompt) for p, prompt in priced)
+    spent = sum(p["verify_s"] + p["draft_s"] + p["read_s"] for p, _ in priced)
+    return {"median": median(p["ratio"] for p, _ in priced), "lowest": {"ratio": worst, "prompt": prompt},
+            "read_share": sum(p["read_s"] for p, _ in priced) / spent if spent > 0 else 0.0}
+
+
 def format_analyses(results: list[dict]) -> str:
     """Each speculative strategy's round analysis (specviz/analysis/round_cost.py), one paragraph per strategy and
-    sampling."""
-    return "\n".join(f"{r['sampling']}: {r['rounds']['analysis']}" for r in results if r.get("rounds"))
+    sampling, and its rounds priced by the machine's curves."""
+    return "\n".join(f"{r['sampling']}: {r['rounds']['analysis']}" + priced_sentence(r)
+                     for r in results if r.get("rounds"))
+
+
+def priced_sentence(result: dict) -> str:
+    """The rounds at the machine's curve prices, in a sentence ('' where the run was not priced)."""
+    priced = result.get("priced")
+    if not priced:
+        return ""
+    return (f" Priced by this machine's cost curves (a projection, free of the machine's swings), its rounds ran at "
+            f"{priced['median']:.2f}x plain decoding (median; lowest {priced['lowest']['ratio']:.2f}x on "
+            f"{priced['lowest']['prompt']}), the draft's prompt read {priced['read_share']:.1%} of their price.")
 
 
 def format_table(results: list[dict], markdown: bool = False) -> str:

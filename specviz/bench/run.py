@@ -10,6 +10,7 @@ import torch
 
 from ..peers import llama_cpp, reference
 from ..peers.hf import PEERS, PROMPT_LOOKUP_TOKENS, hf_generate
+from ..analysis.priced import price
 from ..models.prompt_format import NoChatTemplate, default_format, encode_prompt
 from .prompts import Prompt
 from ..stack.plans import keep_learnt
@@ -59,17 +60,19 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None)
     # no stop at end-of-sequence: every strategy makes the same number of tokens
     decoder = stack.decoder(prompt_ids, strategy, default_tree(strategy, **(tree or {})), sampling,
                             max_new_tokens, stop_at_eos=False)
+    costs = decoder.planner.costs if decoder.planner is not None else None
     run = decoder.generate()
     wall = perf_counter() - started
     keep_learnt(decoder, stack.profile)
     s = run.stats
+    priced = price(run.steps, costs, decoder.target.name).to_dict() if costs is not None else None
     return {"tokens": run.tokens, "wall_s": wall, "target_forwards": s["target_forwards"],
             "draft_forwards": sum(s["draft_forwards"].values()),
             "mean_accepted_per_target_forward": s["mean_accepted_per_target_forward"],
             "steps": s["steps"], "bytes_per_token": s["bytes_per_token"],
             "decode_wall_s": s["wall_s"], "phase_s": s["phase_s"], "forward_s": decoder.forward_seconds(),
             "rounds_by_plan": s.get("rounds_by_plan"), "lookup_joined_by_plan": s.get("lookup_joined_by_plan"),
-            "_decisions": decisions(run.steps)}
+            "priced": priced, "_decisions": decisions(run.steps)}
 
 
 def run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict:
