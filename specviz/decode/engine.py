@@ -123,9 +123,10 @@ class Decoder:
         started = perf_counter()
         context = self.tokens
         with self.timer.phase(Phase.TREE):      # planning and choosing children; drafter forwards are timed inside
-            plan = self.planner.plan(self.max_new_tokens - len(self.new_tokens)) if self.planner is not None else None
-            drafted = build_tree(context[-1], context, self.drafter, self.spec, self.sampling, self.generator,
-                                 self.eos, plan)
+            left = self.max_new_tokens - len(self.new_tokens)
+            plan = self.planner.plan(left) if self.planner is not None else None
+            drafted = build_tree(context[-1], context, self.drafter, self.spec.within(left), self.sampling,
+                                 self.generator, self.eos, plan)
             tree = drafted.tree
         with self.timer.phase(Phase.VERIFY):
             positions = [self.target.committed + d for d in tree.depths]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -185,6 +185,16 @@ class TreeSpec:
         if not self.min_scores:
             return self.min_score
         return self.min_scores[drafted] if drafted < len(self.min_scores) else 2.0
+
+    def within(self, room: int) -> "TreeSpec":
+        """This spec for a round that may commit at most `room` tokens: no guess deeper than room - 1, as the target's
+        own token fills the last place, and none where room is 1. A guess past that can never be committed, yet cost a
+        draft forward and a verified token: the bench's 64-token runs drafted up to 4 such in their last round."""
+        if room - 1 >= max(self.max_depth, self.lookup):
+            return self
+        if room <= 1:
+            return replace(self, budget=0, lookup=0)
+        return replace(self, max_depth=min(self.max_depth, room - 1), lookup=min(self.lookup, room - 1))
 
     def static_paths(self) -> frozenset[tuple[int, ...]]:
         """A static shape's paths, built once per shape (every round of a run asks for them)."""
