@@ -65,13 +65,14 @@ def random_model(family: str, sizes: dict, vocab: int, device: str, dtype: str, 
 
 
 def replay_spec(recorded: dict) -> TreeSpec:
-    """A dynamic tree spec that lets every recorded tree grow whole: the drafter proposes only recorded nodes."""
+    """A dynamic tree spec that lets every recorded tree grow whole, its last rounds too: the drafter proposes only
+    recorded nodes."""
     steps = recorded["steps"]
     budget = max((len(st["tokens"]) - 1 for st in steps), default=0)
     depths = [_depths(st["parents"]) for st in steps]
     branches = [max(Counter(st["parents"][1:]).values(), default=1) for st in steps]
     return TreeSpec(shape="dynamic", budget=min(budget, 256), max_depth=min(max(map(max, depths), default=1) or 1, 64),
-                    max_branch=min(max(branches, default=1), 16), level_width=max(budget, 1))
+                    max_branch=min(max(branches, default=1), 16), level_width=max(budget, 1), past_room=True)
 
 
 def _depths(parents: list[int]) -> list[int]:

@@ -158,6 +158,7 @@ class TreeSpec:
                                 # in as min_scores, within this budget and depth
     min_scores: tuple[float, ...] = ()  # dynamic: per node drafted so far, the least path score the next one needs
                                         # (overrides min_score; no node past its end)
+    past_room: bool = False     # grow past the tokens left (`within`): a replay's recorded trees grow whole
 
     def __post_init__(self):
         object.__setattr__(self, "min_scores", tuple(self.min_scores))     # a recording's JSON gives a list
@@ -190,7 +191,7 @@ class TreeSpec:
         """This spec for a round that may commit at most `room` tokens: no guess deeper than room - 1, as the target's
         own token fills the last place, and none where room is 1. A guess past that can never be committed, yet cost a
         draft forward and a verified token: the bench's 64-token runs drafted up to 4 such in their last round."""
-        if room - 1 >= max(self.max_depth, self.lookup):
+        if self.past_room or room - 1 >= max(self.max_depth, self.lookup):
             return self
         if room <= 1:
             return replace(self, budget=0, lookup=0)
