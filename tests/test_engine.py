@@ -180,8 +180,8 @@ def test_a_drafter_given_the_prompts_prefill_copies_its_models_read():
     assert staged_run(prefilled=target_only).drafter.kv.committed == 0   # no read to copy
 
 
-@pytest.mark.parametrize("shape", ["dynamic", "chain", "static"])
-def test_no_round_drafts_a_guess_it_has_no_room_to_commit(shape):
+@pytest.mark.parametrize("shape, width", [("dynamic", 1), ("chain", 4), ("static", 4)])
+def test_no_round_drafts_a_guess_it_has_no_room_to_commit(shape, width):
     """Near the end a round drafts no deeper than the tokens left but one (the target's token fills the last place),
     and on the last token it drafts nothing; the output is the one a run with room to spare begins with."""
     target = tiny_model("llama")
@@ -191,8 +191,8 @@ def test_no_round_drafts_a_guess_it_has_no_room_to_commit(shape):
     for n in (9, 40):
         drafter = ModelDrafter(copy, backend=open_cache, lower=LookupDrafter(64))
         runs[n] = Decoder(open_cache(target, "target"), TOK, prompt, drafter=drafter, strategy="staged",
-                          tree=TreeSpec(shape=shape, budget=8, max_depth=4, lookup=4), max_new_tokens=n,
-                          stop_at_eos=False).generate()
+                          tree=TreeSpec(shape=shape, budget=8, max_depth=4, level_width=width, lookup=4),
+                          max_new_tokens=n, stop_at_eos=False).generate()
     assert runs[9].tokens == runs[40].tokens[:9]
     depths = [(9 - step.position, max(node.depth for node in step.nodes)) for step in runs[9].steps]
     assert all(deepest <= left - 1 for left, deepest in depths), depths
