@@ -112,9 +112,10 @@ def summarise(per_prompt: list[dict]) -> list[dict]:
     return sorted(results, key=lambda r: (r["sampling"] != "greedy", r["sampling"], order[r["strategy"]]))
 
 
-def lowest(rows: list[dict]) -> dict | None:
-    """The prompt this strategy ran slowest on against our baseline: its ratio and the prompt's id."""
-    ratios = [(r["speedup_vs_baseline"], r["prompt"]) for r in rows if r.get("speedup_vs_baseline") is not None]
+def lowest(rows: list[dict], ratio_of=lambda row: row.get("speedup_vs_baseline")) -> dict | None:
+    """The prompt this strategy ran slowest on against our baseline (or by `ratio_of`): its ratio and the prompt's
+    id."""
+    ratios = [(ratio_of(r), r["prompt"]) for r in rows if ratio_of(r) is not None]
     if not ratios:
         return None
     worst, prompt = min(ratios)
@@ -204,13 +205,13 @@ def _phase_share(rows: list[dict]) -> dict[str, float]:
 def priced_summary(rows: list[dict]) -> dict | None:
     """The rounds priced by the machine's curves (specviz/analysis/priced.py), over the prompts: the median ratio to
     plain decoding at the same prices, the lowest prompt, and the draft's prompt read's share of the price."""
-    priced = [(r["priced"], r["prompt"]) for r in rows if r.get("priced")]
+    priced = [r["priced"] for r in rows if r.get("priced")]
     if not priced:
         return None
-    worst, prompt = min((p["ratio"], prompt) for p, prompt in priced)
-    spent = sum(p["verify_s"] + p["draft_s"] + p["read_s"] for p, _ in priced)
-    return {"median": median(p["ratio"] for p, _ in priced), "lowest": {"ratio": worst, "prompt": prompt},
-            "read_share": sum(p["read_s"] for p, _ in priced) / spent if spent > 0 else 0.0}
+    spent = sum(p["verify_s"] + p["draft_s"] + p["read_s"] for p in priced)
+    return {"median": median(p["ratio"] for p in priced),
+            "lowest": lowest(rows, lambda row: row["priced"]["ratio"] if row.get("priced") else None),
+            "read_share": sum(p["read_s"] for p in priced) / spent if spent > 0 else 0.0}
 
 
 def format_analyses(results: list[dict]) -> str:

@@ -60,12 +60,13 @@ def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None)
     # no stop at end-of-sequence: every strategy makes the same number of tokens
     decoder = stack.decoder(prompt_ids, strategy, default_tree(strategy, **(tree or {})), sampling,
                             max_new_tokens, stop_at_eos=False)
-    costs = decoder.planner.costs if decoder.planner is not None else None
     run = decoder.generate()
     wall = perf_counter() - started
     keep_learnt(decoder, stack.profile)
     s = run.stats
-    priced = price(run.steps, costs, decoder.target.name).to_dict() if costs is not None else None
+    # the planner's curves never change in a run (only what it learns a level costs)
+    priced = (price(run.steps, decoder.planner.costs, decoder.target.name).to_dict()
+              if decoder.planner is not None else None)
     return {"tokens": run.tokens, "wall_s": wall, "target_forwards": s["target_forwards"],
             "draft_forwards": sum(s["draft_forwards"].values()),
             "mean_accepted_per_target_forward": s["mean_accepted_per_target_forward"],
