@@ -189,8 +189,9 @@ class TreeSpec:
 
     def within(self, room: int) -> "TreeSpec":
         """This spec for a round that may commit at most `room` tokens: no guess deeper than room - 1, as the target's
-        own token fills the last place, and none where room is 1. A guess past that can never be committed, yet cost a
-        draft forward and a verified token: the bench's 64-token runs drafted up to 4 such in their last round."""
+        own token fills the last place, and none where room is 1. A guess past that can never be committed, yet costs
+        a draft forward and a verified token: with 5 tokens left, a 64-token run on HumanEval/154 drafted 8 guesses
+        (speculative) and 15 (staged)."""
         if self.past_room or room - 1 >= max(self.max_depth, self.lookup):
             return self
         if room <= 1:
