@@ -108,7 +108,7 @@ def generate(args) -> int:
         stack.compiled = compile_models(stack.target, stack.draft_models(), stack.vocabulary)
     prompt_format = args.prompt_format or default_format(prompt, stack.tokenizer)
     try:
-        prompt_ids = encode_prompt(stack, prompt, prompt_format)
+        prompt_ids = encode_prompt(stack.tokenizer, prompt, prompt_format)
     except NoChatTemplate as exc:
         raise ValueError(f"{exc}: pass --prompt-format completion") from None
     started = perf_counter()

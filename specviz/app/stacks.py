@@ -147,7 +147,7 @@ def prompt_ids(stack, settings: Settings) -> list[int]:
     """The settings' prompt as token ids (in chat, inside the model's chat template as a user's turn, the
     assistant's turn opened), or a UserError saying why it cannot be used."""
     try:
-        ids = prompt_format.encode_prompt(stack, settings.prompt, settings.prompt_format)
+        ids = prompt_format.encode_prompt(stack.tokenizer, settings.prompt, settings.prompt_format)
     except prompt_format.NoChatTemplate as exc:
         raise UserError(f"{exc}: choose completion under Prompt format.") from exc
     except ValueError as exc:

@@ -128,7 +128,7 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     settings = {name: parse_sampling(name, seed) for name in samplings}
     formats = {p.id: prompt_format or default_format(p.text, stack.tokenizer) for p in prompts}
     try:
-        encoded = [(p, encode_prompt(stack, p.text, formats[p.id])) for p in prompts]
+        encoded = [(p, encode_prompt(stack.tokenizer, p.text, formats[p.id])) for p in prompts]
     except NoChatTemplate as exc:
         raise BenchError(f"{exc}: pass --prompt-format completion") from None
     # staged's plan and how each draft reads prompts, as this machine's profile says (prepare measured them)

@@ -41,9 +41,12 @@ def chat_ids(tokenizer, prompt: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def encode_prompt(stack, prompt: str, prompt_format: str) -> list[int]:
-    """The prompt's token ids in that format (a stack's encode refuses an empty prompt)."""
+def encode_prompt(tokenizer, prompt: str, prompt_format: str) -> list[int]:
+    """The prompt's token ids in that format; an empty prompt is refused."""
     if prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"unknown prompt format {prompt_format!r}; choose {' or '.join(PROMPT_FORMATS)}")
-    ids = stack.encode(prompt)
-    return chat_ids(stack.tokenizer, prompt) if prompt_format == CHAT else ids
+    if not prompt or not prompt.strip():
+        raise ValueError("the prompt is empty")
+    if prompt_format == CHAT:
+        return chat_ids(tokenizer, prompt)
+    return tokenizer(prompt, add_special_tokens=False)["input_ids"]

@@ -22,6 +22,7 @@ from .draft_vocabulary import DraftVocabulary
 from ..decode.engine import Decoder, Prefill, prefill, static_length
 from ..models.locations import DEFAULT_TARGET
 from ..models.load import LoadedModel, load_model
+from ..models.prompt_format import COMPLETION, encode_prompt
 from ..models.precision import AUTO_DTYPE, auto_precision, auto_reason, check_dtype, precisions_named
 from ..profile.store import Profile
 from .prompt_reads import PromptReads
@@ -107,9 +108,8 @@ class Stack:
         return precisions_named(self.dtype, {m.dtype for m in self.draft_models().values()})
 
     def encode(self, prompt: str) -> list[int]:
-        if not prompt or not prompt.strip():
-            raise ValueError("the prompt is empty")
-        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        """The prompt's token ids as written (completion)."""
+        return encode_prompt(self.tokenizer, prompt, COMPLETION)
 
     def _drafter(self, spec: str, stage: int, lower: Drafter | None, prompt: list[int],
                  window: PromptWindow | None = None, gate: FeedGate | None = None) -> Drafter:
