@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ..models.load import LoadedModel
 from ..profile.store import Profile
 from ..decode.calibration import Calibration
 from ..decode.planner import Costs, RoundPlanner
@@ -13,26 +14,38 @@ from .strategies import CHAIN_LENGTH, drafter_specs
 from ..decode.tree import TreeSpec
 from ..decode.costs import DRAFT_FEED, TreePlan, key as plan_key
 from ..profile.tree_plans import stored_plan
+from .draft_vocabulary import DraftVocabulary
+from .prompt_reads import PromptReads
 
 
 class StackPlans:
-    def __init__(self, stack):
-        """stack: the specviz.stack.stack.Stack planned for; read at each call (its drafts and vocabulary may
-        change)."""
-        self.stack = stack
+    def __init__(self, profile: Profile, target: LoadedModel, drafts: list[str], loaded: dict[str, object],
+                 vocabulary: DraftVocabulary, prompt_reads: PromptReads):
+        """The parts of a stack its plans are made from: the machine's profile, the target, the drafter specs (top
+        stage first) and what each loaded, the drafts' vocabulary, and how the drafts read prompts (the last two are
+        read at each call: prepare and the bench take up stored prompt readers after the stack is made)."""
+        self.profile, self.target, self.drafts, self.loaded = profile, target, drafts, loaded
+        self.vocabulary, self.prompt_reads = vocabulary, prompt_reads
         self.plans: dict[str, TreePlan] = {}    # tree_plan()'s answer, once read, by name()
+
+    def top_draft(self) -> LoadedModel | None:
+        """The draft model staged's plan pairs with the target: the top stage, where the stack can run staged and
+        that stage is a model."""
+        try:
+            drafter_specs("staged", self.drafts)
+        except ValueError:
+            return None
+        draft = self.loaded.get(self.drafts[0])
+        return draft if isinstance(draft, LoadedModel) else None
 
     def name(self) -> str | None:
         """The key staged's plan is stored under (tree_plan.key), None where the stack cannot run staged."""
-        stack = self.stack
-        try:
-            drafter_specs("staged", stack.drafts)
-        except ValueError:
+        draft = self.top_draft()
+        if draft is None:
             return None
-        if stack.drafts[0] not in stack.draft_models():
-            return None
-        draft = stack.loaded[stack.drafts[0]]
-        return plan_key(stack.target_name, stack.dtype, Path(draft.name).name or draft.name, draft.dtype)
+        target = self.target
+        return plan_key(Path(target.name).name or target.name, target.dtype, Path(draft.name).name or draft.name,
+                        draft.dtype)
 
     def pin(self, plan: TreePlan) -> None:
         """Plan from `plan` (curves given by hand: a test, a sweep) instead of the stored one; nothing is stored."""
@@ -49,10 +62,8 @@ class StackPlans:
         if name is None:
             return None
         if name not in self.plans:
-            stack = self.stack
-            draft = stack.loaded[stack.drafts[0]]
-            plan = stored_plan(stack.profile, name, stack.target.model, draft.model,
-                               stack.vocabulary.for_draft(draft, []))
+            draft = self.top_draft()
+            plan = stored_plan(self.profile, name, self.target.model, draft.model, self.vocabulary.for_draft(draft, []))
             if plan is None:
                 return None
             self.plans[name] = plan
@@ -79,10 +90,10 @@ class StackPlans:
         if plan is None:
             return None
         key = name.replace("tree plan", f"calibration of {strategy}, {'greedy' if sampling.greedy else 'sampled'}", 1)
-        stored = self.stack.profile.stored(key, measured=False)
-        learn_as = key if self.stack.profile.stored(name) is not None else None
+        stored = self.profile.stored(key, measured=False)
+        learn_as = key if self.profile.stored(name) is not None else None
         costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1,
-                         reader=self.stack.prompt_reads.timed_reader(self.stack.drafts[0]))
+                         reader=self.prompt_reads.timed_reader(self.drafts[0]))
         return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), learn_as=learn_as)
 
 

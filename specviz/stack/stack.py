@@ -54,7 +54,7 @@ class Stack:
     plans: StackPlans = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        self.plans = StackPlans(self)
+        self.plans = StackPlans(self.profile, self.target, self.drafts, self.loaded, self.vocabulary, self.prompt_reads)
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
