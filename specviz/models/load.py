@@ -40,6 +40,12 @@ class LoadedModel:
         self.dtype = quantized_precision(self.model) or str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
     @property
+    def short_name(self) -> str:
+        """Its name without folders (a file's or a folder's name, a hub id's last part): what stored measurements are
+        keyed by."""
+        return Path(self.name).name or self.name
+
+    @property
     def weight_bytes(self) -> int:
         """Bytes of weights held in memory (what a server's model budget counts)."""
         return parameter_bytes(self.model)

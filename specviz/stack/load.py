@@ -42,7 +42,7 @@ def load_draft(target: LoadedModel, drafts: list[str], spec: str, dtype: str, de
     """The model or n-gram table behind one drafter spec. Under `auto`, or beside a GGUF target where the draft is no
     GGUF file, a draft model on a CPU runs in the precision draft_precision.fastest_draft chose."""
     if spec == "trigram:auto":
-        return auto_trigram(target.tokenizer, Path(target.name).name or target.name, draft_texts(drafts))
+        return auto_trigram(target.tokenizer, target.short_name, draft_texts(drafts))
     if is_ngram(spec):
         return load_trigram(spec)
     auto = auto or (dtype == GGUF and not is_gguf(spec))

@@ -3,7 +3,6 @@ it fills in, and the planner of each round (specviz/decode/planner.py) with the 
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 from ..models.load import LoadedModel
 from ..profile.store import Profile
@@ -43,9 +42,7 @@ class StackPlans:
         draft = self.top_draft()
         if draft is None:
             return None
-        target = self.target
-        return plan_key(Path(target.name).name or target.name, target.dtype, Path(draft.name).name or draft.name,
-                        draft.dtype)
+        return plan_key(self.target.short_name, self.target.dtype, draft.short_name, draft.dtype)
 
     def pin(self, plan: TreePlan) -> None:
         """Plan from `plan` (curves given by hand: a test, a sweep) instead of the stored one; nothing is stored."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..profile.store import Profile
 from ..backends.interface import Backend
@@ -26,7 +25,7 @@ class PromptReads:
         for spec, draft in drafts.items():
             if not runs_own_forward(draft.model):
                 continue
-            name = prompt_reader.key(Path(draft.name).name or draft.name, draft.dtype)
+            name = prompt_reader.key(draft.short_name, draft.dtype)
             choice = profile.decided(name, prompt_reader.chooser(draft.model))
             if not choice or choice == self.choices.get(spec):      # nothing stored, or in use already
                 continue

@@ -85,7 +85,7 @@ class Stack:
 
     @property
     def target_name(self) -> str:
-        return Path(self.target.name).name or self.target.name
+        return self.target.short_name
 
     def draft_models(self) -> dict[str, LoadedModel]:
         """The loaded draft models by spec (n-gram tables and lookup left out)."""
