@@ -259,8 +259,8 @@ def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_a
     repo = Path(__file__).resolve().parents[1]
     prompts = tmp_path / "one.jsonl"
     prompts.write_text((repo / "specviz/bench/data/tuning_humaneval_20_25.jsonl").read_text().splitlines()[0] + "\n")
-    out = tmp_path / "sweep.json"
-    run = subprocess.run([sys.executable, "scripts/tree_settings_sweep.py", "--modelled", "--new-tokens", "12",
+    out, tokens = tmp_path / "sweep.json", 12
+    run = subprocess.run([sys.executable, "scripts/tree_settings_sweep.py", "--modelled", "--new-tokens", str(tokens),
                           "offline", str(prompts), str(out), "base=baseline", "staged=staged",
                           "wide=staged:budget=12:min_score=0.01"],
                          cwd=repo, capture_output=True, text=True, timeout=600,
@@ -274,8 +274,8 @@ def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_a
     for base in result["runs"]["base"]:
         (target,) = {name for step in base["forwards"] for name in step}
         clocked = sum(s for phase, s in base["clocked_s"].items() if phase in ("prompt_read", "tree", "bookkeeping"))
-        assert [step[target] for step in base["forwards"]] == [[1]] * 12
-        assert base["priced_s"] == pytest.approx(12 * curves[target]["1"] + clocked)
+        assert [step[target] for step in base["forwards"]] == [[1]] * tokens
+        assert base["priced_s"] == pytest.approx(tokens * curves[target]["1"] + clocked)
     assert all(s["same_tokens"] == 1 for s in summary.values())
     # a tree of up to 12 guesses at any score costs more forwards than staged's own: priced, it cannot come out equal
     assert summary["wide"]["draft_forwards"] >= summary["staged"]["draft_forwards"]
