@@ -11,9 +11,10 @@ What must be precise is what the planner takes from the curves: the score at whi
 not every size's time. Each round's timings make a plan of their own, and the spread of those plans' scores gives the
 standard error of the stored plan's. Rounds are added until every score the plan uses, and the one that ends it, is
 known to within SCORE_PRECISION, or up to MOST_ROUNDS. Even at rest these VMs' relative costs drift: four back-to-back
-measurements on a quiet Zen 5 held to AVX2 gave first scores of 0.29 to 0.54, each precise to 0.04 on its own rounds.
-So a plan is never taken from fewer than FIRST_ROUNDS, spread over several seconds, and asking more precision of it
-would measure the moment rather than the machine; the planner learns a draft level's price as it runs (planner.py).
+measurements on a quiet Xeon held to AVX2 gave first scores of 0.39 to 0.45 (each forward timed after a one-token
+forward, cost_curve.py; timed in turn 0.15 to 0.31). So a plan is never taken from fewer than FIRST_ROUNDS, spread over
+several seconds, and asking more precision of it would measure the moment rather than the machine; the planner learns a
+draft level's price as it runs (planner.py).
 
 Curves that never got that precise, or that were timed while other work kept the cores busy, are stored all the same,
 marked unsettled: the planner runs from what was measured rather than from a fixed rule, prepare's last line names
