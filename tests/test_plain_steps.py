@@ -3,6 +3,7 @@ for what they add to verification, priced by the machine's cost curve, and a cha
 copies are often right) gives way to what this run's copies yield (prose, where they are not)."""
 import pytest
 import torch
+from test_round_plan import drafting_lost
 
 from specviz.decode import calibration, tree_builder
 from specviz.decode.calibration import Calibration
@@ -28,6 +29,7 @@ def plain_planner(calibration: Calibration) -> RoundPlanner:
     planner = RoundPlanner(Costs.of(AVX2, DRAFT_FEED), calibration)
     planner.tokens, planner.seconds, planner.read_prompt = 1.0, 0.2, True     # drafting has been slower than plain
     planner.drafted_rounds = FIRST_ROUNDS
+    drafting_lost(planner)                                                   # ...every drafted round alike
     planner.probe_wait = 10 ** 6                                               # no probe in these rounds
     return planner
 

@@ -3,7 +3,7 @@ must first read every token it missed, so a probe on text the target itself is u
 import math
 
 import pytest
-from test_round_plan import _chain_tree, cpu_plan, planner
+from test_round_plan import _chain_tree, cpu_plan, drafting_lost, planner
 
 from specviz.decode import planner as planner_module
 from specviz.decode.calibration import TOKEN_KEEP, Agreement
@@ -18,6 +18,7 @@ def pays(p: RoundPlanner) -> bool:
 def slow(p: RoundPlanner) -> RoundPlanner:
     p.tokens, p.seconds, p.read_prompt = 1.0, 0.045, True      # recent drafted rounds slower than plain steps
     p.drafted_rounds = FIRST_ROUNDS
+    drafting_lost(p)                                        # ...and every one lost alike
     return p
 
 

@@ -23,8 +23,8 @@ def plan_note(lane: str, stats: dict) -> str:
     copied = (stats.get("lookup_joined_by_plan") or {}).get("plain", 0)
     lookup = (f" Context lookup's copied tokens joined {copied} of those plain steps, where their chance paid for "
               "verifying them." if copied else "")
-    return (f"{lane} took {plain} of its {sum(rounds.values())} rounds as plain steps, where its recent guesses "
-            f"were not expected to pay for themselves, and probed with a small guess {probes} time"
+    return (f"{lane} took {plain} of its {sum(rounds.values())} rounds as plain steps, where its recent rounds "
+            f"lost to plain steps by more than chance explains, and probed with a small guess {probes} time"
             f"{'s' if probes != 1 else ''}.{lookup}")
 
 

@@ -5,19 +5,21 @@ The planner keeps what the recent drafted rounds made: tokens committed and seco
 forward of the tree, the draft's forwards by the tokens each fed), faded round by round, context lookup's copies left
 out of both (they join plain steps too). Their ratio R is the rate speculation makes here lately (what the draft reads
 to catch up after plain steps is left out: a cost of coming back, not of a round). Before a round: where R is below
-plain decoding's (one token per one-token forward), once the run has drafted FIRST_ROUNDS rounds, the round is a plain
-step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY plain steps in a row a round
-probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back when the text turns predictable
-(a probe accepted whole is followed by another; after one that failed the wait doubles, up to PROBE_MOST, until a round
-drafts again). A probe is costly after plain steps: the draft must first read every token it missed, about a tenth of a
-plain step each on an AVX2 machine, so a probe that fails costs a tenth of the plain run before it. So a probe waits,
-too, until the target's own recent confidence says the draft would likely pass (`Agreement`, calibration.py): the
-target's probability of each token committed in plain steps is free, and drafted rounds teach what a given probability
-means for the draft's first guess. Otherwise the round drafts, and R prices each guess while the tree grows: a guess
-joins while its calibrated chance is at least R x (c(n + 2) - c(n + 1)), what it adds to verifying n guesses; a node is
-expanded (a draft forward) while its likely child would also pay for that forward. Growing by R rather than by plain
-decoding's rate is what maximises tokens per second: a round's ratio rises only while a guess adds more tokens per
-second than the round already makes (Dinkelbach's rule); the rate it yields then becomes the next rounds' R.
+plain decoding's (one token per one-token forward), once the run has drafted FIRST_ROUNDS rounds, and where what the
+last rounds made beyond plain steps is below nothing by more than its spread allows (drafting_pays), the round is a
+plain step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY plain steps in a row a
+round probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back when the text turns
+predictable (a probe accepted whole is followed by another; after one that failed the wait doubles, up to PROBE_MOST,
+until a round drafts again). A probe is costly after plain steps: the draft must first read every token it missed, about
+a tenth of a plain step each on an AVX2 machine, so a probe that fails costs a tenth of the plain run before it. So a
+probe waits, too, until the target's own recent confidence says the draft would likely pass (`Agreement`,
+calibration.py): the target's probability of each token committed in plain steps is free, and drafted rounds teach what
+a given probability means for the draft's first guess. Otherwise the round drafts, and R prices each guess while the
+tree grows: a guess joins while its calibrated chance is at least R x (c(n + 2) - c(n + 1)), what it adds to verifying n
+guesses; a node is expanded (a draft forward) while its likely child would also pay for that forward. Growing by R
+rather than by plain decoding's rate is what maximises tokens per second: a round's ratio rises only while a guess adds
+more tokens per second than the round already makes (Dinkelbach's rule); the rate it yields then becomes the next
+rounds' R.
 
 Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
 drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
@@ -45,6 +47,8 @@ SHOWN_DEPTHS = 4        # depths whose acceptance a plan record quotes
 FIRST_ROUNDS = 3        # drafted rounds a run makes before its rate may turn it to plain steps: one round's yield is a
                         # geometric draw, and the prior sits within a few percent of plain decoding on an AVX2 machine,
                         # so one failed first round took code that speculation ran at 1.4x to plain steps for good
+EXCESS_FADE = 0.9       # the weight the past keeps at each drafted round in the excess over plain steps (drafting_pays)
+DOUBT = 2.0             # standard errors of that excess below nothing before plain steps are taken
 LOOKAHEAD = 8           # guesses below a node an expansion is priced for at most
 
 
@@ -161,6 +165,10 @@ class RoundPlanner:
         self.tokens, self.seconds = PRIOR_TOKENS, costs.verify(2) + costs.level
         self.plain_run = 0          # plain steps since the last round that drafted
         self.drafted_rounds = 0     # rounds that paid for a draft forward (FIRST_ROUNDS)
+        # drafted rounds' faded count, and sums of their excess and its square, from the prior's round: with three
+        # rounds alone a spread is a guess, and runs whose first three rounds lost alike took plain steps for good
+        prior = PRIOR_TOKENS - self.seconds * self.plain_rate
+        self.excess = (1.0, prior, prior ** 2)
         self.probe_wait = PROBE_EVERY   # plain steps in a row before the next probe
         self.probe_again = False
         self.read_prompt = False    # the draft's first forward reads the prompt: a cost of starting, not of a round
@@ -175,7 +183,7 @@ class RoundPlanner:
     def plan(self, left: int = HORIZON) -> RoundPlan:
         """The next round's plan; left: the tokens the generation may still write."""
         recent = self.tokens / self.seconds
-        kind = "speculate" if recent >= self.plain_rate or self.drafted_rounds < FIRST_ROUNDS else "plain"
+        kind = "speculate" if self.drafting_pays(recent) or self.drafted_rounds < FIRST_ROUNDS else "plain"
         held = False
         if kind == "plain" and (self.probe_again or self.plain_run >= self.probe_wait):
             held = not self.probe_again and not probe_pays(self.agreement, self.costs, self.behind, left)
@@ -185,6 +193,21 @@ class RoundPlanner:
         if kind == "probe":
             plan.max_depth, plan.max_branch = PROBE_GUESSES, 1
         return plan
+
+    def drafting_pays(self, recent: float) -> bool:
+        """Whether drafted rounds may still beat plain steps here: the recent rounds' rate does, or the tokens the
+        rounds of about the last ten made beyond what plain steps would have made in their seconds (their excess) are,
+        on average, at least nothing to within DOUBT standard errors of that average. One round's yield is a geometric
+        draw: a rate faded over three rounds fell below plain decoding's after one round whose guess failed, and such
+        runs stayed on plain steps and the probes that followed where drafting on made them 1.0-1.3x (24 prose
+        prompts, AVX2 prices). A draft that never helps makes the same loss every round: once the prior's round has
+        faded, the spread is small, and plain steps follow within a few rounds."""
+        weight, total, squares = self.excess
+        if recent >= self.plain_rate:
+            return True
+        mean = total / weight
+        spread = max(squares / weight - mean * mean, 0.0) ** 0.5
+        return mean + DOUBT * spread / weight ** 0.5 >= 0.0
 
     def observe(self, plan: RoundPlan, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int],
                 committed_probs: list[float] = ()) -> None:
@@ -224,6 +247,9 @@ class RoundPlanner:
             seconds = self.costs.verify(guessed) + sum(self.costs.drafting(n) for n in draft_feeds)
             self.tokens = FADE * self.tokens + (1 - FADE) * made
             self.seconds = FADE * self.seconds + (1 - FADE) * seconds
+            excess = made - seconds * self.plain_rate
+            weight, total, squares = self.excess
+            self.excess = (EXCESS_FADE * weight + 1, EXCESS_FADE * total + excess, EXCESS_FADE * squares + excess ** 2)
             expanded = sum(1 for n in range(len(tree)) if any(tree.drawn[c] for c in tree.children[n]))
             self.share = SHARE_FADE * self.share + (1 - SHARE_FADE) * min(1.0, len(draft_feeds) / max(expanded, 1))
         if len(tree) == 1:
@@ -322,9 +348,10 @@ def reason(plan: PlanRecord, probe_wait: int) -> str:
         said = (f"{recent}. After {probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
                 "whatever they cost, to see whether the text has turned predictable.")
     elif speed < 1.0:
-        said = (f"{recent}: below plain decoding, but a run drafts its first {FIRST_ROUNDS} rounds before that rate "
-                "decides (one round's yield is chance), and each guess joins while its calibrated chance beats "
-                "plain decoding's rate.")
+        said = (f"{recent}: below plain decoding, but one round's yield is chance: a run drafts its first "
+                f"{FIRST_ROUNDS} rounds, and after them until what its last rounds made beyond plain steps falls below "
+                "nothing by more than their spread allows; each guess joins while its calibrated chance beats plain "
+                "decoding's rate.")
     else:
         said = f"{recent}: this round drafts, and each guess joins while its calibrated chance beats that rate."
     return f"{said} {lookup_reason(plan)}".rstrip()

@@ -50,7 +50,8 @@ class CostSampler:
         untimed one-token forward of the same model, as most forwards of a run follow a plain step or a draft level. A
         forward right after a larger one runs slower (on a 2-core Xeon held to AVX2, the 1.5B's one token after 16
         took 64 ms against 59 after one, with no page fault). Timed in turn, each round's one-token forward came right
-        after the last round's largest, and two tokens cost 0.93-1.05 times one, where a run's own forwards took 1.16."""
+        after the last round's largest, and two tokens cost 0.93-1.05 times one, where a run's own forwards took
+        1.16."""
         samples = [{n: [] for n in self.sizes} for _ in self.kvs]
         with torch.inference_mode():
             for _ in range(count):
