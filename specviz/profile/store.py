@@ -35,7 +35,8 @@ from .. import cache_dir
 from .records import BUSY_SHARE, Records
 
 FILE = "auto.json"
-VERSION = 2                          # the record's layout: a file of another layout is no profile (prepare rewrites it)
+VERSION = 3                          # the record's layout and how its curves are timed: another is no profile (prepare
+                                     # rewrites it)
 TORCH_ISA = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")   # what torch's products may use
 REMEASURE = "SPECVIZ_REMEASURE"      # "1": as `prepare --remeasure` (specviz/prepare.py reads it)
 PROFILE_FILE = "SPECVIZ_PROFILE"     # a profile file of its own (a test's processes), beside the model cache
