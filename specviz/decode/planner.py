@@ -23,6 +23,9 @@ rounds' R.
 
 Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
 drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
+
+Longer than 350 lines because the rules for guesses, plain steps and probes read one state, and each reason in words
+sits beside the rule it explains.
 """
 from __future__ import annotations
 
