@@ -25,6 +25,7 @@ from .stack.plans import keep_learnt
 from .decode.engine import MAX_NEW_TOKENS
 from .stack.strategies import STAGED_LOOKUP, STAGED_MIN_SCORE, STRATEGIES, default_tree
 from .decode.costs import describe
+from .decode.reasons import reason
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,7 +144,7 @@ def generate(args) -> int:
             print(f"rounds planned from this run's acceptance and the cost curves: {rounds['speculate']} guessed, "
                   f"{rounds['plain']} plain steps, {rounds['probe']} probes (context lookup joined "
                   f"{lookup['speculate']}, {lookup['plain']} and {lookup['probe']} of them); "
-                  f"last: {run.steps[-1].plan.reason}", file=sys.stderr)
+                  f"last: {reason(run.steps[-1].plan)}", file=sys.stderr)
         if decoder.spec.planned and decoder.strategy == "staged":
             plan = stack.plans.tree_plan()
             print(f"staged's tree: {describe(plan)}" if plan else f"staged's tree: the fixed rule (one path while the "

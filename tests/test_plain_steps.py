@@ -8,7 +8,8 @@ from test_round_plan import drafting_lost
 from specviz.decode import calibration, tree_builder
 from specviz.decode.calibration import Calibration
 from specviz.decode.drafters import LookupDrafter
-from specviz.decode.planner import FIRST_ROUNDS, Costs, LookupChoice, RoundPlanner, lookup_reason
+from specviz.decode.planner import FIRST_ROUNDS, Costs, LookupChoice, RoundPlanner
+from specviz.decode.reasons import lookup_reason, reason
 from specviz.decode.sampling import Sampling
 from specviz.decode.trace import Phase, PlanRecord
 from specviz.decode.tree import TreeSpec
@@ -54,10 +55,10 @@ def test_a_copied_token_that_does_not_pay_is_left_out_of_a_plain_step_and_one_th
     tree, record = plain_round(plain_planner(doubtful), lookup_right=False)
     assert len(tree) == 1 and record.lookup_found == 3 and record.lookup_joined == 0
     assert record.lookup_chance < record.lookup_price == pytest.approx(PRICE, rel=1e-6)
-    assert "none joined" in record.reason
+    assert "none joined" in reason(record)
     sure = Calibration({"lookup": [[[0.95, 200.0]] * 7] * 4})
     tree, record = plain_round(plain_planner(sure), lookup_right=True)
-    assert copied(tree) == 3 and record.lookup_joined == 3 and "all joined" in record.reason
+    assert copied(tree) == 3 and record.lookup_joined == 3 and "all joined" in reason(record)
 
 
 def test_a_chance_learnt_on_code_gives_way_within_a_few_plain_steps_where_copies_fail():
@@ -93,7 +94,7 @@ def test_copies_that_turn_right_join_again_in_the_rounds_that_draft():
 
 
 def test_the_reason_says_whether_lookup_joined_and_why():
-    base = dict(kind="plain", recent_tokens=1.0, recent_ms=100.0, plain_ms=80.0, rates=[], calibration={}, reason="")
+    base = dict(kind="plain", recent_tokens=1.0, recent_ms=100.0, plain_ms=80.0, rates=[], calibration={})
     assert lookup_reason(PlanRecord(**base)) == ""
     some = PlanRecord(**base, lookup_found=3, lookup_joined=1, lookup_chance=0.1, lookup_price=0.125)
     assert lookup_reason(some) == ("Context lookup found 3 tokens to copy from the text; 1 joined, and the next had a "

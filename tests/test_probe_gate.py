@@ -7,6 +7,7 @@ from test_round_plan import _chain_tree, cpu_plan, drafting_lost, planner
 
 from specviz.decode import planner as planner_module
 from specviz.decode.calibration import TOKEN_KEEP, Agreement
+from specviz.decode.reasons import reason
 from specviz.decode.planner import (FIRST_ROUNDS, HORIZON, PROBE_EVERY, PROBE_GUESSES, Costs, RoundPlanner,
                                     chain_rate, probe_pays, spell)
 
@@ -129,5 +130,5 @@ def test_the_step_says_why_a_due_probe_was_held():
     record = p.record(plan, ["model"])
     assert plan.kind == "plain" and plan.probe_held and record.probe_held
     assert record.behind == p.behind >= 12
-    assert f"the draft reading the {p.behind} tokens it missed" in record.reason
-    assert f"passes {record.predicted:.0%} of the time" in record.reason
+    assert f"the draft reading the {p.behind} tokens it missed" in reason(record)
+    assert f"passes {record.predicted:.0%} of the time" in reason(record)

@@ -17,6 +17,7 @@ from specviz.decode.drafters import Drafter, LookupDrafter, ModelDrafter
 from specviz.decode.drafters.base import Guess
 from specviz.decode.drafters.base import FeedGate
 from specviz.decode.engine import Decoder
+from specviz.decode.reasons import reason
 from specviz.decode.planner import (FIRST_ROUNDS, LEVEL_FADE, PROBE_EVERY, PROBE_GUESSES, PROBE_MOST, Costs,
                                     RoundPlanner)
 from specviz.decode.sampling import Sampling
@@ -111,7 +112,7 @@ def test_the_plan_guesses_where_guesses_pay_takes_plain_steps_where_none_does_an
         tree = _chain_tree(PROBE_GUESSES if plan.kind == "probe" else 0)
         bad.observe(plan, tree, [0], ["target", "model"], [2] if plan.kind == "probe" else [])
     assert kinds == [kind for wait in waits for kind in ["plain"] * wait + ["probe"]]
-    assert f"probes after {PROBE_MOST} plain steps" in bad.record(bad.plan(), ["model"]).reason
+    assert f"probes after {PROBE_MOST} plain steps" in reason(bad.record(bad.plan(), ["model"]))
 
 
 def test_a_round_that_drafts_again_brings_the_probes_back_to_their_first_wait():
@@ -153,7 +154,7 @@ def test_a_run_drafts_its_first_rounds_whatever_one_of_them_made_and_its_rate_de
     for _ in range(FIRST_ROUNDS + 1):
         plan = p.plan()
         kinds.append(plan.kind)
-        reasons.append(p.record(plan, ["model"]).reason)
+        reasons.append(reason(p.record(plan, ["model"])))
         p.observe(plan, _chain_tree(4), [0], ["target", "model"], [16, 1, 1, 1] if len(kinds) == 1 else [1, 1, 1, 1])
     assert p.tokens / p.seconds < p.plain_rate                  # every round failed at its first guess
     assert kinds[:2] == ["speculate", "speculate"]            # one failed round is not evidence enough...
@@ -177,7 +178,7 @@ def test_a_failed_round_does_not_turn_a_run_to_plain_steps_while_its_rounds_may_
     p, kinds = drafted([1, 2, 1, 1, 2, 1, 1, 2, 1, 1])
     weight, total, _ = p.excess
     assert total < 0 and p.tokens / p.seconds < p.plain_rate and kinds == ["speculate"] * 10
-    assert p.plan().kind == "speculate" and "beyond plain steps" in p.record(p.plan(), ["model"]).reason
+    assert p.plan().kind == "speculate" and "beyond plain steps" in reason(p.record(p.plan(), ["model"]))
     kinds = drafted([1] * 8)[1]
     drafting = kinds.count("speculate")
     assert FIRST_ROUNDS <= drafting <= FIRST_ROUNDS + 3
@@ -363,7 +364,7 @@ def test_the_trace_says_why_each_round_had_its_shape_and_round_trips_through_jso
     stack = tiny_stack(("draft", "lookup"), plan=cpu_plan)
     run = stack.decoder([3, 1, 4, 1, 5, 9, 2, 6], "staged", max_new_tokens=16).generate()
     step = run.steps[0]
-    assert step.plan is not None and step.plan.reason and step.plan.kind in ("speculate", "plain", "probe")
+    assert step.plan is not None and reason(step.plan) and step.plan.kind in ("speculate", "plain", "probe")
     assert set(step.plan.calibration) == {"model", "ngram", "lookup"} & set(step.plan.calibration)
     assert all(n.calibrated is not None for n in step.nodes[1:])
     back = RunRecord.from_dict(json.loads(json.dumps(run.to_dict())))

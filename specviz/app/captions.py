@@ -3,6 +3,7 @@ calibration the round's plan priced its guesses by."""
 from __future__ import annotations
 
 from ..decode.end_tokens import visible
+from ..decode.reasons import reason
 from ..decode.trace import StageInfo, StepRecord
 from ..plots import KIND_WORDS, bonus_token, stage_colours
 from ..plots.palette import COLOUR_NAMES
@@ -65,7 +66,7 @@ def second_stage_note(step: StepRecord) -> str:
 def step_caption(step: StepRecord, greedy: bool = True) -> str:
     """What happened in one step, in plain words for someone new to speculative decoding."""
     made = len(step.committed_tokens)
-    planned = f" **Plan:** {step.plan.reason}" if step.plan is not None else ""
+    planned = f" **Plan:** {reason(step.plan)}" if step.plan is not None else ""
     if len(step.nodes) == 1 and step.strategy != "baseline":
         return (f"**Step {step.step + 1}.**{planned} The helpers had no guess this time, so the target made one token "
                 f"alone, {_quote(''.join(step.committed_text))}, exactly as plain decoding would.")

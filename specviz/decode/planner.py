@@ -24,8 +24,7 @@ rounds' R.
 Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
 drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
 
-Longer than 350 lines because the rules for guesses, plain steps and probes read one state, and each reason in words
-sits beside the rule it explains.
+Each plan's reason in words is made from its record, outside the round, by specviz/decode/reasons.py.
 """
 from __future__ import annotations
 
@@ -272,14 +271,13 @@ class RoundPlanner:
         record = PlanRecord(kind=plan.kind, recent_tokens=round(plan.recent_tokens, 3),
                             recent_ms=round(plan.recent_s * 1e3, 2), plain_ms=round(self.costs.verify(1) * 1e3, 2),
                             rates=[round(r, 3) for r in self.calibration.depth_rates(SHOWN_DEPTHS)],
-                            calibration=shown, reason="")
+                            calibration=shown, probe_wait=plan.probe_wait)
         if lookup is not None:
             record.lookup_found, record.lookup_joined = lookup.found, lookup.joined
             record.lookup_chance, record.lookup_price = round(lookup.chance, 3), round(lookup.price, 3)
         if plan.probe_held:
             record.probe_held, record.behind = True, self.behind
             record.predicted = round(self.agreement.predicted or 0.0, 3)
-        record.reason = reason(record, plan.probe_wait)
         return record
 
 
@@ -332,43 +330,3 @@ def drafted_depths(tree: Tree, path: list[int]) -> tuple[int, int]:
             break
         accepted += 1
     return reached, accepted
-
-
-def reason(plan: PlanRecord, probe_wait: int) -> str:
-    """Why a round had its shape, in a sentence, from a trace's plan record (probe_wait: the plain steps in a row
-    before a probe, at that round)."""
-    said = ", ".join(f"{rate:.0%} at depth {depth}" for depth, rate in enumerate(plan.rates[:3], 1))
-    speed = plan.recent_tokens / plan.recent_ms * plan.plain_ms if plan.recent_ms > 0 else 0.0
-    recent = (f"The last drafted rounds made {plan.recent_tokens:.1f} tokens in {plan.recent_ms:.0f} ms, {speed:.2f}x "
-              f"a plain step's {plan.plain_ms:.0f} ms a token (their guesses were accepted {said})")
-    if plan.kind == "plain" and plan.probe_held:
-        said = (f"{recent}: this round is a plain step. A probe is due, but the target's recent confidence predicts "
-                f"a first guess passes {plan.predicted:.0%} of the time, too little to pay for the draft reading the "
-                f"{plan.behind} tokens it missed.")
-    elif plan.kind == "plain":
-        said = f"{recent}: this round is a plain step; a small guess probes after {probe_wait} plain steps in a row."
-    elif plan.kind == "probe":
-        said = (f"{recent}. After {probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
-                "whatever they cost, to see whether the text has turned predictable.")
-    elif speed < 1.0:
-        said = (f"{recent}: below plain decoding, but one round's yield is chance: a run drafts its first "
-                f"{FIRST_ROUNDS} rounds, and after them until what its last rounds made beyond plain steps falls below "
-                "nothing by more than their spread allows; each guess joins while its calibrated chance beats plain "
-                "decoding's rate.")
-    else:
-        said = f"{recent}: this round drafts, and each guess joins while its calibrated chance beats that rate."
-    return f"{said} {lookup_reason(plan)}".rstrip()
-
-
-def lookup_reason(plan: PlanRecord) -> str:
-    """Whether context lookup's copied tokens joined the round, and why, in a sentence ('' where it found none)."""
-    found, joined = plan.lookup_found, plan.lookup_joined
-    if not found:
-        return ""
-    odds = f"a calibrated chance of {plan.lookup_chance:.0%} against the {plan.lookup_price:.0%} its verifying costs"
-    copied = f"Context lookup found {found} token{'s' if found != 1 else ''} to copy from the text"
-    if joined == found:
-        return f"{copied}, and all joined (the last with {odds})."
-    if joined == 0:
-        return f"{copied}; none joined: the first had {odds}."
-    return f"{copied}; {joined} joined, and the next had {odds}."

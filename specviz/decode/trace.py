@@ -93,7 +93,6 @@ class PlanRecord:
     plain_ms: float             # a plain step's milliseconds
     rates: list[float]          # per depth 1, 2, ...: the chance that a guess reached there was accepted, lately
     calibration: dict[str, list[list[float]]]   # per stage kind, depth bucket and score bin: the calibrated chance
-    reason: str                 # the plan in a sentence (round_plan.reason)
     lookup_found: int = 0       # tokens context lookup could copy from the text this round...
     lookup_joined: int = 0      # ...and how many of them joined it
     lookup_chance: float = 0.0  # the calibrated chance of the first that did not join (else of the last that did)...
@@ -101,6 +100,7 @@ class PlanRecord:
     probe_held: bool = False    # a probe was due by the count of plain steps, but would not have paid...
     predicted: float = 0.0      # ...at this chance of a first guess, predicted from the target's recent confidence...
     behind: int = 0             # ...with so many tokens the draft had to read first
+    probe_wait: int = 0         # plain steps in a row before a probe, at this round
 
 
 @dataclass
