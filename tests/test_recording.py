@@ -80,6 +80,22 @@ def test_shipped_recordings_open_and_replay_to_the_end():
         assert app_replay.control_values(recording)["prompt"] == recording.settings["prompt"]
 
 
+def test_a_recording_made_while_plans_carried_their_words_opens_and_says_why_from_its_numbers():
+    """A plan record used to carry its reason in words, and a recording holds its steps' plans: such a file must
+    still open (its words dropped), and a plain round whose probe wait was not kept says so without a number."""
+    with gzip.open(rec.shipped()["cpu-qwen-coder-humaneval0-greedy"]) as f:
+        data = json.load(f)
+    step = data["lanes"]["staged"]["steps"][0]
+    step["plan"] = dict(kind="plain", recent_tokens=1.0, recent_ms=90.0, plain_ms=58.0, rates=[0.3], calibration={},
+                        reason="The last drafted rounds made 1.0 tokens in 90 ms ...")
+    with pytest.raises(rec.RecordingError):                 # unknown fields are refused elsewhere
+        rec.from_dict({**data, "lanes": {"staged": {**data["lanes"]["staged"], "old": 1}}})
+    plan = rec.from_dict(copy.deepcopy(data)).lanes["staged"].recorded_steps[0].plan
+    assert plan.kind == "plain" and plan.probe_wait is None
+    assert "a small guess probes after a few plain steps in a row" in captions.step_caption(
+        rec.from_dict(data).lanes["staged"].recorded_steps[0])
+
+
 def test_a_recording_made_past_the_end_of_text_replays_to_its_end_and_shows_no_special_token():
     """The qwen-coder recordings were made while the engine stopped at the GGUF's eos only: every lane of ours wrote
     on past `<|endoftext|>`. Replayed, each lane ends there, with its recorded times up to it."""

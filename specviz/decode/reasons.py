@@ -13,15 +13,15 @@ def reason(plan: PlanRecord) -> str:
     speed = plan.recent_tokens / plan.recent_ms * plan.plain_ms if plan.recent_ms > 0 else 0.0
     recent = (f"The last drafted rounds made {plan.recent_tokens:.1f} tokens in {plan.recent_ms:.0f} ms, {speed:.2f}x "
               f"a plain step's {plan.plain_ms:.0f} ms a token (their guesses were accepted {said})")
+    wait = "a few" if plan.probe_wait is None else plan.probe_wait
     if plan.kind == "plain" and plan.probe_held:
         said = (f"{recent}: this round is a plain step. A probe is due, but the target's recent confidence predicts "
                 f"a first guess passes {plan.predicted:.0%} of the time, too little to pay for the draft reading the "
                 f"{plan.behind} tokens it missed.")
     elif plan.kind == "plain":
-        said = (f"{recent}: this round is a plain step; a small guess probes after {plan.probe_wait} plain steps in a "
-                "row.")
+        said = f"{recent}: this round is a plain step; a small guess probes after {wait} plain steps in a row."
     elif plan.kind == "probe":
-        said = (f"{recent}. After {plan.probe_wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
+        said = (f"{recent}. After {wait} plain steps this round probes with up to {PROBE_GUESSES} guesses, "
                 "whatever they cost, to see whether the text has turned predictable.")
     elif speed < 1.0:
         said = (f"{recent}: below plain decoding, but one round's yield is chance: a run drafts its first "

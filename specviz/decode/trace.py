@@ -100,7 +100,8 @@ class PlanRecord:
     probe_held: bool = False    # a probe was due by the count of plain steps, but would not have paid...
     predicted: float = 0.0      # ...at this chance of a first guess, predicted from the target's recent confidence...
     behind: int = 0             # ...with so many tokens the draft had to read first
-    probe_wait: int = 0         # plain steps in a row before a probe, at this round
+    probe_wait: int | None = None   # plain steps in a row before a probe, at this round (None: a recording made
+                                    # before it was kept)
 
 
 @dataclass

@@ -205,7 +205,18 @@ class _LaneFile:
     prompt_text: str = ""
 
 
+def _without_plan_words(data) -> None:
+    """Recordings made while a plan record carried its reason in words (now made when shown: decode/reasons.py) keep
+    opening: the words are dropped, the numbers they were made from stay."""
+    steps = data.get("steps") if isinstance(data, dict) else None
+    for step in steps if isinstance(steps, list) else []:
+        plan = step.get("plan") if isinstance(step, dict) else None
+        if isinstance(plan, dict):
+            plan.pop("reason", None)
+
+
 def _lane(data, where: str) -> RecordedLane:
+    _without_plan_words(data)
     lane = _check(data, _LaneFile, where)
     try:
         lane.sampling.validate()
