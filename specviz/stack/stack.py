@@ -30,7 +30,7 @@ from ..decode.sampling import Sampling
 from .compiled import CompiledModels
 from .load import default_drafts, load_drafts
 from .plans import StackPlans
-from .strategies import default_tree, draft_window, drafter_specs
+from .strategies import default_tree, drafter_specs
 from ..decode.tree import TreeSpec
 
 
@@ -133,7 +133,7 @@ class Stack:
         draft's cost curve (seconds by tokens fed), by which it feeds only the lower stage's guesses worth their cost
         (None: all of them)."""
         specs = drafter_specs(strategy, self.drafts)
-        window = None if max_new_tokens is None else draft_window(max_new_tokens)
+        window = None if max_new_tokens is None else PromptWindow.for_run(max_new_tokens)
         gate = FeedGate(draft_cost) if draft_cost is not None and len(specs) > 1 else None
         drafter = None
         for stage in range(len(specs), 0, -1):

@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..decode.costs import MAX_NODES
-from ..decode.drafters.model import PromptWindow
 from ..decode.tree import SHAPES, TreeSpec
 
 STRATEGIES = ("baseline", "speculative", "tree", "staged")
@@ -39,12 +38,6 @@ DEFAULT_MIN_SCORE = 0.2        # tree: a path joins while the draft gives it thi
 # given by hand.
 STAGED_BUDGET, STAGED_MIN_SCORE, STAGED_LEVEL_WIDTH = 6, 0.5, 1
 AUTO_SHAPE = "auto"            # the UI's "the strategy's own shape"
-# The prompt a draft model reads (drafters/model.py, PromptWindow): its first READ_HEAD tokens and its last ones, up to
-# READ_PER_NEW_TOKEN tokens in all per token to write. On six long tuning prompts (HumanEval, 310-400 tokens, AVX2) a
-# 128-token window for 64 new tokens cut the draft's read from 573 to 230 ms, and tokens per target forward from 4.06
-# to 3.41 (the last 128 tokens alone: 2.69): about 5% less time in all, its rounds priced by the cost curves and the
-# reads as timed. The fewer tokens a run writes, the less of a long prompt pays for its read.
-READ_HEAD, READ_PER_NEW_TOKEN = 32, 2
 
 
 def check_strategy(strategy: str) -> None:
@@ -70,11 +63,6 @@ def drafter_specs(strategy: str, drafts: list[str]) -> list[str]:
     if strategy == "staged" and (len(specs) < 2 or any(is_non_neural(s) for s in specs[:-1])):
         raise ValueError("staged needs a draft model above a lower stage, e.g. --draft MODEL --draft trigram")
     return specs
-
-
-def draft_window(max_new_tokens: int) -> PromptWindow:
-    """The prompt's tokens the top draft model reads, for a run of max_new_tokens."""
-    return PromptWindow(READ_HEAD, max(READ_PER_NEW_TOKEN * max_new_tokens - READ_HEAD, READ_HEAD))
 
 
 def default_tree(strategy: str, budget: int | None = None, lookup: int | None = None,

@@ -29,6 +29,13 @@ from .ngram import COPIED_RUN
 LONGEST_GUESS = max(Drafter.guess_run, COPIED_RUN)
 LEVEL_FEED = 2      # a staged level's draft feed before the run shows its own: its node and one guessed token
 
+# The prompt a draft model reads (PromptWindow): its first READ_HEAD tokens and its last ones, up to
+# READ_PER_NEW_TOKEN tokens in all per token to write. On six long tuning prompts (HumanEval, 310-400 tokens, AVX2) a
+# 128-token window for 64 new tokens cut the draft's read from 573 to 230 ms, and tokens per target forward from 4.06
+# to 3.41 (the last 128 tokens alone: 2.69): about 5% less time in all, its rounds priced by the cost curves and the
+# reads as timed. The fewer tokens a run writes, the less of a long prompt pays for its read.
+READ_HEAD, READ_PER_NEW_TOKEN = 32, 2
+
 
 @dataclass(frozen=True)
 class PromptWindow:
@@ -40,6 +47,11 @@ class PromptWindow:
     long docstring lacks."""
     head: int
     tail: int
+
+    @classmethod
+    def for_run(cls, max_new_tokens: int) -> "PromptWindow":
+        """The prompt's tokens the top draft model reads, for a run of max_new_tokens."""
+        return cls(READ_HEAD, max(READ_PER_NEW_TOKEN * max_new_tokens - READ_HEAD, READ_HEAD))
 
 
 def accepted_chain(root: int, proposal: list[int], logits: torch.Tensor) -> list[int]:
