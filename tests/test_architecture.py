@@ -380,3 +380,84 @@ def test_a_staged_round_reads_in_at_most_10_modules_of_the_round():
     read = sorted(m for m in entered if package(m) == THE_ROUND)
     assert {"specviz.decode.engine", "specviz.decode.drafters.model", "specviz.decode.drafters.ngram"} <= set(read)
     assert len(read) <= MAX_ROUND_MODULES, read
+
+
+MOST_STAYS = 2      # a visitor's first Step, from its settings to its decoder, enters each module at most this often
+BEHIND_A_CACHE = ("backends", "cpu")    # what opening a model's cache runs: counted apart (docs/ARCHITECTURE.md)
+
+
+def stays(calls: list[tuple[str, str]]) -> dict[str, int]:
+    """How often a reader following `calls` ((module, function) of each call, in order) enters each module to read
+    something new: a run of calls within one module is one stay, and a stay that reads only functions read before (a
+    value's constructor made again, a base class's __init__ for its second subclass) is no new reading."""
+    counts: dict[str, int] = defaultdict(int)
+    read: set[tuple[str, str]] = set()
+    counted = False         # whether this stay has read something new
+    for i, call in enumerate(calls):
+        if i == 0 or calls[i - 1][0] != call[0]:
+            counted = False
+        if call not in read and not counted:
+            counts[call[0]] += 1
+            counted = True
+        read.add(call)
+    return dict(counts)
+
+
+def calls_until(run, module: str, function: str) -> list[str]:
+    """(module, function) of each call into a module of specviz/ (outside BEHIND_A_CACHE) from another one while
+    `run()` does, up to the first call of `function` in `module`: what a reader opens, not the calls within a module."""
+    import threading
+    calls: list[tuple[str, str]] = []
+    done: list[bool] = []
+
+    def name_of(frame) -> str | None:
+        while frame is not None and not frame.f_code.co_filename.startswith(str(SPECVIZ)):
+            frame = frame.f_back
+        if frame is None:
+            return None
+        return ".".join(Path(frame.f_code.co_filename).relative_to(SPECVIZ.parent).with_suffix("").parts)
+
+    def note(frame, event, _arg):
+        if event != "call" or done or not frame.f_code.co_filename.startswith(str(SPECVIZ)):
+            return
+        name = name_of(frame)
+        if name == module and frame.f_code.co_name == function:
+            done.append(True)
+        elif package(name) not in BEHIND_A_CACHE and name_of(frame.f_back) != name:
+            calls.append((name, frame.f_code.co_name))
+    threading.setprofile(note)
+    sys.setprofile(note)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    assert done, f"{module}.{function} never ran"
+    return calls
+
+
+def test_a_visitors_first_step_enters_no_module_more_than_twice(tiny_default):
+    """From the page's settings to the decoder of a visitor's first Step (staged, the preset loaded), a reader enters
+    each module at most MOST_STAYS times: the stack's fixed facts (its tokenizer, its drafters' specs, the plan's key)
+    are values made once, and the plan is read once per decoder."""
+    from specviz.app import events
+    from specviz.app import settings as app_settings
+    from specviz.app.sessions import Session
+    tiny_default()
+    values = dict(prompt="def add(a, b):\n", strategy="staged", preset=app_settings.OFFLINE_DEFAULT, target="",
+                  drafts="", sampling_mode="greedy", temperature=1.0, top_k=50, top_p=1.0, seed=0, budget=12,
+                  shape="auto", max_depth=8, max_branch=4, lookup=10, max_new_tokens=16, prompt_format="completion")
+    session = Session()
+    calls = calls_until(lambda: list(events.on_step(session, *[values[n] for n in app_settings.SETTING_NAMES])),
+                        "specviz.decode.engine", "__init__")
+    counted = stays(calls)
+    assert {"specviz.app.events", "specviz.stack.stack", "specviz.stack.plans"} <= set(counted)
+    assert max(counted.values()) <= MOST_STAYS, {m: n for m, n in counted.items() if n > MOST_STAYS} or counted
+
+
+def test_stays_count_a_return_to_a_module_to_read_more_and_not_a_call_within_it():
+    calls = [("a", "f"), ("a", "g"), ("b", "f"), ("a", "h"), ("c", "f"), ("c", "g"), ("a", "i")]
+    assert stays(calls) == {"a": 3, "b": 1, "c": 1}
+    assert stays([("a", "f"), ("b", "f"), ("a", "f"), ("b", "g"), ("a", "f")]) == {"a": 1, "b": 2}
+    assert stays([("a", "f"), ("b", "f"), ("a", "f"), ("a", "g")]) == {"a": 2, "b": 1}     # f again, then g: new
+    assert stays([]) == {}

@@ -179,13 +179,13 @@ def test_the_planner_prices_the_draft_s_catch_up_by_the_reader_it_reads_through(
     stack, _ = quantized_draft_stack()
     stack.plans.pin(cpu_plan())
     tree = default_tree("staged")
-    assert stack.plans.round_planner("staged", tree, Sampling()).costs.reader is None     # its own products
+    assert stack.plans.for_decoder("staged", tree, Sampling())[1].costs.reader is None     # its own products
     stack.prompt_reads.choices["draft"] = {"choice": "float32", "seconds": {"float32": 0.1}, "from": 12}
-    costs = stack.plans.round_planner("speculative", tree, Sampling()).costs
+    costs = stack.plans.for_decoder("speculative", tree, Sampling())[1].costs
     assert costs.reader[0] == 12 and costs.catch_up(prompt_reader.PROMPT) == pytest.approx(0.1)
     assert costs.catch_up(11) == costs.drafting(11)
     del stack.prompt_reads.choices["draft"]["from"]                     # a profile from before crossovers
-    assert stack.plans.round_planner("staged", tree, Sampling()).costs.reader[0] == prompt_reader.READ_ROWS
+    assert stack.plans.for_decoder("staged", tree, Sampling())[1].costs.reader[0] == prompt_reader.READ_ROWS
 
 
 def test_a_stack_measures_its_draft_prompt_read_only_in_prepare_and_later_stacks_read_the_stored_choice(

@@ -394,7 +394,7 @@ def test_a_stacks_calibration_is_stored_for_the_next_run_only_where_its_curves_a
     assert keys == [stack.plans.name().replace("tree plan", "calibration of speculative, greedy")]
     learnt = preparing.stored(keys[0])
     assert sum(cell[1] for row in learnt["model"] for cell in row) > 0
-    assert stack.plans.round_planner("speculative", CHAIN, Sampling()).calibration.stored == learnt
+    assert stack.plans.for_decoder("speculative", CHAIN, Sampling())[1].calibration.stored == learnt
 
 
 @settings(max_examples=25, deadline=None)

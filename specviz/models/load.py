@@ -35,15 +35,12 @@ class LoadedModel:
     # the precision it computes in, as a name (`float32`, `bfloat16`, `int4`, `int8`, ...): named once, as a stack
     # names its precisions at every visitor's Step (a model quantized in place is named again by _quantized)
     dtype: str = field(init=False)
+    # its name without folders (a file's or a folder's name, a hub id's last part): stored measurements' key
+    short_name: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.dtype = quantized_precision(self.model) or str(next(self.model.parameters()).dtype).removeprefix("torch.")
-
-    @property
-    def short_name(self) -> str:
-        """Its name without folders (a file's or a folder's name, a hub id's last part): what stored measurements are
-        keyed by."""
-        return Path(self.name).name or self.name
+        self.short_name = Path(self.name).name or self.name
 
     @property
     def weight_bytes(self) -> int:

@@ -26,15 +26,15 @@ class StackPlans:
         self.profile, self.target, self.drafts, self.loaded = profile, target, drafts, loaded
         self.vocabulary, self.prompt_reads = vocabulary, prompt_reads
         self.plans: dict[str, TreePlan] = {}    # tree_plan()'s answer, once read, by name()
+        try:        # the specs are the stack's for good; what each loaded may be replaced (a test's re-quantised draft)
+            self.top_spec = drafter_specs("staged", drafts)[0] if drafts else None
+        except ValueError:
+            self.top_spec = None
 
     def top_draft(self) -> LoadedModel | None:
         """The draft model staged's plan pairs with the target: the top stage, where the stack can run staged and
         that stage is a model."""
-        try:
-            drafter_specs("staged", self.drafts)
-        except ValueError:
-            return None
-        draft = self.loaded.get(self.drafts[0])
+        draft = self.loaded.get(self.top_spec)
         return draft if isinstance(draft, LoadedModel) else None
 
     def name(self) -> str | None:
@@ -70,29 +70,34 @@ class StackPlans:
         """A planned spec with this machine's stored minimum scores filled in, its budget and depth within what its
         curves allow (others as they are; a planned one where no plan is stored grows the fixed rule: staged's minimum
         score, speculative's chain of CHAIN_LENGTH)."""
-        plan = self.tree_plan() if tree.planned and not tree.min_scores else None
-        if plan is not None:
-            return plan.tree(tree)
-        if tree.planned and not tree.min_scores and tree.shape == "chain":
-            return replace(tree, budget=CHAIN_LENGTH, max_depth=CHAIN_LENGTH)
-        return tree
+        return _filled(tree, self.tree_plan() if tree.planned and not tree.min_scores else None)
 
-    def round_planner(self, strategy: str, tree: TreeSpec, sampling: Sampling) -> RoundPlanner | None:
-        """Speculative's and staged's rounds planned from this machine's curves and a calibration that starts from the
-        pair's stored one; None for a spec not planned or where no curves are stored. The calibration a run ends with
-        is stored for the next only where the pair's curves are stored too: a stack given curves by hand (a test, a
-        sweep) leaves the machine's store alone."""
-        name = self.name() if tree.planned and strategy in ("speculative", "staged") else None
+    def for_decoder(self, strategy: str, tree: TreeSpec, sampling: Sampling) -> tuple[TreeSpec, RoundPlanner | None]:
+        """The tree a decoder runs (planned) and the planner of its rounds, from one reading of the stored plan.
+        Speculative's and staged's rounds are planned from this machine's curves and a calibration that starts from
+        the pair's stored one; other strategies, specs not planned, and stacks with no curves stored get no planner.
+        The calibration a run ends with is stored for the next only where the pair's curves are stored too: a stack
+        given curves by hand (a test, a sweep) leaves the machine's store alone."""
+        name = self.name() if tree.planned else None
         plan = self._named_plan(name)
-        if plan is None:
-            return None
+        tree = _filled(tree, None if tree.min_scores else plan)
+        if plan is None or strategy not in ("speculative", "staged"):
+            return tree, None
         key = name.replace("tree plan", f"calibration of {strategy}, {'greedy' if sampling.greedy else 'sampled'}", 1)
         stored = self.profile.stored(key, measured=False)
         learn_as = key if self.profile.stored(name) is not None else None
         costs = Costs.of(plan, DRAFT_FEED if strategy == "staged" else 1,
                          reader=self.prompt_reads.timed_reader(self.drafts[0]))
-        return RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), learn_as=learn_as)
+        return tree, RoundPlanner(costs, Calibration(stored if isinstance(stored, dict) else None), learn_as=learn_as)
 
+
+def _filled(tree: TreeSpec, plan: TreePlan | None) -> TreeSpec:
+    """planned()'s spec for a plan read (None: none stored, or the spec's scores were given)."""
+    if plan is not None:
+        return plan.tree(tree)
+    if tree.planned and not tree.min_scores and tree.shape == "chain":
+        return replace(tree, budget=CHAIN_LENGTH, max_depth=CHAIN_LENGTH)
+    return tree
 
 def keep_learnt(decoder, profile: Profile) -> None:
     """Store in `profile` what a finished generation's planner learnt, for the next run to start from: called by

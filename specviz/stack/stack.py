@@ -30,7 +30,7 @@ from ..decode.sampling import Sampling
 from .compiled import CompiledModels
 from .load import default_drafts, load_drafts
 from .plans import StackPlans
-from .strategies import default_tree, drafter_specs
+from .strategies import STRATEGIES, default_tree, drafter_specs
 from ..decode.tree import TreeSpec
 
 
@@ -52,9 +52,21 @@ class Stack:
     # this machine's measurements, which the stack was loaded by and plans from (specviz/profile/store.py)
     profile: Profile = field(default_factory=Profile, repr=False, compare=False)
     plans: StackPlans = field(init=False, repr=False, compare=False)
+    # the target's, for good: asked at every visitor's Step
+    tokenizer: object = field(init=False, repr=False, compare=False)
+    target_name: str = field(init=False, repr=False, compare=False)
+    # each strategy's drafter specs, top stage first (strategies.drafter_specs), where the cascade can run it
+    stages: dict[str, list[str]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.plans = StackPlans(self.profile, self.target, self.drafts, self.loaded, self.vocabulary, self.prompt_reads)
+        self.tokenizer, self.target_name = self.target.tokenizer, self.target.short_name
+        self.stages = {}
+        for strategy in STRATEGIES:
+            try:
+                self.stages[strategy] = drafter_specs(strategy, self.drafts)
+            except ValueError:      # drafter_for says why when it is asked for
+                pass
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
@@ -78,14 +90,6 @@ class Stack:
     @property
     def dtype(self) -> str:
         return self.target.dtype
-
-    @property
-    def tokenizer(self):
-        return self.target.tokenizer
-
-    @property
-    def target_name(self) -> str:
-        return self.target.short_name
 
     def draft_models(self) -> dict[str, LoadedModel]:
         """The loaded draft models by spec (n-gram tables and lookup left out)."""
@@ -132,7 +136,7 @@ class Stack:
         run's, which sets how much of the prompt the top draft model reads (None: all of it). draft_cost: the top
         draft's cost curve (seconds by tokens fed), by which it feeds only the lower stage's guesses worth their cost
         (None: all of them)."""
-        specs = drafter_specs(strategy, self.drafts)
+        specs = self.stages[strategy] if strategy in self.stages else drafter_specs(strategy, self.drafts)
         window = None if max_new_tokens is None else PromptWindow.for_run(max_new_tokens)
         gate = FeedGate(draft_cost) if draft_cost is not None and len(specs) > 1 else None
         drafter = None
@@ -148,8 +152,7 @@ class Stack:
     def decoder(self, prompt_ids: list[int], strategy: str, tree: TreeSpec | None = None,
                 sampling: Sampling = Sampling(), max_new_tokens: int = 64, stop_at_eos: bool = True,
                 prefilled: Prefill | None = None) -> Decoder:
-        tree = self.plans.planned(default_tree(strategy) if tree is None else tree)
-        planner = self.plans.round_planner(strategy, tree, sampling)
+        tree, planner = self.plans.for_decoder(strategy, default_tree(strategy) if tree is None else tree, sampling)
         draft_cost = planner.costs.draft if planner is not None else None
         static_len = self.compiled.static_len
         if static_len is None and self.compiled.target is not None:     # a compiled target needs a static cache
