@@ -346,14 +346,9 @@ def test_the_core_checks_can_fail():
 MAX_ROUND_MODULES = 10      # gpt-fast's round reads in 2 modules; ours drafts a tree in three stages
 
 
-def modules_entered(run) -> set[str]:
-    """The modules of specviz/ whose code runs while `run()` does."""
+def profiled(run, note) -> None:
+    """run() with `note(frame, event, arg)` told of every call, on every thread."""
     import threading
-    entered = set()
-
-    def note(frame, event, _arg):
-        if event == "call" and frame.f_code.co_filename.startswith(str(SPECVIZ)):
-            entered.add(".".join(Path(frame.f_code.co_filename).relative_to(SPECVIZ.parent).with_suffix("").parts))
     threading.setprofile(note)
     sys.setprofile(note)
     try:
@@ -361,6 +356,23 @@ def modules_entered(run) -> set[str]:
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
+
+
+def module_of(code) -> str | None:
+    """The dotted name of the specviz module a code object belongs to (None outside specviz/)."""
+    if not code.co_filename.startswith(str(SPECVIZ)):
+        return None
+    return ".".join(Path(code.co_filename).relative_to(SPECVIZ.parent).with_suffix("").parts)
+
+
+def modules_entered(run) -> set[str]:
+    """The modules of specviz/ whose code runs while `run()` does."""
+    entered = set()
+
+    def note(frame, event, _arg):
+        if event == "call" and module_of(frame.f_code) is not None:
+            entered.add(module_of(frame.f_code))
+    profiled(run, note)
     return entered
 
 
@@ -403,35 +415,26 @@ def stays(calls: list[tuple[str, str]]) -> dict[str, int]:
     return dict(counts)
 
 
-def calls_until(run, module: str, function: str) -> list[str]:
+def calls_until(run, module: str, function: str) -> list[tuple[str, str]]:
     """(module, function) of each call into a module of specviz/ (outside BEHIND_A_CACHE) from another one while
     `run()` does, up to the first call of `function` in `module`: what a reader opens, not the calls within a module."""
-    import threading
     calls: list[tuple[str, str]] = []
     done: list[bool] = []
 
-    def name_of(frame) -> str | None:
-        while frame is not None and not frame.f_code.co_filename.startswith(str(SPECVIZ)):
+    def caller_module(frame) -> str | None:
+        while frame is not None and module_of(frame.f_code) is None:
             frame = frame.f_back
-        if frame is None:
-            return None
-        return ".".join(Path(frame.f_code.co_filename).relative_to(SPECVIZ.parent).with_suffix("").parts)
+        return None if frame is None else module_of(frame.f_code)
 
     def note(frame, event, _arg):
-        if event != "call" or done or not frame.f_code.co_filename.startswith(str(SPECVIZ)):
+        name = module_of(frame.f_code)
+        if event != "call" or done or name is None:
             return
-        name = name_of(frame)
         if name == module and frame.f_code.co_name == function:
             done.append(True)
-        elif package(name) not in BEHIND_A_CACHE and name_of(frame.f_back) != name:
+        elif package(name) not in BEHIND_A_CACHE and caller_module(frame.f_back) != name:
             calls.append((name, frame.f_code.co_name))
-    threading.setprofile(note)
-    sys.setprofile(note)
-    try:
-        run()
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)
+    profiled(run, note)
     assert done, f"{module}.{function} never ran"
     return calls
 
