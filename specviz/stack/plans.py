@@ -99,6 +99,7 @@ def _filled(tree: TreeSpec, plan: TreePlan | None) -> TreeSpec:
         return replace(tree, budget=CHAIN_LENGTH, max_depth=CHAIN_LENGTH)
     return tree
 
+
 def keep_learnt(decoder, profile: Profile) -> None:
     """Store in `profile` what a finished generation's planner learnt, for the next run to start from: called by
     whoever ran it (the CLI, the bench, the app), after its clock stopped."""
