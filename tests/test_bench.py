@@ -224,9 +224,9 @@ def test_repeats_rotate_the_order_and_keep_each_strategys_median_run(monkeypatch
     order = []
     real = bench_run.run_strategy
 
-    def spy(stack, strategy, *args):
+    def spy(stack, strategy, *args, **kwargs):
         order.append(strategy)
-        return real(stack, strategy, *args)
+        return real(stack, strategy, *args, **kwargs)
     monkeypatch.setattr(bench_run, "run_strategy", spy)
     out = run_bench(tiny_stack(), PROMPTS[:1], ["baseline", "speculative", "staged"], ["greedy"], max_new_tokens=6,
                     progress=False, warmup=False, repeats=3)
@@ -236,6 +236,24 @@ def test_repeats_rotate_the_order_and_keep_each_strategys_median_run(monkeypatch
         times = row["wall_s_repeats"]
         assert len(times) == 3 and row["wall_s"] == pytest.approx(sorted(times)[1], abs=1e-4)
         assert row["repeats_agree"] and row["exact"]
+
+
+def test_repeats_start_from_one_stored_calibration_and_replay_one_sampled_run(preparing, monkeypatch):
+    """Each prompt's repeats of a planned strategy plan from the calibration the earlier prompts stored, and what they
+    learnt is stored once: were each repeat to store its own, the next would plan other trees and draw another text."""
+    from test_round_plan import cpu_plan
+    from specviz.profile import tree_plans
+    monkeypatch.setattr(tree_plans, "measure", lambda *a: cpu_plan().to_dict())
+    stack = tiny(("draft", "lookup"), WordTokenizer(), plan=None, profile=preparing)
+    assert stack.plans.tree_plan() is not None          # the pair's curves are stored: what runs learn is stored too
+    stored = []
+    real = preparing.learnt
+    monkeypatch.setattr(preparing, "learnt", lambda key, value: (stored.append(key), real(key, value)))
+    out = run_bench(stack, PROMPTS, ["baseline", "speculative", "staged"], ["topk50"], max_new_tokens=12,
+                    progress=False, warmup=False, repeats=3)
+    assert len(set(stored)) == 2 and all(stored.count(key) == len(PROMPTS) for key in stored)   # once a prompt each
+    sampled = [row for row in out["per_prompt"] if row["strategy"] != "baseline"]
+    assert len(sampled) == 4 and all(row["repeats_agree"] for row in sampled)
 
 
 def test_a_strategy_that_does_not_repeat_itself_is_not_exact():

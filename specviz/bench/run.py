@@ -54,15 +54,17 @@ class ForwardClock:
             handle.remove()
 
 
-def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
-    """tree: overrides of the strategy's default tree (budget, lookup, min_score, max_depth)."""
+def run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None, keep: bool = True) -> dict:
+    """tree: overrides of the strategy's default tree (budget, lookup, min_score, max_depth). keep: store what the
+    planner learnt for the next run (a repeat that another repeat follows keeps nothing: each starts alike)."""
     started = perf_counter()
     # no stop at end-of-sequence: every strategy makes the same number of tokens
     decoder = stack.decoder(prompt_ids, strategy, default_tree(strategy, **(tree or {})), sampling,
                             max_new_tokens, stop_at_eos=False)
     run = decoder.generate()
     wall = perf_counter() - started
-    keep_learnt(decoder, stack.profile)
+    if keep:
+        keep_learnt(decoder, stack.profile)
     s = run.stats
     # the planner's curves never change in a run (only what it learns a level costs)
     priced = (price(run.steps, decoder.planner.costs, decoder.target.name).to_dict()
@@ -100,12 +102,13 @@ def run_llama_cpp(stack, strategy, prompt_ids, sampling, max_new_tokens) -> dict
             "_text": run.text}
 
 
-def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None) -> dict:
+def run_strategy(stack, strategy, prompt_ids, sampling, max_new_tokens, tree=None, keep: bool = True) -> dict:
+    """keep: store what our planner learnt (run_engine)."""
     if strategy in PEERS:
         return run_peer(stack, strategy, prompt_ids, sampling, max_new_tokens)
     if strategy in llama_cpp.PEERS:
         return run_llama_cpp(stack, strategy, prompt_ids, sampling, max_new_tokens)
-    return run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree)
+    return run_engine(stack, strategy, prompt_ids, sampling, max_new_tokens, tree, keep)
 
 
 
@@ -121,7 +124,8 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
     over one static cache length, compiled for every bucket before anything is timed. prompt_format: chat or
     completion for every prompt (None: each prompt's default, as in the app). repeats: runs of each strategy per
     prompt and sampling, each repeat in the order rotated by one, so that no strategy always runs first or right after
-    another; each row is the strategy's run of median time, with every run's time in "wall_s_repeats"."""
+    another; each row is the strategy's run of median time, with every run's time in "wall_s_repeats". Every repeat
+    starts from the same stored calibration, so repeats replay one run."""
     strategies, notes = usable_strategies(stack, strategies)
     if not strategies:
         raise BenchError("no strategy can run: " + "; ".join(notes))
@@ -154,7 +158,10 @@ def run_bench(stack, prompts: list[Prompt], strategies: list[str], samplings: li
             for repeat in range(repeats):
                 for strategy in strategies[repeat % len(strategies):] + strategies[:repeat % len(strategies)]:
                     bar.set_description(f"{prompt.id} {name} {strategy}", refresh=False)
-                    runs[strategy].append(run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree))
+                    # a planned run starts from the calibration the runs before it stored: were each repeat to store
+                    # its own, the next would plan other trees, and sampled repeats wrote other texts
+                    runs[strategy].append(run_strategy(stack, strategy, ids, sampling, max_new_tokens, tree,
+                                                       keep=repeat == repeats - 1))
                     bar.update()
             for strategy in strategies:
                 run = median_run(runs[strategy])
