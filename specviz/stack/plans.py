@@ -9,7 +9,7 @@ from ..profile.store import Profile
 from ..decode.calibration import Calibration
 from ..decode.planner import Costs, RoundPlanner
 from ..decode.sampling import Sampling
-from .strategies import CHAIN_LENGTH, drafter_specs
+from .strategies import CHAIN_LENGTH
 from ..decode.tree import TreeSpec
 from ..decode.costs import DRAFT_FEED, TreePlan, key as plan_key
 from ..profile.tree_plans import stored_plan
@@ -18,18 +18,17 @@ from .prompt_reads import PromptReads
 
 
 class StackPlans:
-    def __init__(self, profile: Profile, target: LoadedModel, drafts: list[str], loaded: dict[str, object],
-                 vocabulary: DraftVocabulary, prompt_reads: PromptReads):
+    def __init__(self, profile: Profile, target: LoadedModel, drafts: list[str], staged: list[str],
+                 loaded: dict[str, object], vocabulary: DraftVocabulary, prompt_reads: PromptReads):
         """The parts of a stack its plans are made from: the machine's profile, the target, the drafter specs (top
-        stage first) and what each loaded, the drafts' vocabulary, and how the drafts read prompts (the last two are
-        read at each call: prepare and the bench take up stored prompt readers after the stack is made)."""
+        stage first), staged's specs (none where the stack cannot run staged) and what each spec loaded, the drafts'
+        vocabulary, and how the drafts read prompts (the last two are read at each call: prepare and the bench take up
+        stored prompt readers after the stack is made)."""
         self.profile, self.target, self.drafts, self.loaded = profile, target, drafts, loaded
         self.vocabulary, self.prompt_reads = vocabulary, prompt_reads
         self.plans: dict[str, TreePlan] = {}    # tree_plan()'s answer, once read, by name()
-        try:        # the specs are the stack's for good; what each loaded may be replaced (a test's re-quantised draft)
-            self.top_spec = drafter_specs("staged", drafts)[0] if drafts else None
-        except ValueError:
-            self.top_spec = None
+        # the specs are the stack's for good; what each loaded may be replaced (a test's re-quantised draft)
+        self.top_spec = staged[0] if staged else None
 
     def top_draft(self) -> LoadedModel | None:
         """The draft model staged's plan pairs with the target: the top stage, where the stack can run staged and

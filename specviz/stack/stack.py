@@ -59,7 +59,6 @@ class Stack:
     stages: dict[str, list[str]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        self.plans = StackPlans(self.profile, self.target, self.drafts, self.loaded, self.vocabulary, self.prompt_reads)
         self.tokenizer, self.target_name = self.target.tokenizer, self.target.short_name
         self.stages = {}
         for strategy in STRATEGIES:
@@ -67,6 +66,8 @@ class Stack:
                 self.stages[strategy] = drafter_specs(strategy, self.drafts)
             except ValueError:      # drafter_for says why when it is asked for
                 pass
+        self.plans = StackPlans(self.profile, self.target, self.drafts, self.stages.get("staged", []), self.loaded,
+                                self.vocabulary, self.prompt_reads)
 
     @classmethod
     def load(cls, target: str = DEFAULT_TARGET, drafts: list[str] | None = None,
