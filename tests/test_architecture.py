@@ -370,8 +370,9 @@ def modules_entered(run) -> set[str]:
     entered = set()
 
     def note(frame, event, _arg):
-        if event == "call" and module_of(frame.f_code) is not None:
-            entered.add(module_of(frame.f_code))
+        name = module_of(frame.f_code) if event == "call" else None
+        if name is not None:
+            entered.add(name)
     profiled(run, note)
     return entered
 
@@ -443,15 +444,13 @@ def test_a_visitors_first_step_enters_no_module_more_than_twice(tiny_default):
     """From the page's settings to the decoder of a visitor's first Step (staged, the preset loaded), a reader enters
     each module at most MOST_STAYS times: the stack's fixed facts (its tokenizer, its drafters' specs, the plan's key)
     are values made once, and the plan is read once per decoder."""
+    from test_app import controls
+
     from specviz.app import events
-    from specviz.app import settings as app_settings
     from specviz.app.sessions import Session
     tiny_default()
-    values = dict(prompt="def add(a, b):\n", strategy="staged", preset=app_settings.OFFLINE_DEFAULT, target="",
-                  drafts="", sampling_mode="greedy", temperature=1.0, top_k=50, top_p=1.0, seed=0, budget=12,
-                  shape="auto", max_depth=8, max_branch=4, lookup=10, max_new_tokens=16, prompt_format="completion")
     session = Session()
-    calls = calls_until(lambda: list(events.on_step(session, *[values[n] for n in app_settings.SETTING_NAMES])),
+    calls = calls_until(lambda: list(events.on_step(session, *controls(strategy="staged"))),
                         "specviz.decode.engine", "__init__")
     counted = stays(calls)
     assert {"specviz.app.events", "specviz.stack.stack", "specviz.stack.plans"} <= set(counted)
