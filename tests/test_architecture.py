@@ -347,13 +347,18 @@ MAX_ROUND_MODULES = 10      # gpt-fast's round reads in 2 modules; ours drafts a
 
 
 def profiled(run, note) -> None:
-    """run() with `note(frame, event, arg)` told of every call, on every thread."""
+    """run() with `note(frame, event, arg)` told of every call, on every thread: those run() starts, and the app's compute
+    thread, which an earlier test in this worker may have started (threading.setprofile reaches only later threads)."""
     import threading
+
+    from specviz.app.compute import COMPUTE
     threading.setprofile(note)
     sys.setprofile(note)
+    COMPUTE.submit(sys.setprofile, note).result()
     try:
         run()
     finally:
+        COMPUTE.submit(sys.setprofile, None).result()
         sys.setprofile(None)
         threading.setprofile(None)
 
