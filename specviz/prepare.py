@@ -29,6 +29,7 @@ from .profile.store import REMEASURE, Profile
 from .models import chunked
 from .cpu import kernels
 from .cpu.file_model import FileModelError, read_metadata
+from .models.block_paths import describe as describe_paths, take_up
 from .models.load import ModelLoadError, resolve
 from .models.precision import AUTO_DTYPE, resolve_dtype
 from . import cache_dir
@@ -114,6 +115,9 @@ def closing_line(profile: Profile) -> str:
 
 def measure_profile(profile: Profile) -> None:
     """Everything that depends on this machine, measured where its profile lacks it (specviz/profile/store.py)."""
+    paths = timed("measuring where a GGUF file's products pay through the packed columns", lambda: take_up(profile))
+    if paths:
+        say(describe_paths(paths))
     auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE, profile))
     timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)",
           lambda: predicted_token_seconds(profile))

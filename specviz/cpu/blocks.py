@@ -44,12 +44,88 @@ def _kernel():
     library.block_scratch_bytes.argtypes = [ctypes.c_int, ctypes.c_int]
     library.block_scratch_bytes.restype = ctypes.c_size_t
     library.block_simd.restype = ctypes.c_char_p
+    library.block_columns_from.argtypes = [ctypes.c_int]
+    library.block_set_columns_from.argtypes = [ctypes.c_int, ctypes.c_int]
     return library
 
 
 def simd() -> str:
     """The instruction set the block products run on here."""
     return _kernel().block_simd().decode()
+
+
+K_QUANTS = {name: qtype for qtype, name in TYPES.items() if name.endswith("_K")}
+# what measure_columns_from times: a Qwen2.5-1.5B layer's widest products (gate and up: Q4_K; down: Q6_K), by rows fed
+TIMED_SHAPES = {"Q4_K": (1536, 8960), "Q6_K": (8960, 1536)}
+TIMED_ROWS = (1, 2, 4, 8, 16, 64)
+
+
+def columns_from() -> dict[str, int]:
+    """Per K-quant, the fewest rows that take the packed columns' path (specviz/cpu/c/blocks.c); {} where this build
+    has no such path."""
+    return {name: n for name, qtype in K_QUANTS.items() if (n := _kernel().block_columns_from(qtype))}
+
+
+def set_columns_from(counts: dict[str, int]) -> None:
+    """Take these counts (measure_columns_from's) for this process's products: speed only, the bits are the same."""
+    for name, rows in counts.items():
+        if name in K_QUANTS and isinstance(rows, int) and rows >= 1:
+            _kernel().block_set_columns_from(K_QUANTS[name], rows)
+
+
+def crossover(tiles: dict[int, float], columns: dict[int, float]) -> int:
+    """The count of rows from which the columns serve best (seconds by rows fed for each path): the one whose choice
+    loses least summed over the counts timed, each count's time taken relative to the faster path's there, so that
+    each count weighs alike and one noisy count moves the answer by one step at most. One past the most rows timed:
+    the columns never."""
+    counts = sorted(tiles)
+
+    def loss(start: int) -> float:
+        return sum((columns[n] if n >= start else tiles[n]) / min(tiles[n], columns[n]) for n in counts)
+    return min([*counts, counts[-1] + 1], key=loss)
+
+
+def _random_blocks(name: str, K: int, N: int) -> torch.Tensor:
+    """Blocks of random quants with a small scale (timing only: a NaN scale is no slower, but no number either)."""
+    qtype = K_QUANTS[name]
+    seeded = torch.Generator().manual_seed(0)
+    blocks = torch.randint(0, 256, (N, row_bytes(qtype, K)), dtype=torch.uint8, generator=seeded)
+    scale = torch.tensor([1e-3], dtype=torch.float16).view(torch.uint8)
+    per_row = blocks.view(N, K // BLOCK[qtype][0], BLOCK[qtype][1])
+    for at in ((0, 2) if name == "Q4_K" else (BLOCK[qtype][1] - 2,)):      # Q4_K: d and dmin first; Q6_K: d last
+        per_row[:, :, at:at + 2] = scale
+    return blocks
+
+
+def measure_columns_from(reps: int = 7) -> dict:
+    """This machine's crossover per K-quant (crossover()) between the tiles and the packed columns, timed on
+    TIMED_SHAPES by TIMED_ROWS, the paths and counts interleaved, best of `reps`, the weights coming from memory (64 MB
+    written before each call, as a model's forward finds them): {"from": {name: rows}, "ms": {name: {path: {rows:
+    ms}}}}."""
+    from time import perf_counter
+    flush = torch.zeros(2 ** 24)
+    chosen, ms = {}, {}
+    kept = columns_from()
+    try:
+        for name in kept:
+            K, N = TIMED_SHAPES[name]
+            blocks = _random_blocks(name, K, N)
+            packs = packed(K_QUANTS[name], blocks, K)
+            x = {n: torch.randn(n, K, generator=torch.Generator().manual_seed(n)) for n in TIMED_ROWS}
+            best = {path: dict.fromkeys(TIMED_ROWS, float("inf")) for path in ("tiles", "columns")}
+            for _ in range(reps):
+                for n in TIMED_ROWS:
+                    for path in best:
+                        set_columns_from({name: 1 if path == "columns" else 1 << 30})
+                        flush.add_(1.0)
+                        start = perf_counter()
+                        product(K_QUANTS[name], blocks, x[n], packs)
+                        best[path][n] = min(best[path][n], perf_counter() - start)
+            chosen[name] = crossover(best["tiles"], best["columns"])
+            ms[name] = {path: {str(n): round(s * 1e3, 3) for n, s in times.items()} for path, times in best.items()}
+    finally:
+        set_columns_from(kept)
+    return {"from": chosen, "ms": ms}
 
 
 def row_bytes(qtype: int, K: int) -> int:

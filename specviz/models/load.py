@@ -19,6 +19,7 @@ from ..backends.choose import parameter_bytes
 from ..cpu.blocks import GGUF
 from ..cpu.int4 import INT4, quantized_precision
 from ..cpu.matmul import install
+from . import block_paths
 from .locations import ModelLoadError, hub_reachable, lacks_tokenizer, read_output_vocab, resolve
 from .. import cache_dir
 from ..profile.store import Profile
@@ -89,6 +90,8 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bo
     if dtype in (GGUF, *QUANTIZED) and device != "cpu":
         raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
     if dtype == GGUF or (dtype in QUANTIZED and gguf is not None and runs_file_blocks()):
+        if dtype == GGUF:
+            block_paths.take_up(profile or Profile())
         loaded = _file_model(spec, gguf)     # the file's blocks; int4 and int8 re-quantise them in memory
         loaded = loaded if dtype == GGUF else _quantized(file_model.requantizable(loaded), dtype, draft)
     elif dtype in QUANTIZED:               # de-quantised in float32, then its linear layers packed in 4 or 8 bits

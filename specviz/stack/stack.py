@@ -77,7 +77,7 @@ class Stack:
         profile = profile or Profile()
         auto = dtype == AUTO_DTYPE
         dtype = auto_precision(target, profile, device) if auto else dtype
-        loaded_target = load_model(target, dtype, device)
+        loaded_target = load_model(target, dtype, device, profile=profile)
         specs = default_drafts() if drafts is None else list(drafts)
         stack = cls(loaded_target, specs, load_drafts(loaded_target, specs, dtype, device, profile, auto),
                     profile=profile)

@@ -734,6 +734,33 @@ int block_pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int threa
     return 0;
 }
 
+/* The fewest rows of each K-quant that take the columns' path: tuning.h's counts, measured on one CPU, until this
+ * machine's own are set (block_set_columns_from; specviz/cpu/blocks.py: measure_columns_from). The crossover differs
+ * between CPUs of one instruction set: held to AVX2, a Zen 4 ran a Q4_K row through the columns 10-26% sooner than
+ * through the tiles, an Ice Lake 15-25% later. Either path gives the same bits. */
+#if defined(COLUMNS_PATH)
+static int columns_from[2] = {COLUMN_MIN_ROWS(GGUF_Q4_K), COLUMN_MIN_ROWS(GGUF_Q6_K)};
+#elif defined(COLUMNS16_PATH)
+static int columns_from[2] = {COLUMN16_MIN_ROWS(GGUF_Q4_K), COLUMN16_MIN_ROWS(GGUF_Q6_K)};
+#endif
+
+int block_columns_from(int type) {
+#if defined(COLUMNS_PATH) || defined(COLUMNS16_PATH)
+    if (k_quant(type)) return columns_from[type == GGUF_Q6_K];
+#endif
+    (void)type;
+    return 0;
+}
+
+int block_set_columns_from(int type, int rows) {
+    if (!block_columns_from(type)) return BLOCKS_BAD_TYPE;
+    if (rows < 1) return BLOCKS_BAD_SHAPE;
+#if defined(COLUMNS_PATH) || defined(COLUMNS16_PATH)
+    columns_from[type == GGUF_Q6_K] = rows;
+#endif
+    return 0;
+}
+
 /* y = the rounded rows times W, by the path their count and this build take */
 static void multiply(int type, const uint8_t *w, const uint8_t *packed, int K, int N, const Rows *rows, int n, float *y,
                      int ldy, int threads, void *amx_scratch) {
@@ -747,12 +774,12 @@ static void multiply(int type, const uint8_t *w, const uint8_t *packed, int K, i
     (void)amx_scratch;
 #endif
 #if defined(COLUMNS_PATH)
-    if (packed && k_quant(type) && n >= COLUMN_MIN_ROWS(type)) {
+    if (packed && k_quant(type) && n >= columns_from[type == GGUF_Q6_K]) {
         columns_product(type, packed, rows, n, y, ldy, N, threads);
         return;
     }
 #elif defined(COLUMNS16_PATH)
-    if (packed && k_quant(type) && n >= COLUMN16_MIN_ROWS(type)) {
+    if (packed && k_quant(type) && n >= columns_from[type == GGUF_Q6_K]) {
         columns16_product(type, packed, rows, n, y, ldy, N, threads);
         return;
     }

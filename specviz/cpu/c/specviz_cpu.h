@@ -38,6 +38,8 @@ int block_pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int threa
 size_t block_scratch_bytes(int K, int n);
 int block_weights(int type);
 int block_bytes(int type);
+int block_columns_from(int type);        /* the fewest rows of a K-quant that take the columns' path (0: no such path) */
+int block_set_columns_from(int type, int rows);
 const char *block_simd(void);       /* the instruction set the products were built for */
 int block_amx(void);                /* 1 where the products may use AMX tiles (built with them, and the CPU and OS allow them:
                                      * asks Linux once for the permission), else 0 */

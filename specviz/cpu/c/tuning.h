@@ -38,16 +38,18 @@
 #define PACKED_AHEAD 4              /* records ahead of the one read that a thread asks for (prefetch_record) */
 /* AVX2 without VNNI, 8 outputs at a time */
 #define COLUMN_ROWS 4               /* rows per pass over a block: their accumulators stay in registers */
-/* Fewer rows take the tile path; up to COLUMN_REGISTER_ROWS a block is unpacked in registers for each group of rows
- * (COLUMN_ROWS), more unpack it once into a buffer. As measured with the weights coming from memory (FLUSH=1
- * scripts/blocks_ab.py, Zen 4 held to AVX2): Q4_K's registers took 10-26% less time than the tiles at one
- * row, 3-12% at 2, and 0-9% less than the buffer at 3-8; Q6_K, whose unpacking costs more, 12-13% less at 4 rows only
- * (slower than the tiles at 2-3, than the buffer at 5-8, where a record would be unpacked twice) */
+/* Fewer rows take the tile path (until prepare sets this machine's own count: blocks.c's columns_from); up to
+ * COLUMN_REGISTER_ROWS a block is unpacked in registers for each group of rows (COLUMN_ROWS), more unpack it once into
+ * a buffer. As measured with the weights coming from memory (FLUSH=1 scripts/blocks_ab.py, Zen 4 held to AVX2): Q4_K's
+ * registers took 10-26% less time than the tiles at one row, 3-12% at 2, and 0-9% less than the buffer at 3-8; Q6_K,
+ * whose unpacking costs more, 12-13% less at 4 rows only (slower than the tiles at 2-3, than the buffer at 5-8, where a
+ * record would be unpacked twice) */
 #define COLUMN_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 4)
 #define COLUMN_REGISTER_ROWS(type) ((type) == GGUF_Q4_K ? 2 * COLUMN_ROWS : COLUMN_ROWS)
 /* AVX-512 with VNNI (and no AMX), 16 outputs at a time */
 #define COLUMN16_ROWS 8             /* rows per pass over a block, as COLUMN_ROWS */
-/* fewer rows take the tiles, as measured with the weights coming from memory (FLUSH=1 scripts/blocks_ab.py, Zen 4):
+/* fewer rows take the tiles (until prepare sets this machine's own count), as measured with the weights coming from
+ * memory (FLUSH=1 scripts/blocks_ab.py, Zen 4):
  * none of Q4_K (one row 1.5x sooner here); Q6_K below 5 (its packed copy is 30% more bytes to read) */
 #define COLUMN16_MIN_ROWS(type) ((type) == GGUF_Q4_K ? 1 : 5)
 
