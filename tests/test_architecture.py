@@ -347,8 +347,9 @@ MAX_ROUND_MODULES = 10      # gpt-fast's round reads in 2 modules; ours drafts a
 
 
 def profiled(run, note) -> None:
-    """run() with `note(frame, event, arg)` told of every call, on every thread: those run() starts, and the app's compute
-    thread, which an earlier test in this worker may have started (threading.setprofile reaches only later threads)."""
+    """run() with `note(frame, event, arg)` told of every call, on every thread: those run() starts, and the app's
+    compute thread, which an earlier test in this worker may have started (threading.setprofile reaches only later
+    threads)."""
     import threading
 
     from specviz.app.compute import COMPUTE
