@@ -23,5 +23,5 @@ def take_up(profile: Profile) -> dict | None:
 
 
 def describe(measured: dict) -> str:
-    counts = ", ".join(f"{name} from {rows} rows" for name, rows in measured["from"].items())
+    counts = ", ".join(f"{name} from {rows} row{'s' * (rows != 1)}" for name, rows in measured["from"].items())
     return f"the file's blocks take the packed columns' path: {counts}"
