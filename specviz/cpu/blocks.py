@@ -85,31 +85,21 @@ def crossover(tiles: dict[int, float], columns: dict[int, float]) -> int:
     return min([*counts, counts[-1] + 1], key=loss)
 
 
-def _random_blocks(name: str, K: int, N: int) -> torch.Tensor:
-    """Blocks of random quants with a small scale (timing only: a NaN scale is no slower, but no number either)."""
-    qtype = K_QUANTS[name]
-    seeded = torch.Generator().manual_seed(0)
-    blocks = torch.randint(0, 256, (N, row_bytes(qtype, K)), dtype=torch.uint8, generator=seeded)
-    scale = torch.tensor([1e-3], dtype=torch.float16).view(torch.uint8)
-    per_row = blocks.view(N, K // BLOCK[qtype][0], BLOCK[qtype][1])
-    for at in ((0, 2) if name == "Q4_K" else (BLOCK[qtype][1] - 2,)):      # Q4_K: d and dmin first; Q6_K: d last
-        per_row[:, :, at:at + 2] = scale
-    return blocks
-
-
 def measure_columns_from(reps: int = 7) -> dict:
     """This machine's crossover per K-quant (crossover()) between the tiles and the packed columns, timed on
     TIMED_SHAPES by TIMED_ROWS, the paths and counts interleaved, best of `reps`, the weights coming from memory (64 MB
     written before each call, as a model's forward finds them): {"from": {name: rows}, "ms": {name: {path: {rows:
     ms}}}}."""
     from time import perf_counter
+
+    from .reference import random_blocks
     flush = torch.zeros(2 ** 24)
     chosen, ms = {}, {}
     kept = columns_from()
     try:
         for name in kept:
             K, N = TIMED_SHAPES[name]
-            blocks = _random_blocks(name, K, N)
+            blocks = torch.from_numpy(random_blocks(K_QUANTS[name], N, K, np.random.default_rng(0)))
             packs = packed(K_QUANTS[name], blocks, K)
             x = {n: torch.randn(n, K, generator=torch.Generator().manual_seed(n)) for n in TIMED_ROWS}
             best = {path: dict.fromkeys(TIMED_ROWS, float("inf")) for path in ("tiles", "columns")}
