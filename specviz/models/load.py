@@ -86,12 +86,13 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bo
         raise ModelLoadError("CUDA was asked for but no CUDA device is available; use --device cpu")
     location, gguf_file = resolve(spec)
     gguf = Path(location) / gguf_file if gguf_file else None
-    dtype = auto_precision_of(gguf is not None, device, profile or Profile()) if dtype == AUTO_DTYPE else dtype
+    profile = profile or Profile()
+    dtype = auto_precision_of(gguf is not None, device, profile) if dtype == AUTO_DTYPE else dtype
     if dtype in (GGUF, *QUANTIZED) and device != "cpu":
         raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
     if dtype == GGUF or (dtype in QUANTIZED and gguf is not None and runs_file_blocks()):
         if dtype == GGUF:
-            block_paths.take_up(profile or Profile())
+            block_paths.take_up(profile)
         loaded = _file_model(spec, gguf)     # the file's blocks; int4 and int8 re-quantise them in memory
         loaded = loaded if dtype == GGUF else _quantized(file_model.requantizable(loaded), dtype, draft)
     elif dtype in QUANTIZED:               # de-quantised in float32, then its linear layers packed in 4 or 8 bits
