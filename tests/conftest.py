@@ -122,6 +122,6 @@ def tiny_default(own_stacks):
     """The 'offline' preset replaced by tiny random models: a target, a noisy copy as draft, lookup."""
     from tiny import WordTokenizer, tiny_stack
 
-    def install(drafts=("draft", "lookup")):
-        return own_stacks.hold(("offline",), tiny_stack(drafts, WordTokenizer()))
+    def install(drafts=("draft", "lookup"), int4: bool = False):
+        return own_stacks.hold(("offline",), tiny_stack(drafts, WordTokenizer(), int4=int4))
     return install

@@ -12,6 +12,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 SPECVIZ = Path(__file__).resolve().parents[1] / "specviz"
 ROOT = "specviz"            # the package root (the version, where files live): below every package, any may import it
 THE_ROUND = "decode"
@@ -402,7 +404,6 @@ def test_a_staged_round_reads_in_at_most_10_modules_of_the_round():
 
 
 MOST_STAYS = 2      # a visitor's first Step, from its settings to its decoder, enters each module at most this often
-BEHIND_A_CACHE = ("backends", "cpu")    # what opening a model's cache runs: counted apart (docs/ARCHITECTURE.md)
 
 
 def stays(calls: list[tuple[str, str]]) -> dict[str, int]:
@@ -423,7 +424,7 @@ def stays(calls: list[tuple[str, str]]) -> dict[str, int]:
 
 
 def calls_until(run, module: str, function: str) -> list[tuple[str, str]]:
-    """(module, function) of each call into a module of specviz/ (outside BEHIND_A_CACHE) from another one while
+    """(module, function) of each call into a module of specviz/ from another one while
     `run()` does, up to the first call of `function` in `module`: what a reader opens, not the calls within a module."""
     calls: list[tuple[str, str]] = []
     done: list[bool] = []
@@ -439,27 +440,30 @@ def calls_until(run, module: str, function: str) -> list[tuple[str, str]]:
             return
         if name == module and frame.f_code.co_name == function:
             done.append(True)
-        elif package(name) not in BEHIND_A_CACHE and caller_module(frame.f_back) != name:
+        elif caller_module(frame.f_back) != name:
             calls.append((name, frame.f_code.co_name))
     profiled(run, note)
     assert done, f"{module}.{function} never ran"
     return calls
 
 
-def test_a_visitors_first_step_enters_no_module_more_than_twice(tiny_default):
+@pytest.mark.parametrize("int4", [False, True], ids=["float", "own-forward"])
+def test_a_visitors_first_step_enters_no_module_more_than_twice(tiny_default, int4):
     """From the page's settings to the decoder of a visitor's first Step (staged, the preset loaded), a reader enters
     each module at most MOST_STAYS times: the stack's fixed facts (its tokenizer, its drafters' specs, the plan's key)
-    are values made once, and the plan is read once per decoder."""
+    are values made once, and the plan is read once per decoder. Opening the models' caches counts too, through
+    transformers' modules (float) and through specviz's own forward and kernels (int4, as the real pair runs)."""
     from test_app import controls
 
     from specviz.app import events
     from specviz.app.sessions import Session
-    tiny_default()
+    tiny_default(int4=int4)
     session = Session()
     calls = calls_until(lambda: list(events.on_step(session, *controls(strategy="staged"))),
                         "specviz.decode.engine", "__init__")
     counted = stays(calls)
     assert {"specviz.app.events", "specviz.stack.stack", "specviz.stack.plans"} <= set(counted)
+    assert ("specviz.backends.own" in counted) == int4 and "specviz.backends.choose" in counted
     assert max(counted.values()) <= MOST_STAYS, {m: n for m, n in counted.items() if n > MOST_STAYS} or counted
 
 

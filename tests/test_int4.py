@@ -246,7 +246,7 @@ def test_an_int4_model_verifies_each_token_bit_for_bit_as_plain_decoding_compute
     model = gqa_model()
     _quantized(LoadedModel("target", model, None))
     if not own_forward:
-        monkeypatch.setattr(cache, "runs_own_forward", lambda model: False)
+        monkeypatch.setattr(cache, "own_forward", lambda model: None)
     assert isinstance(open_cache(model, "which"), OwnForwardKV) == own_forward
     for root in range(10, 20):
         assert torch.equal(*tree_and_sequential_logits(model, root))
@@ -255,7 +255,7 @@ def test_an_int4_model_verifies_each_token_bit_for_bit_as_plain_decoding_compute
 def test_through_transformers_with_all_tokens_attending_at_once_it_would_not_be(monkeypatch):
     model = gqa_model()
     _quantized(LoadedModel("target", model, None))
-    monkeypatch.setattr(cache, "runs_own_forward", lambda model: False)
+    monkeypatch.setattr(cache, "own_forward", lambda model: None)
     model.set_attn_implementation("sdpa")
     differ = [not torch.equal(*tree_and_sequential_logits(model, root)) for root in range(10, 20)]
     assert any(differ)

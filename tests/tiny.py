@@ -1,6 +1,7 @@
 """Tiny randomly initialised models built from configs, for fast offline tests."""
 from __future__ import annotations
 
+import copy
 import functools
 
 import torch
@@ -75,21 +76,28 @@ def pin_plan(stack, plan=flat_plan):
 
 
 def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, loaded: dict | None = None,
-               plan=flat_plan, profile=None):
+               plan=flat_plan, profile=None, int4: bool = False):
     """The model stack the tests build: a tiny target and, where `drafts` names "draft", a noisy copy of
     it as the draft model (`loaded` adds other drafters, e.g. an n-gram table). plan: a function giving staged's
     plan (None: measured on first use, as a real stack's). profile: the machine profile it plans from (None: the
-    default file's, specviz/profile/store.py)."""
+    default file's, specviz/profile/store.py). int4: both models 64 wide in 4 bits, run by specviz's own forward
+    (specviz/cpu/decoder.py) as the real pair's are."""
     from specviz.models.load import LoadedModel
+    from specviz.models.precision import quantize_in_place
     from specviz.profile.store import Profile
     from specviz.stack.stack import Stack
+
+    def made(noise: float = 0.0):
+        if not int4:
+            return tiny_model("llama", noise=noise)
+        # a copy: tiny_model's models are shared, and quantizing replaces their layers
+        return quantize_in_place(copy.deepcopy(tiny_model("llama", hidden=64, noise=noise)), "int4")
 
     tok = tokenizer or TinyTokenizer()
     sources = dict(loaded or {})
     if "draft" in drafts:
-        sources["draft"] = LoadedModel("draft", tiny_model("llama", noise=noise), tok)
-    stack = Stack(LoadedModel("tiny-target", tiny_model("llama"), tok), list(drafts), sources,
-                  profile=profile or Profile())
+        sources["draft"] = LoadedModel("draft", made(noise), tok)
+    stack = Stack(LoadedModel("tiny-target", made(), tok), list(drafts), sources, profile=profile or Profile())
     return stack if plan is None else pin_plan(stack, plan)
 
 

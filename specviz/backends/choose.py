@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .interface import BUCKETS, bucket
-from ..cpu.decoder import supported as runs_own_forward
+from ..cpu.decoder import LlamaForward
 from ..cpu.prompt_reader import READ_ROWS
 from .dynamic import DynamicKV
 from .kv import KVModel, parameter_bytes, read_bytes, restricts_output
@@ -32,6 +32,12 @@ def open_cache(model: torch.nn.Module, name: str, output_vocab: torch.Tensor | N
         raise ValueError("a compiled model needs a static cache (static_len)")
     if static_len is not None:
         return StaticKV(model, name, output_vocab, static_len=static_len, compiled=compiled)
-    if runs_own_forward(model):
-        return OwnForwardKV(model, name, output_vocab, prompt_products, read_from)
+    forward = own_forward(model)
+    if forward is not None:
+        return OwnForwardKV(forward, name, output_vocab, prompt_products, read_from)
     return DynamicKV(model, name, output_vocab)
+
+
+def own_forward(model: torch.nn.Module) -> LlamaForward | None:
+    """specviz's own forward of the model, where it runs it (a quantized Llama-family model its kernels run)."""
+    return LlamaForward.of(model)

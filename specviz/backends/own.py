@@ -14,13 +14,14 @@ from .kv import KVModel
 
 
 class OwnForwardKV(KVModel):
-    def __init__(self, model: torch.nn.Module, name: str, output_vocab: torch.Tensor | None = None,
+    def __init__(self, forward: LlamaForward, name: str, output_vocab: torch.Tensor | None = None,
                  prompt_products: list[dict] | None = None, read_from: int = READ_ROWS):
-        """prompt_products: the products feeds of `read_from` tokens or more go through (prompt_reader.copies)."""
-        self.decoder = LlamaForward(model)
+        """forward: the model's own forward (LlamaForward.of); prompt_products: the products feeds of `read_from`
+        tokens or more go through (prompt_reader.copies)."""
+        self.decoder = forward
         self.reader = None if prompt_products is None else reader_of(self.decoder, prompt_products)
         self.read_from = read_from
-        super().__init__(model, name, output_vocab, scores_here=True)
+        super().__init__(forward.model, name, output_vocab, scores_here=True)
 
     def reset(self) -> None:
         self.cache = self.decoder.entries()

@@ -98,7 +98,14 @@ class LlamaForward:
     """The model's own forward, without transformers' modules (see the module's docstring): forward(tokens,
     positions, visible, committed, entries) -> the final hidden states, each row alone."""
 
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "LlamaForward | None":
+        """The model's own forward where this runs it (`supported`), else None: one question for the backend that
+        chooses, so that opening a cache reads this module once."""
+        return cls(model) if supported(model) else None
+
     def __init__(self, model: torch.nn.Module):
+        self.model = model
         config, body = model.config, model.model
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
