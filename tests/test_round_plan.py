@@ -185,6 +185,23 @@ def test_a_failed_round_does_not_turn_a_run_to_plain_steps_while_its_rounds_may_
     assert kinds == ["speculate"] * drafting + ["plain"] * (8 - drafting)
 
 
+def test_a_small_but_steady_loss_turns_a_run_to_plain_steps_within_about_a_dozen_rounds():
+    """A guess passing one time in five, where a round of one guess costs about 1.37 plain steps: each round loses about
+    a sixth of a token, less than one round's spread but steady. Within about a dozen rounds the excess is below
+    nothing by more than DOUBT standard errors (at two, such a run drafted to its end)."""
+    p, kinds = planner(), []
+    for tokens in [1, 1, 2, 1, 1] * 6:
+        plan = p.plan()
+        kinds.append(plan.kind)
+        if plan.kind == "plain":
+            p.observe(plan, _chain_tree(0), [0], ["target", "model"], [])
+        else:
+            p.observe(plan, _chain_tree(1), list(range(tokens)), ["target", "model"], [1])
+    assert "plain" in kinds[:15] and kinds.count("speculate") <= 15, "".join(kind[0] for kind in kinds)
+    weight, total, _ = p.excess
+    assert total / weight < 0
+
+
 def test_what_a_probe_reads_to_catch_up_is_no_part_of_the_rate_drafting_makes():
     """After plain steps the draft must first read the tokens it missed: a cost of coming back (the probe gate prices
     it), not of what drafting makes a round, or each plain run would hold the rate further below plain decoding's."""

@@ -50,7 +50,11 @@ FIRST_ROUNDS = 3        # drafted rounds a run makes before its rate may turn it
                         # geometric draw, and the prior sits within a few percent of plain decoding on an AVX2 machine,
                         # so one failed first round took code that speculation ran at 1.4x to plain steps for good
 EXCESS_FADE = 0.9       # the weight the past keeps at each drafted round in the excess over plain steps (drafting_pays)
-DOUBT = 2.0             # standard errors of that excess below nothing before plain steps are taken
+DOUBT = 1.0             # standard errors of that excess below nothing before plain steps are taken: at 2, a steady
+                        # loss of a sixth of a token a round drafted on for a whole run (held-out prose, 2-core Ice
+                        # Lake held to AVX2, priced: lowest prompt 0.89x, against 0.94x at 1; code alike)...
+EARLY_DOUBT = 2.0       # ...once SURE_ROUNDS rounds have drafted; before, a spread is itself a guess, and three
+SURE_ROUNDS = 8         # failed first rounds took a draft whose trees were shrinking to plain steps for good
 LOOKAHEAD = 8           # guesses below a node an expansion is priced for at most
 
 
@@ -203,13 +207,17 @@ class RoundPlanner:
         draw: a rate faded over three rounds fell below plain decoding's after one round whose guess failed, and such
         runs stayed on plain steps and the probes that followed where drafting on made them 1.0-1.3x (24 prose
         prompts, AVX2 prices). A draft that never helps makes the same loss every round: once the prior's round has
-        faded, the spread is small, and plain steps follow within a few rounds."""
+        faded, the spread is small, and plain steps follow within a few rounds. Where the loss is small but steady (a
+        guess passing half the time where verifying a second token costs a third of a step), one standard error lets
+        plain steps follow within about ten rounds; the price is a run that lost early and would have gained later,
+        which comes back through probes."""
         weight, total, squares = self.excess
         if recent >= self.plain_rate:
             return True
         mean = total / weight
         spread = max(squares / weight - mean * mean, 0.0) ** 0.5
-        return mean + DOUBT * spread / weight ** 0.5 >= 0.0
+        doubt = DOUBT if self.drafted_rounds >= SURE_ROUNDS else EARLY_DOUBT
+        return mean + doubt * spread / weight ** 0.5 >= 0.0
 
     def observe(self, plan: RoundPlan, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int],
                 committed_probs: list[float] = ()) -> None:
