@@ -52,7 +52,7 @@ FIRST_ROUNDS = 3        # drafted rounds a run makes before its rate may turn it
 EXCESS_FADE = 0.9       # the weight the past keeps at each drafted round in the excess over plain steps (drafting_pays)
 DOUBT = 1.0             # standard errors of that excess below nothing before plain steps are taken: at 2, a steady
                         # loss of a sixth of a token a round drafted on for a whole run (held-out prose, 2-core Ice
-                        # Lake held to AVX2, priced: lowest prompt 0.89x, against 0.94x at 1; code alike)...
+                        # Lake held to AVX2, priced: lowest prompt 0.89x, 0.93x as now; code alike)...
 EARLY_DOUBT = 2.0       # ...once SURE_ROUNDS rounds have drafted; before, a spread is itself a guess, and three
 SURE_ROUNDS = 8         # failed first rounds took a draft whose trees were shrinking to plain steps for good
 LOOKAHEAD = 8           # guesses below a node an expansion is priced for at most
