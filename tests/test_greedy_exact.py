@@ -1,19 +1,17 @@
 """Every strategy's greedy output equals plain greedy decoding, token for token."""
-import copy
 import functools
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny import TinyTokenizer, tiny_model
+from tiny import TinyTokenizer, tiny_int4_model, tiny_model
 from toy_ngram import ToyBigram
 
 from specviz.backends.choose import open_cache
 from specviz.decode.drafters import LookupDrafter, ModelDrafter, NgramDrafter, PromptWindow
 from specviz.decode.drafters.base import FeedGate, ngram_evidence
 from specviz.decode.engine import Decoder
-from specviz.models.precision import quantize_in_place
 from specviz.decode.tree import Tree, TreeSpec
 
 TOK = TinyTokenizer()
@@ -24,7 +22,7 @@ INT4 = "llama-int4"       # the llama family 64 wide in 4 bits: specviz/cpu/deco
 def model(family: str, noise: float = 0.0, noise_seed: int = 1):
     if family != INT4:
         return tiny_model(family, noise=noise, noise_seed=noise_seed)
-    return quantize_in_place(copy.deepcopy(tiny_model("llama", hidden=64, noise=noise, noise_seed=noise_seed)), "int4")
+    return tiny_int4_model(noise, noise_seed)
 
 
 def drafter_for(kind, family):

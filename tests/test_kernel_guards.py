@@ -1,17 +1,15 @@
 """The C kernels trust their arguments, so every entry point checks them first (specviz/cpu/kernels.py,
 specviz/cpu/layer_loop.py): a wrong shape, dtype or layout is a one-line KernelInputError, never a read or write past
 a tensor's end."""
-import copy
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import tiny_int4_model
 
 from specviz.cpu import kernels
 from specviz.cpu.decoder import LlamaForward
 from specviz.cpu.int4 import Int4Linear
 from specviz.cpu.kernels import KernelInputError
-from specviz.models.precision import quantize_in_place
 
 pytestmark = pytest.mark.skipif(not kernels.rows_available(), reason="no C compiler or no AVX2: torch's products run")
 
@@ -61,7 +59,7 @@ def test_the_rms_norm_refuses_a_weight_of_another_width():
 
 
 def test_the_layer_loop_refuses_entries_past_its_cache():
-    model = quantize_in_place(copy.deepcopy(tiny_model("llama", hidden=64)), "int4")      # tiny_model is shared
+    model = tiny_int4_model()
     decoder = LlamaForward(model)
     assert decoder.loop is not None
     entries = decoder.entries()

@@ -54,6 +54,13 @@ def tiny_model(family: str = "llama", seed: int = 0, vocab: int = 64, layers: in
     return model
 
 
+def tiny_int4_model(noise: float = 0.0, noise_seed: int = 1):
+    """The llama family 64 wide in 4 bits, run by specviz's own forward (specviz/cpu/decoder.py) and the 4-bit kernel: a
+    copy, since tiny_model's models are shared and quantizing replaces their layers."""
+    from specviz.models.precision import quantize_in_place
+    return quantize_in_place(copy.deepcopy(tiny_model("llama", hidden=64, noise=noise, noise_seed=noise_seed)), "int4")
+
+
 class WordTokenizer(TinyTokenizer):
     """Each whitespace-separated word becomes one id (the sum of its code points, modulo the vocabulary)."""
 
@@ -83,20 +90,14 @@ def tiny_stack(drafts=("draft", "lookup"), tokenizer=None, noise: float = 0.3, l
     default file's, specviz/profile/store.py). int4: both models 64 wide in 4 bits, run by specviz's own forward
     (specviz/cpu/decoder.py) as the real pair's are."""
     from specviz.models.load import LoadedModel
-    from specviz.models.precision import quantize_in_place
     from specviz.profile.store import Profile
     from specviz.stack.stack import Stack
 
-    def made(noise: float = 0.0):
-        if not int4:
-            return tiny_model("llama", noise=noise)
-        # a copy: tiny_model's models are shared, and quantizing replaces their layers
-        return quantize_in_place(copy.deepcopy(tiny_model("llama", hidden=64, noise=noise)), "int4")
-
+    made = tiny_int4_model if int4 else functools.partial(tiny_model, "llama")
     tok = tokenizer or TinyTokenizer()
     sources = dict(loaded or {})
     if "draft" in drafts:
-        sources["draft"] = LoadedModel("draft", made(noise), tok)
+        sources["draft"] = LoadedModel("draft", made(noise=noise), tok)
     stack = Stack(LoadedModel("tiny-target", made(), tok), list(drafts), sources, profile=profile or Profile())
     return stack if plan is None else pin_plan(stack, plan)
 
