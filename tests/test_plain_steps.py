@@ -57,8 +57,23 @@ def test_a_copied_token_that_does_not_pay_is_left_out_of_a_plain_step_and_one_th
     assert record.lookup_chance < record.lookup_price == pytest.approx(PRICE, rel=1e-6)
     assert "none joined" in reason(record)
     sure = Calibration({"lookup": [[[0.95, 200.0]] * 7] * 4})
+    sure.observe([("lookup", 1, 1.0, True)], reached=0, accepted=0)          # this run's copies were right
     tree, record = plain_round(plain_planner(sure), lookup_right=True)
     assert copied(tree) == 3 and record.lookup_joined == 3 and "all joined" in reason(record)
+
+
+def test_a_plain_step_takes_one_copied_token_until_this_runs_copies_were_right():
+    """A plain step follows rounds that lost: where the prior (learnt on code here) vouched for a copy's whole chain,
+    prose's runs paid for verifying three copied tokens about once a run, 1.5% of it (AVX2, priced). The first token
+    finds out at a third of that price; the chain follows once a copy was right. Mutant: every copied token priced by
+    its chance alone joins 3 at once, and fails."""
+    planner = plain_planner(Calibration(CODE_PRIOR))
+    tree, record = plain_round(planner, lookup_right=True)
+    assert copied(tree) == 1 and record.lookup_found == 3
+    assert copied(plain_round(planner, lookup_right=True)[0]) == 3
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Calibration, "any_right", lambda self, kind: True)
+        assert copied(plain_round(plain_planner(Calibration(CODE_PRIOR)), lookup_right=True)[0]) == 3
 
 
 def test_a_chance_learnt_on_code_gives_way_within_a_few_plain_steps_where_copies_fail():

@@ -7,19 +7,19 @@ out of both (they join plain steps too). Their ratio R is the rate speculation m
 to catch up after plain steps is left out: a cost of coming back, not of a round). Before a round: where R is below
 plain decoding's (one token per one-token forward), once the run has drafted FIRST_ROUNDS rounds, and where what the
 last rounds made beyond plain steps is below nothing by more than its spread allows (drafting_pays), the round is a
-plain step (context lookup may still join, it costs no draft forward), and after PROBE_EVERY plain steps in a row a
-round probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back when the text turns
-predictable (a probe accepted whole is followed by another; after one that failed the wait doubles, up to PROBE_MOST,
-until a round drafts again). A probe is costly after plain steps: the draft must first read every token it missed, about
-a tenth of a plain step each on an AVX2 machine, so a probe that fails costs a tenth of the plain run before it. So a
-probe waits, too, until the target's own recent confidence says the draft would likely pass (`Agreement`,
-calibration.py): the target's probability of each token committed in plain steps is free, and drafted rounds teach what
-a given probability means for the draft's first guess. Otherwise the round drafts, and R prices each guess while the
-tree grows: a guess joins while its calibrated chance is at least R x (c(n + 2) - c(n + 1)), what it adds to verifying n
-guesses; a node is expanded (a draft forward) while its likely child would also pay for that forward. Growing by R
-rather than by plain decoding's rate is what maximises tokens per second: a round's ratio rises only while a guess adds
-more tokens per second than the round already makes (Dinkelbach's rule); the rate it yields then becomes the next
-rounds' R.
+plain step (context lookup may still join, it costs no draft forward: a copy's first token, the rest once this run's
+copies were right, RoundPlan.value), and after PROBE_EVERY plain steps in a row a round probes with PROBE_GUESSES
+guesses whatever their price, so that speculation comes back when the text turns predictable (a probe accepted whole
+is followed by another; after one that failed the wait doubles, up to PROBE_MOST, until a round drafts again). A probe
+is costly after plain steps: the draft must first read every token it missed, about a tenth of a plain step each on an
+AVX2 machine, so a probe that fails costs a tenth of the plain run before it. So a probe waits, too, until the target's
+own recent confidence says the draft would likely pass (`Agreement`, calibration.py): the target's probability of each
+token committed in plain steps is free, and drafted rounds teach what a given probability means for the draft's first
+guess. Otherwise the round drafts, and R prices each guess while the tree grows: a guess joins while its calibrated
+chance is at least R x (c(n + 2) - c(n + 1)), what it adds to verifying n guesses; a node is expanded (a draft forward)
+while its likely child would also pay for that forward. Growing by R rather than by plain decoding's rate is what
+maximises tokens per second: a round's ratio rises only while a guess adds more tokens per second than the round already
+makes (Dinkelbach's rule); the rate it yields then becomes the next rounds' R.
 
 Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
 drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
@@ -132,6 +132,11 @@ class RoundPlan:
         return self.kind != "plain"
 
     def value(self, kind: str, depth: int, score: float) -> float:
+        # A plain step follows rounds that lost, on text the draft does not know: there the prior (the default, or
+        # one learnt on code) let three copied tokens join about once a prose run and fail, 1.5% of it (AVX2,
+        # priced); a first token finds out at a third of that price, the rest follow once this run's copies were right
+        if kind == "lookup" and self.kind == "plain" and depth > 1 and not self.calibration.any_right(kind):
+            return 0.0
         return self.calibration.chance(kind, depth, score)
 
     def need(self, drafted: int) -> float:
