@@ -89,8 +89,8 @@ class Calibration:
         return self._table[kind][depth_bucket(depth)][score_bin(score)]
 
     def any_right(self, kind: str) -> bool:
-        """Whether a guess of this kind was right in this run (in rounds whose evidence has not faded)."""
-        return any(value > 0.0 for row in self.hits[kind] for value in row)
+        """Whether a guess of this kind was right in this run."""
+        return any(value > 0.0 for row in self.run_hits[kind] for value in row)
 
     def depth_rates(self, depths: int = MAX_DEPTH) -> list[float]:
         """Per depth 1, 2, ...: the chance that a round which reached the depth before it goes one guess further."""
