@@ -8,7 +8,8 @@ from test_round_plan import drafting_lost
 from specviz.decode import calibration, tree_builder
 from specviz.decode.calibration import Calibration
 from specviz.decode.drafters import LookupDrafter
-from specviz.decode.planner import FIRST_ROUNDS, Costs, LookupChoice, RoundPlanner
+from specviz.decode import planner as planner_module
+from specviz.decode.planner import FIRST_ROUNDS, Costs, LookupChoice, RoundPlanner, unverified_copies
 from specviz.decode.reasons import lookup_reason, reason
 from specviz.decode.sampling import Sampling
 from specviz.decode.trace import Phase, PlanRecord
@@ -20,14 +21,17 @@ from specviz.decode.costs import DRAFT_FEED, TreePlan
 # so a copied token must be right at least 1 time in 8 to pay for verifying it in a plain step
 AVX2 = TreePlan({1: 0.080, 2: 0.090, 4: 0.110, 8: 0.168, 16: 0.255}, {1: 0.021, DRAFT_FEED: 0.024, 16: 0.08})
 PRICE = (0.090 - 0.080) / 0.080
+# an Ice Lake held to AVX2 (prepare): a plain token 60 ms, a copied token 21 ms more, so it must be right a third of the
+# time
+ICE_LAKE_AVX2 = TreePlan({1: 0.060, 2: 0.081, 4: 0.115, 8: 0.194}, {1: 0.014, DRAFT_FEED: 0.019, 16: 0.08})
 CODE_PRIOR = {"lookup": [[[0.9, 200.0]] * 7, [[0.8, 200.0]] * 7, [[0.7, 200.0]] * 7, [[0.6, 200.0]] * 7]}
 SPEC = TreeSpec(shape="dynamic", budget=8, max_depth=8, level_width=1, lookup=3, planned=True)
 # a context whose last two tokens came before: lookup copies what followed them (6, 7, 8)
 CONTEXT = [4, 9, 5, 6, 7, 8, 1, 2, 3, 9, 5]
 
 
-def plain_planner(calibration: Calibration) -> RoundPlanner:
-    planner = RoundPlanner(Costs.of(AVX2, DRAFT_FEED), calibration)
+def plain_planner(calibration: Calibration, curves: TreePlan = AVX2) -> RoundPlanner:
+    planner = RoundPlanner(Costs.of(curves, DRAFT_FEED), calibration)
     planner.tokens, planner.seconds, planner.read_prompt = 1.0, 0.2, True     # drafting has been slower than plain
     planner.drafted_rounds = FIRST_ROUNDS
     drafting_lost(planner)                                                   # ...every drafted round alike
@@ -36,13 +40,15 @@ def plain_planner(calibration: Calibration) -> RoundPlanner:
 
 
 def plain_round(planner: RoundPlanner, lookup_right: bool):
-    """One planned round with context lookup's copy, verified: the copy's first token accepted or not."""
+    """One planned round with context lookup's copy, verified: the copy's first token accepted or not. The target's
+    own next tokens are the copy's (6, 7) where it is right, else another."""
     plan = planner.plan()
     assert plan.kind == "plain"
     drafted = build_tree(CONTEXT[-1], CONTEXT, LookupDrafter(16), SPEC, Sampling(), torch.Generator(), plan=plan)
     tree = drafted.tree
     path = [0, 1] if lookup_right and len(tree) > 1 else [0]
-    planner.observe(plan, tree, path, ["target", "lookup", "lookup"], [])
+    committed = ([6, 7] if len(path) > 1 else [6]) if lookup_right else [99]
+    planner.observe(plan, tree, path, ["target", "lookup", "lookup"], [], committed=committed, lookup=drafted.lookup)
     return tree, planner.record(plan, ["lookup"], drafted.lookup)
 
 
@@ -92,6 +98,24 @@ def test_a_chance_learnt_on_code_gives_way_within_a_few_plain_steps_where_copies
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(calibration, "PRIOR_FLOOR", calibration.PRIOR_WEIGHT)
         assert sum(joined_per_round()[12:]) > 0
+
+
+def test_copies_left_out_are_judged_by_the_tokens_committed_and_join_once_they_would_have_been_right():
+    """A copy left out of every round could never show that it would have been right: each copied token a round found
+    but did not verify is judged by the tokens the round committed, so copies start unlikely (on held-out code three
+    copied tokens that joined ahead of any evidence cost staged 1.3% of 64 greedy tokens, both CPU classes, priced) and
+    join as soon as the text repeats itself. Mutant: no such evidence, and the copies stay out for good."""
+    def joined_per_round(rounds=6):
+        planner = plain_planner(Calibration(), ICE_LAKE_AVX2)
+        return [copied(plain_round(planner, lookup_right=True)[0]) for _ in range(rounds)]
+
+    assert unverified_copies(LookupChoice(3, 1, 0.4, 0.5, (6, 7, 8)), [6, 7]) == [("lookup", 2, 1.0, True)]
+    assert unverified_copies(LookupChoice(3, 0, 0.1, 0.5, (6, 7, 8)), [5]) == [("lookup", 1, 1.0, False)]
+    joined = joined_per_round()
+    assert joined[0] == 0 and joined[-1] >= 1, joined
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(planner_module, "unverified_copies", lambda lookup, committed: [])
+        assert sum(joined_per_round()) == 0
 
 
 def test_copies_that_turn_right_join_again_in_the_rounds_that_draft():

@@ -147,7 +147,7 @@ class Decoder:
             record = self._record(drafted, verdict, new, by, position, plan)
             if plan is not None:
                 self.planner.observe(plan, tree, verdict.path, [stage.kind for stage in self.stages], draft_feeds,
-                                     committed_probs(verdict, probs))
+                                     committed_probs(verdict, probs), new, drafted.lookup)
         record.phase_s = self.timer.take()
         record.wall_s = perf_counter() - started
         self._name_tokens(record)

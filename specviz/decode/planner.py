@@ -8,18 +8,19 @@ to catch up after plain steps is left out: a cost of coming back, not of a round
 plain decoding's (one token per one-token forward), once the run has drafted FIRST_ROUNDS rounds, and where what the
 last rounds made beyond plain steps is below nothing by more than its spread allows (drafting_pays), the round is a
 plain step (context lookup may still join, it costs no draft forward: a copy's first token, the rest once this run's
-copies were right, RoundPlan.value), and after PROBE_EVERY plain steps in a row a round probes with PROBE_GUESSES
-guesses whatever their price, so that speculation comes back when the text turns predictable (a probe accepted whole
-is followed by another; after one that failed the wait doubles, up to PROBE_MOST, until a round drafts again). A probe
-is costly after plain steps: the draft must first read every token it missed, about a tenth of a plain step each on an
-AVX2 machine, so a probe that fails costs a tenth of the plain run before it. So a probe waits, too, until the target's
-own recent confidence says the draft would likely pass (`Agreement`, calibration.py): the target's probability of each
-token committed in plain steps is free, and drafted rounds teach what a given probability means for the draft's first
-guess. Otherwise the round drafts, and R prices each guess while the tree grows: a guess joins while its calibrated
-chance is at least R x (c(n + 2) - c(n + 1)), what it adds to verifying n guesses; a node is expanded (a draft forward)
-while its likely child would also pay for that forward. Growing by R rather than by plain decoding's rate is what
-maximises tokens per second: a round's ratio rises only while a guess adds more tokens per second than the round already
-makes (Dinkelbach's rule); the rate it yields then becomes the next rounds' R.
+copies were right, RoundPlan.value; every copy found is judged by the tokens committed, joined or not, so a copy starts
+unlikely and joins once this run shows it would have been right), and after PROBE_EVERY plain steps in a row a round
+probes with PROBE_GUESSES guesses whatever their price, so that speculation comes back when the text turns predictable
+(a probe accepted whole is followed by another; after one that failed the wait doubles, up to PROBE_MOST, until a round
+drafts again). A probe is costly after plain steps: the draft must first read every token it missed, about a tenth of a
+plain step each on an AVX2 machine, so a probe that fails costs a tenth of the plain run before it. So a probe waits,
+too, until the target's own recent confidence says the draft would likely pass (`Agreement`, calibration.py): the
+target's probability of each token committed in plain steps is free, and drafted rounds teach what a given probability
+means for the draft's first guess. Otherwise the round drafts, and R prices each guess while the tree grows: a guess
+joins while its calibrated chance is at least R x (c(n + 2) - c(n + 1)), what it adds to verifying n guesses; a node is
+expanded (a draft forward) while its likely child would also pay for that forward. Growing by R rather than by plain
+decoding's rate is what maximises tokens per second: a round's ratio rises only while a guess adds more tokens per
+second than the round already makes (Dinkelbach's rule); the rate it yields then becomes the next rounds' R.
 
 Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
 drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
@@ -110,6 +111,7 @@ class LookupChoice:
     joined: int
     chance: float
     price: float
+    tokens: tuple[int, ...] = ()       # the copied tokens found, in order
 
 
 @dataclass
@@ -225,10 +227,11 @@ class RoundPlanner:
         return mean + doubt * spread / weight ** 0.5 >= 0.0
 
     def observe(self, plan: RoundPlan, tree: Tree, path: list[int], kinds: list[str], draft_feeds: list[int],
-                committed_probs: list[float] = ()) -> None:
+                committed_probs: list[float] = (), committed: list[int] = (),
+                lookup: LookupChoice | None = None) -> None:
         """After verification: the round's plan and tree, the accepted path, each stage's kind (by stage index), the
-        tokens each forward of the top draft model fed this round, and the target's probability of each token
-        committed."""
+        tokens each forward of the top draft model fed this round, the target's probability of each token committed,
+        the tokens committed, and what context lookup offered the round."""
         accepted = set(path)
         first_guesses = [child for child in tree.children[0] if tree.drawn[child]]
         if committed_probs and first_guesses:
@@ -267,9 +270,12 @@ class RoundPlanner:
             self.excess = (EXCESS_FADE * weight + 1, EXCESS_FADE * total + excess, EXCESS_FADE * squares + excess ** 2)
             expanded = sum(1 for n in range(len(tree)) if any(tree.drawn[c] for c in tree.children[n]))
             self.share = SHARE_FADE * self.share + (1 - SHARE_FADE) * min(1.0, len(draft_feeds) / max(expanded, 1))
-        if len(tree) == 1:
+        # a copy that did not join is judged all the same, for free, so that a low prior keeps copies out until this
+        # run shows that they would have been right
+        guesses = unverified_copies(lookup, committed)
+        if len(tree) == 1 and not guesses:
             return
-        guesses, scores = [], {0: 1.0}
+        scores = {0: 1.0}
         for node in range(1, len(tree)):
             scores[node] = scores[tree.parents[node]] * tree.draft_probs[node]
             if tree.drawn[node]:
@@ -328,6 +334,16 @@ def chain_rate(costs: Costs, chance: float, longest: int = 4) -> float:
     """Tokens per second of the best chain of 1 to `longest` guesses, each passing with `chance`."""
     return max(sum(chance ** i for i in range(g + 1)) / (costs.verify(g + 1) + g * costs.level)
                for g in range(1, longest + 1))
+
+
+def unverified_copies(lookup: LookupChoice | None, committed: list[int]) -> list[tuple[str, int, float, bool]]:
+    """The copied tokens a round found but did not verify, as guesses judged by the tokens it committed: the
+    verdict they would have had (greedy; sampled, a point mass passes with the chance the committed token had), for as
+    many as the round committed."""
+    if lookup is None:
+        return []
+    return [("lookup", depth, 1.0, list(lookup.tokens[:depth]) == list(committed[:depth]))
+            for depth in range(lookup.joined + 1, min(len(lookup.tokens), len(committed)) + 1)]
 
 
 def drafted_depths(tree: Tree, path: list[int]) -> tuple[int, int]:
