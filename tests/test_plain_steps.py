@@ -6,10 +6,10 @@ import torch
 from test_round_plan import drafting_lost
 
 from specviz.decode import calibration, tree_builder
-from specviz.decode.calibration import Calibration
+from specviz.decode.calibration import Calibration, unverified_copies
 from specviz.decode.drafters import LookupDrafter
 from specviz.decode import planner as planner_module
-from specviz.decode.planner import FIRST_ROUNDS, Costs, LookupChoice, RoundPlanner, unverified_copies
+from specviz.decode.planner import FIRST_ROUNDS, Costs, LookupChoice, RoundPlanner
 from specviz.decode.reasons import lookup_reason, reason
 from specviz.decode.sampling import Sampling
 from specviz.decode.trace import Phase, PlanRecord
@@ -109,12 +109,12 @@ def test_copies_left_out_are_judged_by_the_tokens_committed_and_join_once_they_w
         planner = plain_planner(Calibration(), ICE_LAKE_AVX2)
         return [copied(plain_round(planner, lookup_right=True)[0]) for _ in range(rounds)]
 
-    assert unverified_copies(LookupChoice(3, 1, 0.4, 0.5, (6, 7, 8)), [6, 7]) == [("lookup", 2, 1.0, True)]
-    assert unverified_copies(LookupChoice(3, 0, 0.1, 0.5, (6, 7, 8)), [5]) == [("lookup", 1, 1.0, False)]
+    assert unverified_copies((6, 7, 8), 1, [6, 7]) == [("lookup", 2, 1.0, True)]
+    assert unverified_copies((6, 7, 8), 0, [5]) == [("lookup", 1, 1.0, False)]
     joined = joined_per_round()
     assert joined[0] == 0 and joined[-1] >= 1, joined
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(planner_module, "unverified_copies", lambda lookup, committed: [])
+        patch.setattr(planner_module, "unverified_copies", lambda copied, joined, committed: [])
         assert sum(joined_per_round()) == 0
 
 

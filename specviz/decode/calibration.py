@@ -52,6 +52,14 @@ def depth_bucket(depth: int) -> int:
     return bisect_right(DEPTH_STARTS, depth) - 1
 
 
+def unverified_copies(copied: tuple[int, ...], joined: int, committed: list[int]) -> list[tuple[str, int, float, bool]]:
+    """The tokens context lookup copied but a round did not verify (those past the `joined` first), as guesses judged by
+    the tokens it committed: the verdict each would have had (sampled, a point mass passes with the chance the committed
+    token had), as far as the round committed."""
+    return [("lookup", depth, 1.0, list(copied[:depth]) == list(committed[:depth]))
+            for depth in range(joined + 1, min(len(copied), len(committed)) + 1)]
+
+
 def default_prior() -> dict[str, list[list[float]]]:
     """Per kind, per depth bucket, per score bin: the chance of acceptance assumed before any evidence."""
     drafted = [list(BIN_MEANS) for _ in DEPTH_STARTS]

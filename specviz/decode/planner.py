@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .calibration import Agreement, Calibration
+from .calibration import Agreement, Calibration, unverified_copies
 from .trace import PlanRecord
 from .tree import Tree
 from .costs import TreePlan, interpolate
@@ -270,9 +270,8 @@ class RoundPlanner:
             self.excess = (EXCESS_FADE * weight + 1, EXCESS_FADE * total + excess, EXCESS_FADE * squares + excess ** 2)
             expanded = sum(1 for n in range(len(tree)) if any(tree.drawn[c] for c in tree.children[n]))
             self.share = SHARE_FADE * self.share + (1 - SHARE_FADE) * min(1.0, len(draft_feeds) / max(expanded, 1))
-        # a copy that did not join is judged all the same, for free, so that a low prior keeps copies out until this
-        # run shows that they would have been right
-        guesses = unverified_copies(lookup, committed)
+        # copies left out are judged too, for free: they stay out until this run shows they would have been right
+        guesses = unverified_copies(lookup.tokens, lookup.joined, committed) if lookup else []
         if len(tree) == 1 and not guesses:
             return
         scores = {0: 1.0}
@@ -334,16 +333,6 @@ def chain_rate(costs: Costs, chance: float, longest: int = 4) -> float:
     """Tokens per second of the best chain of 1 to `longest` guesses, each passing with `chance`."""
     return max(sum(chance ** i for i in range(g + 1)) / (costs.verify(g + 1) + g * costs.level)
                for g in range(1, longest + 1))
-
-
-def unverified_copies(lookup: LookupChoice | None, committed: list[int]) -> list[tuple[str, int, float, bool]]:
-    """The copied tokens a round found but did not verify, as guesses judged by the tokens it committed: the
-    verdict they would have had (greedy; sampled, a point mass passes with the chance the committed token had), for as
-    many as the round committed."""
-    if lookup is None:
-        return []
-    return [("lookup", depth, 1.0, list(lookup.tokens[:depth]) == list(committed[:depth]))
-            for depth in range(lookup.joined + 1, min(len(lookup.tokens), len(committed)) + 1)]
 
 
 def drafted_depths(tree: Tree, path: list[int]) -> tuple[int, int]:
