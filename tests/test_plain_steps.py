@@ -93,7 +93,7 @@ def test_a_chance_learnt_on_code_gives_way_within_a_few_plain_steps_where_copies
     assert joined[0] >= 1 and sum(joined[12:]) == 0, joined
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tree_builder, "_lookup_worth",
-                      lambda tree, follow, plan: LookupChoice(len(follow), len(follow), 1.0, 0.0))
+                      lambda tree, follow, plan: LookupChoice(tuple(follow), len(follow), 1.0, 0.0))
         assert sum(joined_per_round()[12:]) > 0
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(calibration, "PRIOR_FLOOR", calibration.PRIOR_WEIGHT)

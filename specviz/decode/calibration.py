@@ -33,7 +33,7 @@ SCORE_EDGES = (0.2, 0.4, 0.6, 0.75, 0.9, 0.97)     # bins of the path score: [0,
 BIN_MEANS = (0.1, 0.3, 0.5, 0.675, 0.825, 0.935, 0.985)
 DEPTH_STARTS = (1, 2, 3, 5)                         # depth buckets: 1, 2, 3-4, 5 and deeper
 LOOKUP_PRIOR = (0.2, 0.15, 0.1, 0.1)                # a copied run's chance per depth bucket, before any round: low,
-                                                    # as every copy found is judged, joined or not (planner.py)
+                                                    # as every copy found is judged, joined or not (unverified_copies)
 DEPTH_PRIOR = 0.6                                   # a round's chance to go one guess deeper, before any round
 MAX_DEPTH = 16
 PRIOR_WEIGHT = 2.0      # pseudo-guesses of the prior in each cell: a few rounds' evidence outweighs it...

@@ -107,11 +107,11 @@ class Costs:
 class LookupChoice:
     """What context lookup offered a round and what joined: the copied tokens found, how many joined, and the chance
     and price of the first that did not (else of the last that did)."""
-    found: int
+    tokens: tuple[int, ...]
     joined: int
     chance: float
     price: float
-    tokens: tuple[int, ...] = ()       # the copied tokens found, in order
+    found = property(lambda self: len(self.tokens))
 
 
 @dataclass

@@ -126,8 +126,8 @@ def _lookup_worth(tree: Tree, follow: list[int], plan: RoundPlan) -> LookupChoic
     for depth in range(1, len(follow) + 1):
         chance, price = plan.value("lookup", depth, 1.0), plan.need(drafted + depth - 1)
         if chance < price:
-            return LookupChoice(len(follow), depth - 1, chance, price, tuple(follow))
-    return LookupChoice(len(follow), len(follow), chance, price, tuple(follow))
+            return LookupChoice(tuple(follow), depth - 1, chance, price)
+    return LookupChoice(tuple(follow), len(follow), chance, price)
 
 
 def _kind_of(drafter: Drafter):
