@@ -6,7 +6,8 @@ forward of the tree, the draft's forwards by the tokens each fed), faded round b
 out of both (they join plain steps too). Their ratio R is the rate speculation makes here lately (what the draft reads
 to catch up after plain steps is left out: a cost of coming back, not of a round). Before a round: where R is below
 plain decoding's (one token per one-token forward), once the run has drafted FIRST_ROUNDS rounds, and where what the
-last rounds made beyond plain steps is below nothing by more than its spread allows (drafting_pays), the round is a
+last rounds were worth beyond plain steps (each at its guesses' calibrated chances, RoundPlanner.worth) is below
+nothing by more than its spread allows (drafting_pays), the round is a
 plain step (context lookup may still join, it costs no draft forward: a copy's first token, the rest once this run's
 copies were right, RoundPlan.value; every copy found is judged by the tokens committed, joined or not, so a copy starts
 unlikely and joins once this run shows it would have been right), and after PROBE_EVERY plain steps in a row a round
@@ -209,15 +210,15 @@ class RoundPlanner:
 
     def drafting_pays(self, recent: float) -> bool:
         """Whether drafted rounds may still beat plain steps here: the recent rounds' rate does, or the tokens the
-        rounds of about the last ten made beyond what plain steps would have made in their seconds (their excess) are,
-        on average, at least nothing to within DOUBT standard errors of that average. One round's yield is a geometric
-        draw: a rate faded over three rounds fell below plain decoding's after one round whose guess failed, and such
-        runs stayed on plain steps and the probes that followed where drafting on made them 1.0-1.3x (24 prose
-        prompts, AVX2 prices). A draft that never helps makes the same loss every round: once the prior's round has
-        faded, the spread is small, and plain steps follow within a few rounds. Where the loss is small but steady (a
-        guess passing half the time where verifying a second token costs a third of a step), one standard error lets
-        plain steps follow within about ten rounds; the price is a run that lost early and would have gained later,
-        which comes back through probes."""
+        rounds of about the last ten were worth beyond what plain steps would have made in their seconds (their excess,
+        each round's worth taken at its guesses' calibrated chances: `worth`) are, on average, at least nothing to
+        within DOUBT standard errors of that average. One round's yield is a geometric draw: a rate faded over three
+        rounds fell below plain decoding's after one round whose guess failed, and such runs stayed on plain steps and
+        the probes that followed where drafting on made them 1.0-1.3x (24 prose prompts, AVX2 prices). Judged by the
+        chances instead, a round's excess spreads only as far as the calibration moves: where the loss is small but
+        steady (a guess passing half the time where verifying a second token costs a third of a step), plain steps
+        follow once the calibration has learnt that chance, where the draws' spread hid it for about twenty rounds;
+        the price is a run that lost early and would have gained later, which comes back through probes."""
         weight, total, squares = self.excess
         if recent >= self.plain_rate:
             return True
@@ -265,15 +266,10 @@ class RoundPlanner:
             seconds = self.costs.verify(guessed) + sum(self.costs.drafting(n) for n in draft_feeds)
             self.tokens = FADE * self.tokens + (1 - FADE) * made
             self.seconds = FADE * self.seconds + (1 - FADE) * seconds
-            excess = made - seconds * self.plain_rate
-            weight, total, squares = self.excess
-            self.excess = (EXCESS_FADE * weight + 1, EXCESS_FADE * total + excess, EXCESS_FADE * squares + excess ** 2)
             expanded = sum(1 for n in range(len(tree)) if any(tree.drawn[c] for c in tree.children[n]))
             self.share = SHARE_FADE * self.share + (1 - SHARE_FADE) * min(1.0, len(draft_feeds) / max(expanded, 1))
         # copies left out are judged too, for free: they stay out until this run shows they would have been right
         guesses = unverified_copies(lookup.tokens, lookup.joined, committed) if lookup else []
-        if len(tree) == 1 and not guesses:
-            return
         scores = {0: 1.0}
         for node in range(1, len(tree)):
             scores[node] = scores[tree.parents[node]] * tree.draft_probs[node]
@@ -281,7 +277,24 @@ class RoundPlanner:
                 guesses.append((kinds[tree.stages[node]], tree.depths[node], scores[node], node in accepted))
             if tree.point_mass[node]:
                 guesses.append(("lookup", tree.depths[node], 1.0, node in accepted))
-        self.calibration.observe(guesses, *drafted_depths(tree, path))
+        if guesses:
+            self.calibration.observe(guesses, *drafted_depths(tree, path))
+        if drafted:
+            # judged after the calibration has learnt from the round (a guess that failed lowers its own chance)
+            self.judge(self.worth(tree, kinds, scores) - seconds * self.plain_rate)
+
+    def worth(self, tree: Tree, kinds: list[str], scores: dict[int, float]) -> float:
+        """The tokens a drafted round is worth at its guesses' calibrated chances: the target's own token and, for each
+        guess drafted (context lookup's copies left out, as from the rate), its chance of being on the accepted path.
+        A round's yield is a geometric draw; on prose where one guess passed about half the time, judged by their
+        draws alone rounds that lost a little each took about 20 rounds to tell from rounds that pay."""
+        return 1.0 + sum(self.calibration.chance(kinds[tree.stages[n]], tree.depths[n], scores[n])
+                         for n in range(1, len(tree)) if tree.drawn[n] and kinds[tree.stages[n]] != "lookup")
+
+    def judge(self, excess: float) -> None:
+        """Adds a drafted round's excess over plain steps (its worth less what plain steps make in its seconds)."""
+        weight, total, squares = self.excess
+        self.excess = (EXCESS_FADE * weight + 1, EXCESS_FADE * total + excess, EXCESS_FADE * squares + excess ** 2)
 
     def record(self, plan: RoundPlan, kinds_in_use: list[str], lookup: LookupChoice | None = None) -> PlanRecord:
         """The plan's record for the trace; lookup: what context lookup offered the round and what joined."""

@@ -25,9 +25,9 @@ def reason(plan: PlanRecord) -> str:
                 "whatever they cost, to see whether the text has turned predictable.")
     elif speed < 1.0:
         said = (f"{recent}: below plain decoding, but one round's yield is chance: a run drafts its first "
-                f"{FIRST_ROUNDS} rounds, and after them until what its last rounds made beyond plain steps falls below "
-                "nothing by more than their spread allows; each guess joins while its calibrated chance beats plain "
-                "decoding's rate.")
+                f"{FIRST_ROUNDS} rounds, and after them until what its last rounds were worth beyond plain steps "
+                "falls below nothing by more than their spread allows; each guess joins while its calibrated chance "
+                "beats plain decoding's rate.")
     else:
         said = f"{recent}: this round drafts, and each guess joins while its calibrated chance beats that rate."
     return f"{said} {lookup_reason(plan)}".rstrip()
