@@ -25,7 +25,6 @@ second than the round already makes (Dinkelbach's rule); the rate it yields then
 
 Everything here depends on the curves and on the rounds already verified, never on a clock or on the round being
 drafted, so a round's shape is fixed before its tokens are drawn (sampling stays exact) and a run repeats itself.
-
 Each plan's reason in words is made from its record, outside the round, by specviz/decode/reasons.py.
 """
 from __future__ import annotations
@@ -38,23 +37,21 @@ from .tree import Tree
 from .costs import TreePlan, interpolate
 
 PROBE_EVERY = 3         # plain steps in a row before a probe...
-PROBE_MOST = 12         # ...doubled after each probe that failed, up to this: a probe costs draft forwards, and on text
-                        # the draft cannot follow they would lose what the plain steps saved
+PROBE_MOST = 12         # ...doubled after each failed probe, up to this: on text the draft cannot follow, probes' draft
+                        # forwards would lose what the plain steps saved
 PROBE_GUESSES = 2       # a probe's chain
 FADE = 0.7              # the weight the past keeps at each drafted round in the running rate
 SHARE_FADE = 0.9        # ...and in the running share of draft levels that needed a forward
 LEVEL_FADE = 0.7        # ...and at each draft forward of a level, in what a level costs as this run feeds it
 PRIOR_TOKENS = 1.6      # before any round: what a drafted round is taken to make (one guess accepted 60% of the time)
-HORIZON = 32            # tokens a probe's gain is counted over at most (and no more than are left to write): a spell of
-                        # code the target is sure of outlasts it, while at 16 a draft 30 tokens behind never came back
+HORIZON = 32            # tokens a probe's gain is counted over at most (no more than are left): code the target is
+                        # sure of outlasts it; at 16 a draft 30 tokens behind never came back
 SHOWN_DEPTHS = 4        # depths whose acceptance a plan record quotes
-FIRST_ROUNDS = 3        # drafted rounds a run makes before its rate may turn it to plain steps: one round's yield is a
-                        # geometric draw, and the prior sits within a few percent of plain decoding on an AVX2 machine,
-                        # so one failed first round took code that speculation ran at 1.4x to plain steps for good
+FIRST_ROUNDS = 3        # drafted rounds before a run's rate may turn it to plain steps: one round is a geometric draw,
+                        # and after one failed first round code that drafting ran at 1.4x went plain for good (AVX2)
 EXCESS_FADE = 0.9       # the weight the past keeps at each drafted round in the excess over plain steps (drafting_pays)
-DOUBT = 1.0             # standard errors of that excess below nothing before plain steps are taken: at 2, a steady
-                        # loss of a sixth of a token a round drafted on for a whole run (held-out prose, 2-core Ice
-                        # Lake held to AVX2, priced: lowest prompt 0.89x, 0.93x as now; code alike)...
+DOUBT = 1.0             # standard errors of that excess below nothing before plain steps: at 2, a steady loss of a
+                        # sixth of a token a round drafted a whole run (AVX2 prose, priced: lowest 0.89x, 0.93x at 1)...
 EARLY_DOUBT = 2.0       # ...once SURE_ROUNDS rounds have drafted; before, a spread is itself a guess, and three
 SURE_ROUNDS = 8         # failed first rounds took a draft whose trees were shrinking to plain steps for good
 LOOKAHEAD = 8           # guesses below a node an expansion is priced for at most
@@ -212,13 +209,10 @@ class RoundPlanner:
         """Whether drafted rounds may still beat plain steps here: the recent rounds' rate does, or the tokens the
         rounds of about the last ten were worth beyond what plain steps would have made in their seconds (their excess,
         each round's worth taken at its guesses' calibrated chances: `worth`) are, on average, at least nothing to
-        within DOUBT standard errors of that average. One round's yield is a geometric draw: a rate faded over three
-        rounds fell below plain decoding's after one round whose guess failed, and such runs stayed on plain steps and
-        the probes that followed where drafting on made them 1.0-1.3x (24 prose prompts, AVX2 prices). Judged by the
-        chances instead, a round's excess spreads only as far as the calibration moves: where the loss is small but
-        steady (a guess passing half the time where verifying a second token costs a third of a step), plain steps
-        follow once the calibration has learnt that chance, where the draws' spread hid it for about twenty rounds;
-        the price is a run that lost early and would have gained later, which comes back through probes."""
+        within DOUBT standard errors of that average. A rate faded over three rounds fell below plain decoding's after
+        one failed guess, and such runs stayed plain where drafting on made them 1.0-1.3x (24 prose prompts, AVX2
+        prices). Judged by the chances, a round's excess spreads only as far as the calibration moves: a small steady
+        loss turns to plain steps once the calibration has learnt it; probes bring back a run that lost early."""
         weight, total, squares = self.excess
         if recent >= self.plain_rate:
             return True
@@ -279,22 +273,15 @@ class RoundPlanner:
                 guesses.append(("lookup", tree.depths[node], 1.0, node in accepted))
         if guesses:
             self.calibration.observe(guesses, *drafted_depths(tree, path))
-        if drafted:
-            # judged after the calibration has learnt from the round (a guess that failed lowers its own chance)
-            self.judge(self.worth(tree, kinds, scores) - seconds * self.plain_rate)
+        if drafted:     # judged once the calibration has learnt from the round (a failed guess lowers its chance)
+            excess, (weight, total, squares) = self.worth(tree, kinds, scores) - seconds * self.plain_rate, self.excess
+            self.excess = (EXCESS_FADE * weight + 1, EXCESS_FADE * total + excess, EXCESS_FADE * squares + excess ** 2)
 
     def worth(self, tree: Tree, kinds: list[str], scores: dict[int, float]) -> float:
-        """The tokens a drafted round is worth at its guesses' calibrated chances: the target's own token and, for each
-        guess drafted (context lookup's copies left out, as from the rate), its chance of being on the accepted path.
-        A round's yield is a geometric draw; on prose where one guess passed about half the time, judged by their
-        draws alone rounds that lost a little each took about 20 rounds to tell from rounds that pay."""
+        """A drafted round's tokens at its guesses' calibrated chances: the target's own and each drafted guess's chance
+        (lookup's copies left out, as from the rate). Judged by their draws, losing prose rounds took ~20 to tell."""
         return 1.0 + sum(self.calibration.chance(kinds[tree.stages[n]], tree.depths[n], scores[n])
                          for n in range(1, len(tree)) if tree.drawn[n] and kinds[tree.stages[n]] != "lookup")
-
-    def judge(self, excess: float) -> None:
-        """Adds a drafted round's excess over plain steps (its worth less what plain steps make in its seconds)."""
-        weight, total, squares = self.excess
-        self.excess = (EXCESS_FADE * weight + 1, EXCESS_FADE * total + excess, EXCESS_FADE * squares + excess ** 2)
 
     def record(self, plan: RoundPlan, kinds_in_use: list[str], lookup: LookupChoice | None = None) -> PlanRecord:
         """The plan's record for the trace; lookup: what context lookup offered the round and what joined."""
