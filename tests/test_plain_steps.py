@@ -3,7 +3,7 @@ for what they add to verification, priced by the machine's cost curve, and a cha
 copies are often right) gives way to what this run's copies yield (prose, where they are not)."""
 import pytest
 import torch
-from test_round_plan import drafting_lost
+from test_round_plan import ICE_LAKE_AVX2, drafting_lost
 
 from specviz.decode import calibration, tree_builder
 from specviz.decode.calibration import Calibration, unverified_copies
@@ -21,9 +21,7 @@ from specviz.decode.costs import DRAFT_FEED, TreePlan
 # so a copied token must be right at least 1 time in 8 to pay for verifying it in a plain step
 AVX2 = TreePlan({1: 0.080, 2: 0.090, 4: 0.110, 8: 0.168, 16: 0.255}, {1: 0.021, DRAFT_FEED: 0.024, 16: 0.08})
 PRICE = (0.090 - 0.080) / 0.080
-# an Ice Lake held to AVX2 (prepare): a plain token 60 ms, a copied token 21 ms more, so it must be right a third of the
-# time
-ICE_LAKE_AVX2 = TreePlan({1: 0.060, 2: 0.081, 4: 0.115, 8: 0.194}, {1: 0.014, DRAFT_FEED: 0.019, 16: 0.08})
+# ICE_LAKE_AVX2 (test_round_plan): a plain token 60 ms, a copied token 21 ms more: right a third of the time to pay
 CODE_PRIOR = {"lookup": [[[0.9, 200.0]] * 7, [[0.8, 200.0]] * 7, [[0.7, 200.0]] * 7, [[0.6, 200.0]] * 7]}
 SPEC = TreeSpec(shape="dynamic", budget=8, max_depth=8, level_width=1, lookup=3, planned=True)
 # a context whose last two tokens came before: lookup copies what followed them (6, 7, 8)

@@ -271,8 +271,7 @@ class RoundPlanner:
                 guesses.append((kinds[tree.stages[node]], tree.depths[node], scores[node], node in accepted))
             if tree.point_mass[node]:
                 guesses.append(("lookup", tree.depths[node], 1.0, node in accepted))
-        if guesses:
-            self.calibration.observe(guesses, *drafted_depths(tree, path))
+        self.calibration.observe(guesses, *drafted_depths(tree, path))
         if drafted:     # judged once the calibration has learnt from the round (a failed guess lowers its chance)
             excess, (weight, total, squares) = self.worth(tree, kinds, scores) - seconds * self.plain_rate, self.excess
             self.excess = (EXCESS_FADE * weight + 1, EXCESS_FADE * total + excess, EXCESS_FADE * squares + excess ** 2)
