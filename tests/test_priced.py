@@ -6,7 +6,7 @@ from specviz.decode.planner import Costs
 from specviz.decode.trace import NodeRecord, StepRecord
 
 # a target forward of n tokens costs 10 + n ms, a draft forward of n tokens 2n ms; the draft reads feeds of 8 tokens or
-# more through its prompt reader at 0.5 ms a token past the 8th
+# more through its prompt reader: a one-token forward's 2 ms and 0.5 ms a token
 COSTS = Costs(target=tuple((10 + n) / 1e3 for n in range(66)), draft=tuple(2 * n / 1e3 for n in range(66)), level=0.002,
               reader=(8, 0.0005))
 
@@ -22,11 +22,11 @@ def test_each_forward_at_its_price_and_the_drafts_prompt_read_apart():
              step(1, 1, []),                # a plain step
              step(3, 2, [10, 1, 1])]        # catching up 10 tokens (through the reader), then 2 levels
     priced = price(steps, COSTS, "target")
-    assert priced.read_s == pytest.approx(0.016 + 12 * 0.0005)
-    assert priced.draft_s == pytest.approx(3 * 0.002 + (0.016 + 2 * 0.0005) + 2 * 0.002)
+    assert priced.read_s == pytest.approx(0.002 + 20 * 0.0005)
+    assert priced.draft_s == pytest.approx(3 * 0.002 + (0.002 + 10 * 0.0005) + 2 * 0.002)
     assert priced.verify_s == pytest.approx(0.014 + 0.011 + 0.013)
     assert priced.plain_s == pytest.approx(6 * 0.011)
-    assert priced.ratio == pytest.approx(0.066 / (0.038 + 0.027 + 0.022))
+    assert priced.ratio == pytest.approx(0.066 / (0.038 + 0.017 + 0.012))
 
 
 def test_a_run_that_never_drafts_costs_what_plain_decoding_does():

@@ -7,6 +7,7 @@ from test_round_plan import _chain_tree, cpu_plan, drafting_lost, planner
 
 from specviz.decode import planner as planner_module
 from specviz.decode.calibration import TOKEN_KEEP, Agreement
+from specviz.decode.costs import TreePlan
 from specviz.decode.reasons import reason
 from specviz.decode.planner import (FIRST_ROUNDS, HORIZON, PROBE_EVERY, PROBE_GUESSES, Costs, RoundPlanner,
                                     chain_rate, probe_pays, spell)
@@ -105,11 +106,26 @@ def test_a_draft_that_reads_long_feeds_through_its_prompt_reader_catches_up_at_t
     (specviz/cpu/prompt_reader.py). Priced at its own forward's price instead, a probe 32 tokens behind is held."""
     reader = (8, 128, 0.100)                    # from 8 tokens on; 128 tokens in 100 ms
     own, read = planner().costs, Costs.of(cpu_plan(), 1, reader=reader)
-    assert read.catch_up(4) == own.drafting(4) and read.catch_up(8) == pytest.approx(own.drafting(8))
+    assert read.catch_up(4) == own.drafting(4) and read.catch_up(7) == own.drafting(7)
     assert read.catch_up(128) == pytest.approx(0.100) and read.catch_up(32) < 0.6 * own.drafting(32)
     p = slow(planner())
     p.agreement.follow([0.8] * 10)
     assert probe_pays(p.agreement, read, 32) and not probe_pays(p.agreement, own, 32)
+
+
+def test_a_read_through_the_reader_costs_a_forward_and_its_tokens_at_the_timed_read_s_rate():
+    """A read of n tokens through the reader costs the draft's one-token forward and n tokens at the rate of the timed
+    read past it. Measured on the Ice Lake held to AVX2 (its stored curves and read: 128 tokens in 506 ms, the reader
+    from 16): an 18-token read took 80-100 ms, 32 tokens 135-165, 64 229-305. The line drawn from the draft's own
+    16-token forward (143 ms) priced 18 tokens at 149 ms; one through the origin priced them at 71."""
+    draft = {1: 0.0156, 2: 0.0211, 4: 0.0397, 8: 0.0743, 12: 0.1018, 16: 0.1435}
+    costs = Costs.of(TreePlan({1: 0.065, 2: 0.0895}, draft, "Ice Lake, AVX2"), 1, reader=(16, 128, 0.506))
+    assert costs.catch_up(128) == pytest.approx(0.506) and costs.catch_up(12) == costs.drafting(12)
+    for fed, (low, high) in {18: (0.075, 0.100), 32: (0.125, 0.165), 64: (0.229, 0.305)}.items():
+        assert low <= costs.catch_up(fed) <= high, fed
+    line_from_own = costs.drafting(16) + 2 * (0.506 - costs.drafting(16)) / (128 - 16)     # the mutant: 149 ms
+    through_origin = 18 * 0.506 / 128                                                      # the mutant: 71 ms
+    assert not 0.075 <= line_from_own <= 0.100 and not 0.075 <= through_origin <= 0.100
 
 
 def test_agreement_learns_a_draft_that_fails_where_the_target_is_sure_and_forgets_it_later():

@@ -63,7 +63,7 @@ class Costs:
     draft level as this strategy feeds it (the planner learns it from the run's forwards: how many of a lower stage's
     guesses a level feeds is the feed gate's choice, drafters/base.py); `reader`: where the draft reads long committed
     feeds through other products (specviz/cpu/prompt_reader.py), the feed length it starts at and its seconds per
-    token past that."""
+    token beyond a one-token forward."""
     target: tuple[float, ...]
     draft: tuple[float, ...]
     level: float
@@ -78,9 +78,11 @@ class Costs:
             return tuple(interpolate(points, max(n, 1)) for n in range(most + 2))
         draft = curve(plan.draft)
         if reader is not None:
+            # a forward's fixed part (the draft's one-token forward) and the timed read's rate a token past it: drawn
+            # from the draft's own forward where the reader starts instead, an 18-token read was priced at 150 ms where
+            # it took 80-100 (AVX2), and through the origin 67
             start, tokens, seconds = reader
-            # a line from the draft's own forward where the reader starts to the timed read
-            reader = (start, max(seconds - draft[min(start, most + 1)], 0.0) / max(tokens - start, 1))
+            reader = (start, max(seconds - draft[1], 0.0) / max(tokens, 1))
         return cls(curve(plan.target), draft, interpolate(plan.draft, level_feed), reader)
 
     def verify(self, fed: int) -> float:
@@ -93,8 +95,7 @@ class Costs:
         """The draft reading `fed` committed tokens it missed: through its prompt reader where the feed is that long."""
         if self.reader is None or fed < self.reader[0]:
             return self.drafting(fed)
-        start, per_token = self.reader
-        return min(self.drafting(fed), self.drafting(start) + (fed - start) * per_token)
+        return min(self.drafting(fed), self.drafting(1) + fed * self.reader[1])
 
     def extra(self, drafted: int) -> float:
         """What one more guess adds to verifying the root and `drafted` guesses."""
