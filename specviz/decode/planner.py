@@ -80,7 +80,7 @@ class Costs:
         if reader is not None:
             # a forward's fixed part (the draft's one-token forward) and the timed read's rate a token past it: drawn
             # from the draft's own forward where the reader starts instead, an 18-token read was priced at 150 ms where
-            # it took 80-100 (AVX2), and through the origin 67
+            # it took 80-100 (AVX2), and through the origin 71
             start, tokens, seconds = reader
             reader = (start, max(seconds - draft[1], 0.0) / max(tokens, 1))
         return cls(curve(plan.target), draft, interpolate(plan.draft, level_feed), reader)
