@@ -8,6 +8,9 @@ its weights come from memory, as in a model's forward (else a group that fits th
 ISA: avx2, vnni (AVX512-VNNI), amx or portable (C, no intrinsics); a source given as DIR@ISA takes its own (two
 instruction sets of one source side by side: specviz/cpu/c@avx2,specviz/cpu/c@vnni). GGUF=path picks another file
 (default: the 1.5B coder's); its groups are layer 0's Q4_K products, a Q6_K ffn_down and the output layer.
+FORWARD=1 times every product of a forward instead, grouped by name (ffn_gate: that of every layer, one after another),
+so that a group's weights come from memory as in the model; COLUMNS_FROM=Q4_K:4,Q6_K:8 takes a machine's stored rows
+from which the packed columns pay (its profile's), where the builds would take their defaults.
 """
 import ctypes
 import json
@@ -23,6 +26,7 @@ import torch
 from gguf import GGUFReader
 
 from specviz.cpu import build
+from specviz.cpu.blocks import K_QUANTS
 from specviz import cache_dir
 
 FLAGS = {"avx2": build.X86, "vnni": build.X86 + build.VNNI["avx512_vnni"],
@@ -45,6 +49,8 @@ def library(source: Path, flags, out: Path) -> ctypes.CDLL:
     lib.block_scratch_bytes.restype = ctypes.c_size_t
     lib.block_scratch_bytes.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.block_amx()
+    if hasattr(lib, "block_set_columns_from"):       # an older commit's sources may not take a count
+        lib.block_set_columns_from.argtypes = [ctypes.c_int, ctypes.c_int]
     return lib
 
 
@@ -61,11 +67,16 @@ def packed(lib, qtype: int, blocks: torch.Tensor, K: int, N: int) -> list:
     return [copy.data_ptr()]
 
 
-def groups(path: Path) -> dict[str, list]:
+def groups(path: Path, forward: bool = False) -> dict[str, list]:
     tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
     q6 = next(name for name, t in tensors.items() if name.endswith("ffn_down.weight") and t.tensor_type.name == "Q6_K")
     named = {"layer 0's Q4_K products": [f"blk.0.{n}.weight" for n in ("ffn_gate", "ffn_up", "attn_q", "attn_output")],
              "a Q6_K ffn_down": [q6], "the output layer": ["output.weight"]}
+    if forward:
+        layers = sorted({int(name.split(".")[1]) for name in tensors if name.startswith("blk.")})
+        kinds = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+        named = {kind: [f"blk.{layer}.{kind}.weight" for layer in layers] for kind in kinds}
+        named["output"] = ["output.weight" if "output.weight" in tensors else "token_embd.weight"]
     out = {}
     for group, names in named.items():
         out[group] = []
@@ -86,9 +97,13 @@ def main(argv: list[str]) -> None:
         builds = [s.partition("@")[::2] for s in sources]          # (folder, its own ISA or "")
         libs = [library(Path(folder), FLAGS[own or isa], Path(scratch_dir) / f"ab{i}.so")
                 for i, (folder, own) in enumerate(builds)]
+        counts = filter(None, os.environ.get("COLUMNS_FROM", "").split(","))
+        for name, rows_from in (pair.split(":") for pair in counts):
+            for lib in (lib for lib in libs if hasattr(lib, "block_set_columns_from")):
+                lib.block_set_columns_from(K_QUANTS[name], int(rows_from))
         scratch = torch.empty(libs[0].block_scratch_bytes(8960, max(rows)) + 2**22, dtype=torch.uint8)
         report = {"isa": isa, "sources": sources, "file": path.name, "groups": {}}
-        for group, products in groups(path).items():
+        for group, products in groups(path, bool(os.environ.get("FORWARD"))).items():
             xs = {n: {K: torch.randn(n, K) for _, _, K, _ in products} for n in rows}
             for lib in libs:
                 lib.kept = []
