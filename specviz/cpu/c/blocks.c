@@ -19,10 +19,11 @@
  * The work is cut in tiles of BLOCK_TILE outputs, a quarter of the outputs apart (tile t of T: outputs t, t + T, t + 2T,
  * t + 3T), so that each thread reads four long runs of consecutive rows, which the hardware's prefetchers follow: tiles
  * of four neighbouring rows read them side by side within a page or two, and the one-row products of the 1.5B coder's
- * forward took 7-12% longer (2-core Ice Lake held to AVX2, FORWARD=1 scripts/blocks_ab.py). Up to FEW_ROWS rows at once, 64 weights at a time of a tile's block
- * are unpacked into registers and multiplied into every row: nothing goes through memory. With more rows, a tile's
- * block is unpacked once into a KBlock, and the rows taken from there in groups of ROW_GROUP; but up to GROUPS_OF_FEW
- * times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the registers' path, each block unpacked again per group.
+ * forward took 8% longer with AVX2, 11% with AVX-512 (2-core Ice Lake, FORWARD=1 scripts/blocks_ab.py). Up to FEW_ROWS
+ * rows at once, 64 weights at a time of a tile's block are unpacked into registers and multiplied into every row:
+ * nothing goes through memory. With more rows, a tile's block is unpacked once into a KBlock, and the rows taken from
+ * there in groups of ROW_GROUP; but up to GROUPS_OF_FEW times FEW_ROWS rows (AVX2) go FEW_ROWS at a time through the
+ * registers' path, each block unpacked again per group.
  * On AVX2 without VNNI, COLUMN_MIN_ROWS rows or more of Q4_K and Q6_K blocks take columns.h's path instead, on a copy of
  * the blocks packed at load (block_pack): 8 outputs at a time, the same integers and float formula; on AVX-512 with
  * VNNI and no AMX, 16 at a time from COLUMN16_MIN_ROWS rows (Q4_K: from one). These counts, and why each is what it
@@ -394,21 +395,23 @@ ALWAYS void rows(const int type, const void *u, const Rows *x, int b, int r0, in
 #undef ROWS
 }
 
-/* The cache lines of the block PREFETCH_AHEAD past block b of each of an AMX tile's rows (outputs of them, side by side):
- * its last byte's and every 64 bytes back from there (its first line, if not among them, holds the block before's last
- * byte) */
-ALWAYS void prefetch_ahead(const int type, const uint8_t *const *w, const int outputs, int blocks, int b) {
+/* The cache lines of block `at` from `row`: its last byte's and every 64 bytes back from there (its first line, if not
+ * among them, holds the block before's last byte) */
+ALWAYS void prefetch_block(const int type, const uint8_t *row, size_t at) {
     const int bytes = bytes_of(type);
+    for (int k = bytes - 1; k >= 0; k -= 64) prefetch(row + at * bytes + k);
+}
+
+/* The block PREFETCH_AHEAD past block b of each of an AMX tile's rows (neighbouring outputs): past a row's end, in the
+ * rows of the tiles after */
+ALWAYS void prefetch_ahead(const int type, const uint8_t *const *w, const int outputs, int blocks, int b) {
     const size_t at = b + PREFETCH_AHEAD < blocks ? (size_t)(b + PREFETCH_AHEAD) : (size_t)(b + PREFETCH_AHEAD + (outputs - 1) * blocks);
-    for (int o = 0; o < outputs; o++)
-        for (int k = bytes - 1; k >= 0; k -= 64) prefetch(w[o] + at * bytes + k);
+    for (int o = 0; o < outputs; o++) prefetch_block(type, w[o], at);
 }
 
 /* The same for a tile's rows, a quarter of the outputs apart: past a row's end, the next row is the next tile's */
 ALWAYS void prefetch_rows_ahead(const int type, const uint8_t *const w[BLOCK_TILE], int b) {
-    const int bytes = bytes_of(type);
-    for (int o = 0; o < BLOCK_TILE; o++)
-        for (int k = bytes - 1; k >= 0; k -= 64) prefetch(w[o] + (size_t)(b + PREFETCH_AHEAD) * bytes + k);
+    for (int o = 0; o < BLOCK_TILE; o++) prefetch_block(type, w[o], (size_t)b + PREFETCH_AHEAD);
 }
 
 /* All blocks of a tile into at most one group of rows (R of them), each block unpacked in registers (block_k_quant) */

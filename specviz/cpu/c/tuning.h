@@ -15,7 +15,7 @@
  * end, in the next row: the next tile's): every block is asked for once, well before it is read. The hardware's
  * prefetcher alone left a one-row product far short of the memory's speed on a Zen 4, when a tile's rows were
  * neighbours; a quarter of the outputs apart, with or without these requests the 1.5B's one-row products took 55-58 ms
- * on a 2-core Ice Lake held to AVX2 (62 ms with neighbours). The distance moved nothing there from 8 to 96 blocks. */
+ * on a 2-core Ice Lake held to AVX2 (62 ms with neighbours, where the distance moved nothing from 8 to 96 blocks). */
 #define PREFETCH_AHEAD 24
 #define ROWS_AT_ONCE 32             /* rows whose results a tile keeps (more: the blocks are unpacked again) */
 
