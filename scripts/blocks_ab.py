@@ -67,16 +67,24 @@ def packed(lib, qtype: int, blocks: torch.Tensor, K: int, N: int) -> list:
     return [copy.data_ptr()]
 
 
+def sample_names(tensors: dict) -> dict[str, list[str]]:
+    q6 = next(name for name, t in tensors.items() if name.endswith("ffn_down.weight") and t.tensor_type.name == "Q6_K")
+    return {"layer 0's Q4_K products": [f"blk.0.{n}.weight" for n in ("ffn_gate", "ffn_up", "attn_q", "attn_output")],
+            "a Q6_K ffn_down": [q6], "the output layer": ["output.weight"]}
+
+
+def forward_names(tensors: dict) -> dict[str, list[str]]:
+    """Every product of a forward by name (that of every layer in turn), and the output layer or the tied embedding"""
+    layers = sorted({int(name.split(".")[1]) for name in tensors if name.startswith("blk.")})
+    kinds = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+    named = {kind: [f"blk.{layer}.{kind}.weight" for layer in layers] for kind in kinds}
+    named["output"] = ["output.weight" if "output.weight" in tensors else "token_embd.weight"]
+    return named
+
+
 def groups(path: Path, forward: bool = False) -> dict[str, list]:
     tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
-    q6 = next(name for name, t in tensors.items() if name.endswith("ffn_down.weight") and t.tensor_type.name == "Q6_K")
-    named = {"layer 0's Q4_K products": [f"blk.0.{n}.weight" for n in ("ffn_gate", "ffn_up", "attn_q", "attn_output")],
-             "a Q6_K ffn_down": [q6], "the output layer": ["output.weight"]}
-    if forward:
-        layers = sorted({int(name.split(".")[1]) for name in tensors if name.startswith("blk.")})
-        kinds = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
-        named = {kind: [f"blk.{layer}.{kind}.weight" for layer in layers] for kind in kinds}
-        named["output"] = ["output.weight" if "output.weight" in tensors else "token_embd.weight"]
+    named = forward_names(tensors) if forward else sample_names(tensors)
     out = {}
     for group, names in named.items():
         out[group] = []
