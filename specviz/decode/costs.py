@@ -98,7 +98,7 @@ def describe(plan: TreePlan) -> str:
     costs = f"one token {plan.target[1] * 1e3:.0f} ms, a draft level {plan.draft[DRAFT_FEED] * 1e3:.0f} ms"
     if not scores:
         return (f"no guess pays here: one more verified token and a draft level cost more than a token ({costs}), "
-                f"so its draft proposes none")
+                "so its draft proposes none")
     shown = ", ".join(f"{s:.2f}" for s in scores[:8]) + (" ..." if len(scores) > 8 else "")
     return (f"a guess joins a round when the draft's chance for its whole path is at least (one more verified token + "
             f"one draft forward of a level) / one token = {shown} for guess 1, 2, ... ({len(scores)} at most; {costs})")
