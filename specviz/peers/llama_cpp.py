@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
 
+from .. import operator_environment
 from ..decode.sampling import Sampling
 
 PLAIN, SPECULATIVE = "llama_cpp", "llama_cpp_speculative"
@@ -107,7 +108,8 @@ def _run(args: list[str]) -> tuple[list[tuple[float, bytes]], str]:
     """Run the program; its stdout in chunks with their arrival times, and its log (stderr)."""
     with tempfile.TemporaryFile() as log:
         started = perf_counter()
-        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                   env=operator_environment())
         watchdog = threading.Timer(TIMEOUT_S, process.kill)     # a program that hangs must not hang the bench or app
         watchdog.start()
         chunks = []
@@ -216,7 +218,8 @@ def cost_curve(gguf: Path, threads: int, sizes=(1, 2, 4, 8, 16), repeats: int = 
         raise LlamaCppMissing(f"llama.cpp is not installed here ({BENCH_PROGRAM} not found)")
     args = [str(bench), "-m", str(gguf), "-p", ",".join(map(str, sizes)), "-n", "0", "-t", str(threads),
             "-r", str(repeats), "-o", "json"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL,
+                          env=operator_environment())
     if done.returncode != 0:
         raise LlamaCppMissing(f"{BENCH_PROGRAM} failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:200]}")
     return curve_of(done.stdout)
