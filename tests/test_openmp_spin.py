@@ -31,10 +31,14 @@ print(json.dumps(seen))
 """
 
 
+def operator_sets(**env: str) -> dict[str, str]:
+    """This environment with the operator's OpenMP settings replaced by env."""
+    return {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")} | env
+
+
 def spin_when_torch_loads(entry: str, **env: str) -> dict:
-    environ = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")} | env
-    done = subprocess.run([sys.executable, "-c", PROBE, entry], cwd=REPO, env=environ, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", PROBE, entry], cwd=REPO, env=operator_sets(**env), capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -63,6 +67,6 @@ def test_llama_cpp_runs_with_the_operators_environment():
              "chunks, _ = _run(['sh', '-c', 'echo \"$GOMP_SPINCOUNT\"']); "
              "print(json.dumps([os.environ.get('GOMP_SPINCOUNT'), b''.join(c for _, c in chunks).decode().strip()]))")
     for env, expected in (({}, [OPENMP_SPIN, ""]), ({"GOMP_SPINCOUNT": OPENMP_SPIN}, [OPENMP_SPIN, OPENMP_SPIN])):
-        environ = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")} | env
-        done = subprocess.run([sys.executable, "-c", check], cwd=REPO, env=environ, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-c", check], cwd=REPO, env=operator_sets(**env), capture_output=True,
+                              text=True)
         assert json.loads(done.stdout) == expected, done.stderr[-2000:]
