@@ -256,29 +256,6 @@ def test_repeats_start_from_one_stored_calibration_and_replay_one_sampled_run(pr
     assert len(sampled) == 4 and all(row["repeats_agree"] for row in sampled)
 
 
-def test_a_ratio_with_repeats_pairs_the_runs_of_one_rotation():
-    """Against a drifting machine a prompt's ratio is the median of each repeat's own ratio, not a ratio of medians:
-    here the baseline's slow minute (its second repeat) would otherwise meet speculative's fast one."""
-    from specviz.bench.report import compare_rows
-
-    def row(strategy, times, tokens=64):
-        return {"prompt": "p", "sampling": "topk50", "strategy": strategy, "tokens": [1] * tokens,
-                "wall_s": sorted(times)[(len(times)) // 2], "wall_s_repeats": times, "target_forwards": tokens,
-                "bytes_per_token": None}
-    rows = {r["strategy"]: r for r in compare_rows([row("baseline", [1.0, 1.3, 1.0]),
-                                                     row("speculative", [0.9, 1.2, 1.4]),
-                                                     row("staged", [0.8, 0.9])])}
-    # each repeat's ratio: 1.0 / 0.9, 1.3 / 1.2, 1.0 / 1.4; the medians' would be 1.0 / 1.2
-    assert rows["speculative"]["speedup_vs_baseline"] == pytest.approx(1.3 / 1.2)
-    assert rows["baseline"]["speedup_vs_speculative"] == pytest.approx(1.2 / 1.3)
-    assert rows["baseline"]["speedup_vs_baseline"] == pytest.approx(1.0)
-    # repeats that cannot be paired (another count) compare the kept runs' rates
-    assert rows["staged"]["speedup_vs_baseline"] == pytest.approx(1.0 / 0.9)
-    two = {r["strategy"]: r for r in compare_rows([row("baseline", [1.0, 1.2]), row("speculative", [0.8, 1.5], 32)])}
-    # an even count takes the lower middle, as a kept run is the slower middle: (32 / 1.5) / (64 / 1.2)
-    assert two["speculative"]["speedup_vs_baseline"] == pytest.approx(0.5 * 1.2 / 1.5)
-
-
 def test_a_strategy_that_does_not_repeat_itself_is_not_exact():
     from specviz.bench.report import compare_rows
     from specviz.bench.run import median_run

@@ -47,10 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated: greedy, topk50, or parts like temp0.7-topk40-topp0.9")
     parser.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
     parser.add_argument("--repeats", type=int, default=1, metavar="N",
-                        help="run every strategy N times on each prompt, in a rotated order each time; keep each "
-                             "one's median time, and compare two strategies by the median of each repeat's own ratio: "
-                             "a shared VM's speed swings by tens of percent from minute to minute, and one run per "
-                             "prompt cannot tell a 3%% loss from that")
+                        help="run every strategy N times on each prompt, in a rotated order each time, and keep each "
+                             "one's median time: a shared VM's speed swings by tens of percent from minute to minute, "
+                             "and one run per prompt cannot tell a 3%% loss from that")
     parser.add_argument("--preset", default="offline", help=f"a named model stack: {', '.join(PRESETS)}")
     parser.add_argument("--target", default=None, help="replaces the preset's target")
     parser.add_argument("--draft", action="append", default=None, metavar="MODEL",

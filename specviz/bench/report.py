@@ -44,11 +44,11 @@ def compare_rows(rows: list[dict]) -> list[dict]:
                    tokens_per_target_forward=n / r["target_forwards"] if r["target_forwards"] else None,
                    baseline_bytes_per_token=base and base["bytes_per_token"],
                    bytes_relative_to_baseline=ratio(r["bytes_per_token"], base and base["bytes_per_token"]),
-                   speedup_vs_baseline=paired_ratio(r, base),
-                   speedup_vs_hf_generate=paired_ratio(r, hf),
-                   speedup_vs_hf_assisted=paired_ratio(r, assisted),
-                   speedup_vs_reference=paired_ratio(r, ref),
-                   speedup_vs_speculative=paired_ratio(r, speculative),
+                   speedup_vs_baseline=ratio(rate, base and _rate(base)),
+                   speedup_vs_hf_generate=ratio(rate, hf and _rate(hf)),
+                   speedup_vs_hf_assisted=ratio(rate, assisted and _rate(assisted)),
+                   speedup_vs_reference=ratio(rate, ref and _rate(ref)),
+                   speedup_vs_speculative=ratio(rate, speculative and _rate(speculative)),
                    exact=(same_output(r, base) and r.get("repeats_agree", True)
                           if base is not None and r["sampling"] == "greedy" else None))
         out.append(row)
@@ -69,22 +69,6 @@ def _rate(row: dict) -> float:
 
 def ratio(a, b):
     return a / b if a is not None and b else None
-
-
-def paired_ratio(row: dict, other: dict | None) -> float | None:
-    """How many times faster `row` ran than `other` on one prompt: with repeats, the median of the repeats' own ratios
-    (the lower middle of an even count), each of two runs seconds apart in one rotation (run.run_bench). A VM's speed
-    drifts by tens of percent over minutes, and a ratio of two medians can pair one strategy's fast minute with the
-    other's slow one: three repeats of prose on a 2-core Xeon gave 0.95x and 0.95x that way, where each repeat's own
-    ratios were 0.89, 1.02, 1.09 and 0.83, 1.02, 1.03."""
-    if other is None:
-        return None
-    mine, theirs = row.get("wall_s_repeats") or [], other.get("wall_s_repeats") or []
-    if len(mine) < 2 or len(mine) != len(theirs) or not all(mine) or not all(theirs):
-        return ratio(_rate(row), _rate(other))
-    scale = len(row["tokens"]) / len(other["tokens"]) if other["tokens"] else 0.0
-    ratios = sorted(scale * t / m for m, t in zip(mine, theirs))
-    return ratios[(len(ratios) - 1) // 2]
 
 
 def summarise(per_prompt: list[dict]) -> list[dict]:
