@@ -48,6 +48,8 @@ def test_prepare_measures_the_crossover_and_a_later_process_takes_it_up(preparin
     measured = block_paths.take_up(preparing)
     assert set(measured["from"]) == set(kept_counts)
     assert all(1 <= n <= max(blocks.TIMED_ROWS) + 1 for n in measured["from"].values())
+    # each count a verified tree commonly feeds is timed on both paths, so a tie at one count cannot skip its neighbours
+    assert all({str(n) for n in range(1, 7)} <= set(times) for paths in measured["ms"].values() for times in paths.values())
     assert blocks.columns_from() == measured["from"]
     blocks.set_columns_from({name: 1 << 20 for name in kept_counts})
     later = Profile(preparing.file.path())
