@@ -1,5 +1,7 @@
 """Where a GGUF file's K-quant products switch from the tiles to the packed columns: this machine's measured count,
 taken up by every process that loads the file's blocks (specviz/models/block_paths.py, specviz/cpu/blocks.py)."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -49,7 +51,8 @@ def test_prepare_measures_the_crossover_and_a_later_process_takes_it_up(preparin
     assert set(measured["from"]) == set(kept_counts)
     assert all(1 <= n <= max(blocks.TIMED_ROWS) + 1 for n in measured["from"].values())
     # each count a verified tree commonly feeds is timed on both paths, so a tie at one count cannot skip its neighbours
-    assert all({str(n) for n in range(1, 7)} <= set(times) for paths in measured["ms"].values() for times in paths.values())
+    timed = [set(times) for paths in measured["ms"].values() for times in paths.values()]
+    assert all({str(n) for n in range(1, 7)} <= counts for counts in timed)
     assert blocks.columns_from() == measured["from"]
     blocks.set_columns_from({name: 1 << 20 for name in kept_counts})
     later = Profile(preparing.file.path())
@@ -61,3 +64,15 @@ def test_prepare_measures_the_crossover_and_a_later_process_takes_it_up(preparin
 def test_a_process_with_nothing_stored_keeps_the_sources_counts(own_profile, kept_counts):
     assert block_paths.take_up(own_profile) is None
     assert blocks.columns_from() == kept_counts
+
+
+def test_the_crossover_is_timed_on_weights_no_cache_holds():
+    """A cache that held the weights would time the paths compute-bound, where a model's one-row product is not."""
+    cache = blocks.last_level_cache_bytes()
+    if Path("/sys/devices/system/cpu/cpu0/cache/index0/size").exists():
+        assert cache >= 1 << 15                 # Linux names at least an L1 here
+    for copy_bytes in (1 << 20, 16 << 20, 600 << 20):
+        copies = blocks.ring_copies(copy_bytes, batch=4)
+        assert copies >= 8
+        assert copies * copy_bytes >= min(2 * (cache or 1 << 27), 1 << 30)
+        assert (copies - 1) * copy_bytes < max(1 << 30, 8 * copy_bytes)

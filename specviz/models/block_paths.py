@@ -8,7 +8,7 @@ from ..cpu import blocks, kernels
 from ..profile.store import Profile
 
 # named by the counts timed, so that a profile timed at fewer counts is timed again
-KEY = "block products: rows from which the packed columns pay (timed at 1-6 rows and more)"
+KEY = "block products: rows from which the packed columns pay (timed at 1-6 rows and more, the weights from memory)"
 
 
 def take_up(profile: Profile) -> dict | None:
