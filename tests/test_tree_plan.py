@@ -301,7 +301,21 @@ def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_a
         assert [step[target] for step in base["forwards"]] == [[1]] * tokens
         assert base["priced_s"] == pytest.approx(tokens * curves[target]["1"] + clocked)
     assert all(s["same_tokens"] == 1 for s in summary.values())
-    # a tree of up to 12 guesses at any score costs more forwards than staged's own: priced, it cannot come out equal
-    assert summary["wide"]["draft_forwards"] >= summary["staged"]["draft_forwards"]
+    # a drafted run's price: each model's forwards at its curve's price for the tokens each fed, but the draft's first
+    # (its read of the prompt, clocked), and the phases that run no model by their clocks. A wider tree accepts more a
+    # round, so it may need fewer draft forwards, but it never makes the same trees: the settings cannot price equal
+    by_name = {name: {int(n): s for n, s in curve.items()} for name, curve in curves.items()}
+    for name in ("staged", "wide"):
+        for run_ in result["runs"][name]:
+            assert sum(len(step.get(target, [])) for step in run_["forwards"]) == run_["target_forwards"]
+            clocks = run_["clocked_s"]
+            priced = sum(s for phase, s in clocks.items() if phase in ("prompt_read", "tree", "bookkeeping")
+                         or (phase.endswith("_draft") and phase != "stage1_draft"))
+            for index, step in enumerate(run_["forwards"]):
+                for model, feeds in step.items():
+                    read = index == 0 and model != target and "prompt_read" in clocks
+                    priced += sum(tree_plan.interpolate(by_name[model], n) for n in feeds[read:])
+            assert run_["priced_s"] == pytest.approx(priced)
+    assert [r["forwards"] for r in result["runs"]["wide"]] != [r["forwards"] for r in result["runs"]["staged"]]
     assert summary["wide"]["modelled"] != summary["staged"]["modelled"]
     assert "| modelled | vs plain |" in run.stdout
