@@ -295,9 +295,10 @@ def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_a
     assert len(curves) == 2 and all({int(n) for n in c} == set(tree_plan.SIZES) for c in curves.values())
     assert summary["base"]["modelled"] == 1.0
     # baseline's price: one one-token forward a token, plus its own clocked phases (timed, so not bounded here)
+    clocked_phases = ("prompt_read", "tree", "bookkeeping")
     for base in result["runs"]["base"]:
         (target,) = {name for step in base["forwards"] for name in step}
-        clocked = sum(s for phase, s in base["clocked_s"].items() if phase in ("prompt_read", "tree", "bookkeeping"))
+        clocked = sum(s for phase, s in base["clocked_s"].items() if phase in clocked_phases)
         assert [step[target] for step in base["forwards"]] == [[1]] * tokens
         assert base["priced_s"] == pytest.approx(tokens * curves[target]["1"] + clocked)
     assert all(s["same_tokens"] == 1 for s in summary.values())
@@ -309,7 +310,7 @@ def test_the_sweeps_model_prices_each_runs_forwards_by_the_curves_and_baseline_a
         for run_ in result["runs"][name]:
             assert sum(len(step.get(target, [])) for step in run_["forwards"]) == run_["target_forwards"]
             clocks = run_["clocked_s"]
-            priced = sum(s for phase, s in clocks.items() if phase in ("prompt_read", "tree", "bookkeeping")
+            priced = sum(s for phase, s in clocks.items() if phase in clocked_phases
                          or (phase.endswith("_draft") and phase != "stage1_draft"))
             for index, step in enumerate(run_["forwards"]):
                 for model, feeds in step.items():
