@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 
 from .profile.store import REMEASURE, Profile
-from .models import chunked
 from .cpu import kernels
 from .cpu.file_model import FileModelError, read_metadata
-from .models.block_paths import describe as describe_paths, take_up
+from .models import block_paths, chunked
 from .models.load import ModelLoadError, resolve
 from .models.precision import AUTO_DTYPE, resolve_dtype
 from . import cache_dir
@@ -115,17 +114,18 @@ def closing_line(profile: Profile) -> str:
 
 def measure_profile(profile: Profile) -> None:
     """Everything that depends on this machine, measured where its profile lacks it (specviz/profile/store.py)."""
-    paths = timed("measuring where a GGUF file's products pay through the packed columns", lambda: take_up(profile))
-    if paths:
-        say(describe_paths(paths))
     auto = timed("measuring which precision `auto` picks here", lambda: resolve_dtype(AUTO_DTYPE, profile))
     timed("measuring a 1.5B's token in the file's own blocks (which stack is the default)",
           lambda: predicted_token_seconds(profile))
     say(f"`auto` picks gguf for a GGUF file where specviz's kernels run, else {auto} "
         f"(stored in {profile.file.path()})")
     for name in offline_presets():
-        stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions)",
+        stack = timed(f"loading preset {name} once (builds its trigram:auto, measures its drafts' precisions and "
+                      "where its target's products pay through the packed columns)",
                       lambda: load_preset(name, AUTO_DTYPE, profile=profile))
+        paths = profile.stored(block_paths.key(stack.target_name), measured=False)
+        if paths:
+            say(f"{stack.target_name}: {block_paths.describe(paths)}")
         plan = timed(f"measuring preset {name}'s cost curves for staged's tree",
                      lambda: stack.plans.tree_plan())
         say(f"staged's tree for {name}: {describe(plan)}" if plan else f"staged's tree for {name}: no plan stored "

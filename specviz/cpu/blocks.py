@@ -55,11 +55,6 @@ def simd() -> str:
 
 
 K_QUANTS = {name: qtype for qtype, name in TYPES.items() if name.endswith("_K")}
-# what measure_columns_from times: a Qwen2.5-1.5B layer's widest products (gate and up: Q4_K; down: Q6_K), by rows fed
-TIMED_SHAPES = {"Q4_K": (1536, 8960), "Q6_K": (8960, 1536)}
-# every count up to 6, a verified tree's commonest sizes: timed at 1, 2, 4, 8, a 2-core Emerald Rapids tied the paths at
-# 4 and stored 8, and the target's forwards of 5-7 tokens ran 12-15% slower on the tiles than on the columns
-TIMED_ROWS = (1, 2, 3, 4, 5, 6, 8, 16, 64)
 
 
 def columns_from() -> dict[str, int]:
@@ -69,83 +64,11 @@ def columns_from() -> dict[str, int]:
 
 
 def set_columns_from(counts: dict[str, int]) -> None:
-    """Take these counts (measure_columns_from's) for this process's products: speed only, the bits are the same."""
+    """Take these counts (a model's measured crossover, specviz/models/block_paths.py) for this process's products:
+    speed only, the bits are the same."""
     for name, rows in counts.items():
         if name in K_QUANTS and isinstance(rows, int) and rows >= 1:
             _kernel().block_set_columns_from(K_QUANTS[name], rows)
-
-
-def crossover(tiles: dict[int, float], columns: dict[int, float]) -> int:
-    """The count of rows from which the columns serve best (seconds by rows fed for each path): the one whose choice
-    loses least summed over the counts timed, each count's time taken relative to the faster path's there, so that
-    each count weighs alike and one noisy count moves the answer by one step at most. One past the most rows timed:
-    the columns never."""
-    counts = sorted(tiles)
-
-    def loss(start: int) -> float:
-        return sum((columns[n] if n >= start else tiles[n]) / min(tiles[n], columns[n]) for n in counts)
-    return min([*counts, counts[-1] + 1], key=loss)
-
-
-def last_level_cache_bytes() -> int:
-    """This CPU's largest cache as Linux reports it (0 where it does not: other systems, some containers)."""
-    from pathlib import Path
-    sizes = [0]
-    for size in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        text = size.read_text().strip()
-        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-        if text.rstrip("KM").isdigit():
-            sizes.append(int(text.rstrip("KM")) * scale)
-    return max(sizes)
-
-
-def ring_copies(copy_bytes: int, batch: int) -> int:
-    """How many copies of one product's weights (both paths', `copy_bytes`) make a ring that the last-level cache cannot
-    hold: twice the cache (256 MB where unknown), at most 1 GB (a 1.5B's weights), and two batches at least."""
-    ring_bytes = min(2 * (last_level_cache_bytes() or 1 << 27), 1 << 30)
-    return max(2 * batch, -(-ring_bytes // copy_bytes))
-
-
-def measure_columns_from(reps: int = 7, batch: int = 4) -> dict:
-    """This machine's crossover per K-quant (crossover()) between the tiles and the packed columns, timed on
-    TIMED_SHAPES by TIMED_ROWS, the paths and counts interleaved, best of `reps`: {"from": {name: rows}, "ms":
-    {name: {path: {rows: ms per product}}}}.
-
-    A model's forward reads a gigabyte of weights that no cache holds, and one row's product is then bound by memory,
-    where the two paths differ: a Xeon's 260 MB L3 kept one product's 8 MB warm through a 64 MB flush, and the columns
-    won there at one row, while in the model they ran 6% slower. So each timing runs `batch` products on consecutive
-    copies of the weights from a ring larger than the last-level cache, as a model's layers follow one another."""
-    from time import perf_counter
-
-    from .reference import random_blocks
-    chosen, ms = {}, {}
-    kept = columns_from()
-    try:
-        for name in kept:
-            K, N = TIMED_SHAPES[name]
-            blocks = torch.from_numpy(random_blocks(K_QUANTS[name], N, K, np.random.default_rng(0)))
-            packs = packed(K_QUANTS[name], blocks, K)
-            copies = ring_copies(blocks.numel() + packs.numel(), batch)
-            ring = [(blocks.clone(), packs.clone()) for _ in range(copies)]
-            x = {n: torch.randn(n, K, generator=torch.Generator().manual_seed(n)) for n in TIMED_ROWS}
-            best = {path: dict.fromkeys(TIMED_ROWS, float("inf")) for path in ("tiles", "columns")}
-            at = 0
-            for _ in range(reps):
-                for n in TIMED_ROWS:
-                    for path in best:
-                        set_columns_from({name: 1 if path == "columns" else 1 << 30})
-                        weights = [ring[(at + i) % copies] for i in range(batch)]
-                        at = (at + batch) % copies
-                        start = perf_counter()
-                        for copy, copy_packs in weights:
-                            product(K_QUANTS[name], copy, x[n], copy_packs)
-                        best[path][n] = min(best[path][n], (perf_counter() - start) / batch)
-            del ring
-            chosen[name] = crossover(best["tiles"], best["columns"])
-            ms[name] = {path: {str(n): round(s * 1e3, 3) for n, s in times.items()} for path, times in best.items()}
-    finally:
-        set_columns_from(kept)
-    return {"from": chosen, "ms": ms}
 
 
 def row_bytes(qtype: int, K: int) -> int:

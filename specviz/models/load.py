@@ -91,8 +91,6 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bo
     if dtype in (GGUF, *QUANTIZED) and device != "cpu":
         raise ModelLoadError(f"{dtype} is a CPU precision; on a GPU use bfloat16 or float16")
     if dtype == GGUF or (dtype in QUANTIZED and gguf is not None and runs_file_blocks()):
-        if dtype == GGUF:
-            block_paths.take_up(profile)
         loaded = _file_model(spec, gguf)     # the file's blocks; int4 and int8 re-quantise them in memory
         loaded = loaded if dtype == GGUF else _quantized(file_model.requantizable(loaded), dtype, draft)
     elif dtype in QUANTIZED:               # de-quantised in float32, then its linear layers packed in 4 or 8 bits
@@ -101,6 +99,8 @@ def load_model(spec: str, dtype: str = "float32", device: str = "cpu", draft: bo
         loaded = _float_model(spec, location, gguf_file, dtype, device)
     install(loaded.model)       # the engine's products for a few rows, where they apply (float32 on a CPU)
     end_tokens.mark(loaded.model, loaded.tokenizer, gguf)
+    if dtype == GGUF:
+        block_paths.take_up(profile, loaded.short_name, loaded.model)
     return loaded
 
 

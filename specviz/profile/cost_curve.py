@@ -53,15 +53,20 @@ class CostSampler:
         after the last round's largest, and two tokens cost 0.93-1.05 times one, where a run's own forwards took
         1.16."""
         samples = [{n: [] for n in self.sizes} for _ in self.kvs]
-        with torch.inference_mode():
-            for _ in range(count):
-                for kv, vocab, seconds in zip(self.kvs, self.vocabs, samples):
-                    for n in self.sizes:
-                        self._forward(kv, vocab, 1)
-                        started = perf_counter()
-                        self._forward(kv, vocab, n)
-                        seconds[n].append(perf_counter() - started)
+        for _ in range(count):
+            for model, seconds in enumerate(samples):
+                for n in self.sizes:
+                    seconds[n].append(self.seconds(n, model))
         return samples
+
+    def seconds(self, n: int, model: int = 0) -> float:
+        """One forward of n tokens of the `model`-th model, timed after an untimed one-token forward (rounds())."""
+        kv, vocab = self.kvs[model], self.vocabs[model]
+        with torch.inference_mode():
+            self._forward(kv, vocab, 1)
+            started = perf_counter()
+            self._forward(kv, vocab, n)
+            return perf_counter() - started
 
     def _forward(self, kv, vocab: int, n: int) -> None:
         """A root and n - 1 children after the context, then dropped."""

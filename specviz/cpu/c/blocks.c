@@ -752,7 +752,7 @@ int block_pack(int type, const uint8_t *w, int K, int N, uint8_t *out, int threa
 }
 
 /* The fewest rows of each K-quant that take the columns' path: tuning.h's counts, measured on one CPU, until this
- * machine's own are set (block_set_columns_from; specviz/cpu/blocks.py: measure_columns_from). The crossover differs
+ * machine's own are set (block_set_columns_from; specviz/models/block_paths.py times them). The crossover differs
  * between CPUs of one instruction set: held to AVX2, a Zen 4 ran a Q4_K row through the columns 10-26% sooner than
  * through the tiles, an Ice Lake 15-25% later. Either path gives the same bits. */
 #if defined(COLUMNS_PATH)
