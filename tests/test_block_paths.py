@@ -99,8 +99,12 @@ def test_prepare_measures_the_crossover_and_a_later_process_takes_it_up(qwen_dra
     assert "Q4_K from" in block_paths.describe(measured)
 
 
-def test_a_model_without_k_quants_stores_no_crossover_and_keeps_the_sources_counts(smollm2, preparing, kept_counts):
+def test_a_model_without_k_quants_stores_no_crossover_and_keeps_the_sources_counts(smollm2, preparing, kept_counts,
+                                                                                    monkeypatch):
+    from specviz.profile.cost_curve import CostSampler
     assert block_paths.held(smollm2.model) == []                       # Q4_1 and Q8_0: no columns' path
+    monkeypatch.setattr(CostSampler, "__init__", lambda *_: pytest.fail("a sampler for a model with nothing to time"))
+    assert block_paths.measure(smollm2.model) == {"from": {}, "ms": {}}
     assert block_paths.take_up(preparing, "smollm2-135m", smollm2.model) is None
     assert preparing.stored(block_paths.key("smollm2-135m"), measured=False) is None
     assert blocks.columns_from() == kept_counts

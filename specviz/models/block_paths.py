@@ -55,10 +55,13 @@ def measure(model: torch.nn.Module, reps: int | None = None) -> dict:
     `reps` (REPS where None). The quants in turn, the most bytes first, each timed with those before at their counts.
     Returns {"from": {name: rows}, "ms": {name: {path: {rows: ms per forward}}}}."""
     chosen, ms = {}, {}
+    quants = held(model)
+    if not quants:
+        return {"from": chosen, "ms": ms}       # before the sampler's 256-token feed, which nothing would then use
     kept = blocks.columns_from()
     sampler = CostSampler([model], TIMED_ROWS)
     try:
-        for name in held(model):
+        for name in quants:
             best = {path: dict.fromkeys(TIMED_ROWS, float("inf")) for path in ("tiles", "columns")}
             for _ in range(reps or REPS):
                 for n in TIMED_ROWS:
