@@ -187,8 +187,9 @@ ALWAYS void columns_rows(const int type, const uint8_t *rec, int half, const __m
     for (int r = 0; r < R; r++) sum[r] = _mm256_setzero_si256();      /* (sub-block 0 sets them: for the compiler) */
     if (type == GGUF_Q4_K && !q) {
         /* Q4_K unpacked as used: sub-blocks 2p and 2p + 1 together, the low and the high nibbles of the same lines, so
-         * a line is read and split once for both and no quad chooses between them. One sub-block at a time took 20-25%
-         * longer at 1-2 rows and 3-12% at 3-8 (Zen 4 shown as AVX2 only, FORWARD=1 scripts/blocks_ab.py). */
+         * a line is read and split once for both and no quad chooses between them. One sub-block at a time took a
+         * forward's products 8-9% longer at 1-2 rows and 0-5% at 3-8; Q4_K's alone, up to 27% at 1-2 rows in a slow
+         * phase of the VM (Zen 4 shown as AVX2 only, FORWARD=1 scripts/blocks_ab.py, two runs). */
         const __m256i nibbles = _mm256_set1_epi8(0x0f);
         _Pragma("GCC unroll 1") for (int p = 0; p < 4; p++) {
             __m256i low[COLUMN_ROWS], high[COLUMN_ROWS];
