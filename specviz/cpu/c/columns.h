@@ -154,6 +154,12 @@ ALWAYS __m256i quads8(const int type, const uint8_t *rec, int half, int j, int t
     QUADS(__m256i, load256, _mm256_and_si256, _mm256_or_si256, _mm256_slli_epi16, _mm256_srli_epi16, _mm256_set1_epi8);
 }
 
+/* Q4_K: each lane's scale of sub-block j as an int16 pair (s, s), for madd */
+ALWAYS __m256i q4_k_scales8(const uint8_t *rec, int half, int j) {
+    const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + Q4_K_SCALES + 16 * j + 8 * half)));
+    return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+}
+
 /* sum[r] (+)= SCALE times the int16 sums of quads T0 .. T0 + N - 1 of sub-block j times row r's activations there. A
  * macro, so that s16 stays in registers (passed to a function, GCC keeps it in memory for the asm below). */
 #define SCALED_QUADS(T0, N, SCALE, FIRST)                                                                             \
@@ -207,19 +213,15 @@ ALWAYS void columns_rows(const int type, const uint8_t *rec, int half, const __m
                     __asm__("" : "+x"(low[r]), "+x"(high[r]));      /* as SCALED_QUADS' */
                 }
             }
-            const __m256i sl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + Q4_K_SCALES + 32 * p + 8 * half)));
-            const __m256i sh = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + Q4_K_SCALES + 32 * p + 16 + 8 * half)));
-            const __m256i scale_low = _mm256_or_si256(sl, _mm256_slli_epi32(sl, 16));
-            const __m256i scale_high = _mm256_or_si256(sh, _mm256_slli_epi32(sh, 16));
+            const __m256i scale_low = q4_k_scales8(rec, half, 2 * p), scale_high = q4_k_scales8(rec, half, 2 * p + 1);
             for (int r = 0; r < R; r++) {
                 const __m256i both = _mm256_add_epi32(_mm256_madd_epi16(low[r], scale_low), _mm256_madd_epi16(high[r], scale_high));
                 sum[r] = p ? _mm256_add_epi32(sum[r], both) : both;
             }
         }
     } else _Pragma("GCC unroll 1") for (int j = 0; j < 8; j++) {
-        if (type == GGUF_Q4_K) {            /* each lane's scale as an int16 pair (s, s) */
-            const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(rec + Q4_K_SCALES + 16 * j + 8 * half)));
-            const __m256i scale = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+        if (type == GGUF_Q4_K) {
+            const __m256i scale = q4_k_scales8(rec, half, j);
             SCALED_QUADS(0, 8, scale, j == 0);
         } else {
             const __m256i low = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
