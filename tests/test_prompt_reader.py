@@ -135,6 +135,48 @@ def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatc
     assert "bfloat16 copies of its weights, from 8 tokens" in prompt_reader.describe(chosen)
 
 
+def swinging_reads(monkeypatch, speeds: dict[str, float], slow: range = range(0), lucky: dict | None = None):
+    """time_read at these speeds by way (own, or a candidate's name), read after read: reads whose place in the order
+    falls in `slow` take 1.5 times as long (a slow phase of the VM), and `lucky` {way: its read number} one read of a
+    way half as long. Returns the ways in the order they were read."""
+    order = []
+
+    def timed(m, products=None, tokens=prompt_reader.PROMPT):
+        down = products[0]["down"] if products else None
+        way = prompt_reader.OWN if down is None else \
+            "columns" if isinstance(down, prompt_reader.ColumnsProduct) else str(down.weight.dtype).split(".")[-1]
+        order.append(way)
+        factor = (1.5 if len(order) - 1 in slow else 1.0) * (0.5 if (lucky or {}).get(way) == order.count(way) else 1.0)
+        return speeds[way] * factor
+    monkeypatch.setattr(prompt_reader, "time_read", timed)
+    return order
+
+
+def test_the_ways_are_timed_interleaved_so_that_a_slow_phase_does_not_choose():
+    """The VM slow for the first three reads: timed way by way, the own products would bear it alone and a candidate
+    5% slower would win; a read of each way a round, in a rotated order, shares it out."""
+    model, _ = quantized_with_float_copy()
+    with pytest.MonkeyPatch.context() as patch:
+        order = swinging_reads(patch, {"own": 1.0, "columns": 1.05}, slow=range(3))
+        chosen = prompt_reader.choose(model, {"columns": prompt_reader.copies(model, "columns")})
+    assert chosen["choice"] == prompt_reader.OWN
+    assert order[:2] == ["own", "columns"] and order[2:4] == ["columns", "own"]        # rotated each round
+    assert len(order) == 2 * prompt_reader.ROUNDS
+
+
+def test_one_lucky_read_does_not_choose_a_way_that_is_not_faster():
+    """A candidate as fast as the own products except one read at half the time (a quiet moment) is not chosen: each
+    way is judged by the median of its rounds against the own products', not by its best read."""
+    model, _ = quantized_with_float_copy()
+    with pytest.MonkeyPatch.context() as patch:
+        swinging_reads(patch, {"own": 1.0, "columns": 1.0}, lucky={"columns": 2})
+        chosen = prompt_reader.choose(model, {"columns": prompt_reader.copies(model, "columns")})
+    assert chosen == {"choice": prompt_reader.OWN, "seconds": {"own": 1.0, "columns": 1.0}}
+    with pytest.MonkeyPatch.context() as patch:
+        swinging_reads(patch, {"own": 1.0, "columns": 0.8})
+        assert prompt_reader.choose(model, {"columns": prompt_reader.copies(model, "columns")})["choice"] == "columns"
+
+
 @pytest.mark.parametrize("wins_from, expected", [(24, 24), (8, 8), (128, 128)])
 def test_the_reader_is_used_from_the_shortest_length_at_which_it_wins_at_every_longer_one(monkeypatch, wins_from,
                                                                                            expected):
@@ -255,10 +297,12 @@ def test_a_prompt_read_timed_again_on_a_busy_machine_times_the_same_copies(monke
     made, own_reads = [], []
     copies = prompt_reader.copies
     monkeypatch.setattr(prompt_reader, "copies", lambda m, name: made.append(name) or copies(m, name))
-    monkeypatch.setattr(prompt_reader, "time_read", lambda m, products=None: own_reads.append(products is None) or 1.0)
+    monkeypatch.setattr(prompt_reader, "time_read",
+                        lambda m, products=None, tokens=None: own_reads.append(products is None) or 1.0)
     monkeypatch.setattr(machine_profile.OthersWatch, "share", lambda self: 1.0)          # busy, whatever was timed
     preparing.busy_share = 0.25
     monkeypatch.setattr(machine_profile, "SETTLE_WAIT_S", 0.0)
     chosen = preparing.decided("prompt read: a busy test", prompt_reader.chooser(model))
     assert chosen["choice"] == prompt_reader.OWN
-    assert own_reads.count(True) == machine_profile.SETTLE_TRIES and sorted(made) == sorted(prompt_reader.CANDIDATES)
+    assert own_reads.count(True) == machine_profile.SETTLE_TRIES * prompt_reader.ROUNDS
+    assert sorted(made) == sorted(prompt_reader.CANDIDATES)
