@@ -113,28 +113,6 @@ def test_strategies_whose_draft_reads_prompts_another_way_write_baseline_text(st
     assert calls and min(calls) >= prompt_reader.READ_ROWS       # the prompt went through it, nothing else did
 
 
-def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatch):
-    model, _ = quantized_with_float_copy()
-    speeds = {}
-
-    def timed(m, products=None, tokens=prompt_reader.PROMPT):
-        down = products[0]["down"] if products else None
-        if down is None:
-            return speeds[None]
-        return speeds["columns" if isinstance(down, prompt_reader.ColumnsProduct) else down.weight.dtype]
-    monkeypatch.setattr(prompt_reader, "time_read", timed)
-    speeds.update({None: 1.0, torch.bfloat16: 0.95, torch.float32: 2.0, "columns": 0.92})
-    assert prompt_reader.choose(model)["choice"] == prompt_reader.OWN
-    speeds.update({torch.bfloat16: 0.4})
-    chosen = prompt_reader.choose(model)
-    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0, "columns": 0.92},
-                      "from": prompt_reader.LENGTHS[0]}            # faster at every length here
-    speeds.update({"columns": 0.3})
-    assert "its own weights many outputs at a time" in prompt_reader.describe(prompt_reader.choose(model))
-    assert open_cache(model, "after").reader is None                   # measuring leaves the model as it was
-    assert "bfloat16 copies of its weights, from 8 tokens" in prompt_reader.describe(chosen)
-
-
 def swinging_reads(monkeypatch, speeds: dict[str, float], slow: range = range(0), lucky: dict | None = None):
     """time_read at these speeds by way (own, or a candidate's name), read after read: reads whose place in the order
     falls in `slow` take 1.5 times as long (a slow phase of the VM), and `lucky` {way: its read number} one read of a
@@ -150,6 +128,21 @@ def swinging_reads(monkeypatch, speeds: dict[str, float], slow: range = range(0)
         return speeds[way] * factor
     monkeypatch.setattr(prompt_reader, "time_read", timed)
     return order
+
+
+def test_a_float_copy_is_chosen_only_where_it_reads_10_percent_faster(monkeypatch):
+    model, _ = quantized_with_float_copy()
+    speeds = {"own": 1.0, "bfloat16": 0.95, "float32": 2.0, "columns": 0.92}
+    swinging_reads(monkeypatch, speeds)
+    assert prompt_reader.choose(model)["choice"] == prompt_reader.OWN
+    speeds.update({"bfloat16": 0.4})
+    chosen = prompt_reader.choose(model)
+    assert chosen == {"choice": "bfloat16", "seconds": {"own": 1.0, "bfloat16": 0.4, "float32": 2.0, "columns": 0.92},
+                      "from": prompt_reader.LENGTHS[0]}            # faster at every length here
+    speeds.update({"columns": 0.3})
+    assert "its own weights many outputs at a time" in prompt_reader.describe(prompt_reader.choose(model))
+    assert open_cache(model, "after").reader is None                   # measuring leaves the model as it was
+    assert "bfloat16 copies of its weights, from 8 tokens" in prompt_reader.describe(chosen)
 
 
 def test_the_ways_are_timed_interleaved_so_that_a_slow_phase_does_not_choose():

@@ -123,8 +123,9 @@ def choose(model: torch.nn.Module, candidates: dict[str, list[dict]] | None = No
     OWN, "seconds": {name: the median s}}."""
     candidates = candidate_products(model) if candidates is None else candidates
     seconds = timed_rounds(model, {OWN: None, **candidates})
-    best = min(candidates, key=lambda name: against_own(seconds, name), default=None)
-    choice = best if best is not None and against_own(seconds, best) < 0.9 else OWN
+    ratios = {name: against_own(seconds, name) for name in candidates}
+    best = min(ratios, key=ratios.get, default=None)
+    choice = best if best is not None and ratios[best] < 0.9 else OWN
     chosen = {"choice": choice, "seconds": {name: round(median(s), 4) for name, s in seconds.items()}}
     if choice != OWN:
         chosen["from"] = crossover(model, candidates[choice])
